@@ -1,0 +1,61 @@
+/** Small helpers shared by the benchmarks: timing, heap readings and side-by-side tables. */
+
+export const now = (): number => performance.now()
+
+/** Force a full collection (node runs with --expose-gc under `npm run bench`). */
+export const gc = (): void => {
+  const g = (globalThis as { gc?: () => void }).gc
+  if (g) {
+    g()
+    g()
+  }
+}
+
+export const heapUsed = (): number => {
+  gc()
+  return process.memoryUsage().heapUsed
+}
+
+export interface Row {
+  readonly name: string
+  readonly [column: string]: string | number
+}
+
+const fmt = (v: string | number): string =>
+  typeof v === "number"
+    ? Math.abs(v) >= 100
+      ? Math.round(v).toLocaleString("en-US")
+      : v.toFixed(2)
+    : v
+
+/** Print a Markdown table, so the output can be pasted into bench/README.md as it is. */
+export const table = (title: string, rows: ReadonlyArray<Row>): void => {
+  if (rows.length === 0) return
+  const columns = Object.keys(rows[0]!)
+  const lines = [
+    `### ${title}`,
+    "",
+    `| ${columns.join(" | ")} |`,
+    `| ${columns.map(() => "---").join(" | ")} |`,
+    ...rows.map((r) => `| ${columns.map((c) => fmt(r[c] ?? "")).join(" | ")} |`),
+    ""
+  ]
+  console.log(lines.join("\n"))
+}
+
+/** `a / b` as `"2.31x"`. */
+export const ratio = (a: number, b: number): string => `${(a / b).toFixed(2)}x`
+
+/** Run `fn` for at least `minMs` (after one warm-up run) and return operations per second. */
+export const opsPerSecond = async (ops: number, fn: () => Promise<void> | void, minMs = 500): Promise<number> => {
+  await fn()
+  let runs = 0
+  const start = now()
+  let elapsed = 0
+  do {
+    await fn()
+    runs++
+    elapsed = now() - start
+  } while (elapsed < minMs)
+  return (ops * runs * 1000) / elapsed
+}

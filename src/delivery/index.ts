@@ -1,0 +1,2 @@
+/** switchyard/delivery — the write-ahead delivery log and the delivery queue. */
+export {}

@@ -1,0 +1,2 @@
+/** switchyard/queue — keyed lanes, the command queue, futures, and the Promise API. */
+export * from "./errors.js"
