@@ -1,2 +1,3 @@
 /** switchyard/delivery — the write-ahead delivery log and the delivery queue. */
-export {}
+export * from "./errors.js"
+export type { DeliveryEntry, OutboundMessage } from "./types.js"

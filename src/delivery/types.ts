@@ -1,0 +1,59 @@
+/** The shapes of the delivery log, shared by every store (the file log, and later Postgres) and by the delivery queue. */
+import type { Effect, Option } from "effect"
+import type { DeliveryLogError } from "./errors.js"
+
+/** An outbound message: what to send, to whom, over which channel. */
+export interface OutboundMessage {
+  /** The channel that delivers it, e.g. `"console"`, `"telegram"`. Not empty. */
+  readonly channel: string
+  /** The recipient within the channel. Not empty. */
+  readonly to: string
+  /** Any JSON value. */
+  readonly body: unknown
+  /** An `append` with the key of an entry that is pending, dead, or acked within `dedupeWindowMs` returns that entry. */
+  readonly idempotencyKey?: string
+}
+
+/** A message held by the log, with its delivery state. */
+export interface DeliveryEntry {
+  /** Stable across retries and restarts: a channel may use it to drop a duplicate. */
+  readonly id: string
+  /** Increases with every append, never reused. */
+  readonly seq: number
+  readonly message: OutboundMessage
+  /** Epoch ms. */
+  readonly enqueuedAt: number
+  readonly attempts: number
+  readonly lastError?: string
+  /** Epoch ms; not due before. */
+  readonly nextAttemptAt?: number
+  readonly status: "pending" | "dead"
+}
+
+/**
+ * A durable store of outbound messages. Every mutating call succeeds only once its change is durable
+ * (for the file log with `fsync: "always"`: on disk); a failure is never reported as success.
+ */
+export interface DeliveryLog {
+  readonly append: (message: OutboundMessage) => Effect.Effect<DeliveryEntry, DeliveryLogError>
+  readonly attempt: (
+    id: string,
+    failure: { readonly error: string; readonly nextAttemptAt: number }
+  ) => Effect.Effect<DeliveryEntry, DeliveryLogError>
+  readonly ack: (id: string) => Effect.Effect<void, DeliveryLogError>
+  readonly deadLetter: (id: string, reason: string) => Effect.Effect<void, DeliveryLogError>
+  /** dead -> pending, attempts back to 0. */
+  readonly requeue: (id: string) => Effect.Effect<void, DeliveryLogError>
+  readonly get: (id: string) => Effect.Effect<Option.Option<DeliveryEntry>>
+  /** Oldest first. */
+  readonly pending: Effect.Effect<ReadonlyArray<DeliveryEntry>>
+  readonly dead: Effect.Effect<ReadonlyArray<DeliveryEntry>>
+  readonly stats: Effect.Effect<{
+    readonly pending: number
+    readonly dead: number
+    readonly segments: number
+    readonly bytes: number
+  }>
+  readonly flush: Effect.Effect<void, DeliveryLogError>
+  readonly compact: Effect.Effect<void, DeliveryLogError>
+}
