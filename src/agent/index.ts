@@ -1,2 +1,2 @@
 /** switchyard/agent — a chat agent runtime on the queue and the delivery log. */
-export {}
+export * from "./Model.js"

@@ -1,0 +1,61 @@
+/**
+ * The language model an agent talks to, as an Effect service. Two layers provide it:
+ * `AnthropicModel.layer` (Claude through the official SDK) and `ScriptedModel.layer`
+ * (offline and deterministic, the embedded default).
+ */
+import { Context, Data } from "effect"
+import type { Effect } from "effect"
+
+/** One message of a transcript. */
+export interface TranscriptMessage {
+  readonly role: "user" | "assistant"
+  readonly content: string
+}
+
+/** What a turn asks of the model. */
+export interface ModelRequest {
+  /** The system prompt. */
+  readonly system: string
+  /** The conversation so far, ending with the turn's new user message(s). */
+  readonly transcript: ReadonlyArray<TranscriptMessage>
+  readonly maxTokens: number
+  /** Called with each chunk of text as it streams in (a model that does not stream calls it once). */
+  readonly onText?: (chunk: string) => void
+}
+
+/** The model's answer to a turn. */
+export interface ModelReply {
+  readonly text: string
+  /** Why the model stopped (e.g. `"end_turn"`, `"max_tokens"`), when it says. */
+  readonly stopReason?: string
+  readonly usage?: { readonly inputTokens: number; readonly outputTokens: number }
+}
+
+/** Why a model call failed. */
+export type ModelErrorReason =
+  | "auth"
+  | "rate-limit"
+  | "overloaded"
+  | "timeout"
+  | "invalid-request"
+  | "network"
+  | "unknown"
+
+/** A model call failed; `retryable` says whether trying again later can help. Never carries the API key. */
+export class ModelError extends Data.TaggedError("ModelError")<{
+  readonly reason: ModelErrorReason
+  readonly message: string
+  readonly retryable: boolean
+}> {}
+
+/** The model service: `reply` answers one turn. Interrupting `reply` aborts the underlying request. */
+export class Model extends Context.Service<Model, {
+  readonly reply: (request: ModelRequest) => Effect.Effect<ModelReply, ModelError>
+}>()("switchyard/agent/Model") {}
+
+/** The prompt of a heartbeat turn, unless the agent is given another. */
+export const DEFAULT_HEARTBEAT_PROMPT =
+  "Heartbeat: check whether anything needs your attention. If nothing does, reply exactly HEARTBEAT_OK."
+
+/** The reply that means "nothing to report"; a heartbeat reply exactly equal to it is not delivered. */
+export const HEARTBEAT_OK = "HEARTBEAT_OK"
