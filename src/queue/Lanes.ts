@@ -1,0 +1,369 @@
+/**
+ * Lanes: at most one activation per key, at most `maxConcurrent` activations at once, a bounded
+ * FIFO of keys waiting for a slot. The contract is `shared/spec/lanes.md`.
+ *
+ * Inside, all state is plain and mutable, owned by this closure: a `Map` of the keys that run or
+ * owe work, an intrusive doubly linked FIFO of queued entries (O(1) unlink on cancel), and two
+ * counters. Every transition is synchronous; an activation is a fiber of its own, started
+ * uninterruptible so that its end (scope closed, `onExit`, hand-off of the slot) always runs.
+ */
+import { Cause, Effect, Exit, Fiber, Scope } from "effect"
+import type { Context } from "effect"
+import { LaneQueueFull, LanesClosed, LanesConfigInvalid, MAX_QUEUED } from "./errors.js"
+
+/** How one activation of a key ended, or why a key's owed activation never started. */
+export type ActivationExit<K, E> =
+  | { readonly _tag: "ActivationSucceeded"; readonly key: K; readonly value: unknown }
+  | { readonly _tag: "ActivationFailed"; readonly key: K; readonly cause: Cause.Cause<E> }
+  | {
+    readonly _tag: "ActivationInterrupted"
+    readonly key: K
+    readonly reason: "cancel" | "close" | "timeout"
+    readonly started: boolean
+  }
+
+/** The options of `createLanes`; every one is validated (`LanesConfigInvalid` names the bad one). */
+export interface LanesOptions<K, E = never, R = never> {
+  /** Activations running at once across all keys: an integer from 1 up. */
+  readonly maxConcurrent: number
+  /** Keys that may wait (queued, or owing a follow-up): an integer from 0 through `MAX_QUEUED`; unbounded when absent. */
+  readonly maxQueued?: number
+  /** An activation running longer is interrupted and reported with `reason: "timeout"`. */
+  readonly turnTimeoutMs?: number
+  /** The work for one key; it runs in a Scope of its own, closed before `onExit` is called. */
+  readonly activate: (key: K) => Effect.Effect<unknown, E, R | Scope.Scope>
+  /** Called, uninterruptibly, once per activation and once per dropped entry. */
+  readonly onExit?: (exit: ActivationExit<K, E>) => Effect.Effect<void> | void
+}
+
+/** What `wake` did: an activation started now, one is owed, or an owed one already serves this wake. */
+export type WakeResult = "started" | "queued" | "coalesced"
+
+/** A running set of keyed lanes. */
+export interface Lanes<K> {
+  /** Asks for an activation of `key` that starts after this call; never waits for an activation. */
+  readonly wake: (key: K) => Effect.Effect<WakeResult, LaneQueueFull | LanesClosed>
+  /** Drops what `key` owes, interrupts its activation, and returns once it has ended (finalizers, `onExit`). */
+  readonly cancel: (key: K) => Effect.Effect<void>
+  /** Refuses later wakes, drops the queue, interrupts running activations and waits for them. Idempotent. */
+  readonly close: Effect.Effect<void>
+  /** Activations running, keys waiting (queued + owed follow-ups), keys holding any state. */
+  readonly stats: Effect.Effect<{ readonly running: number; readonly waiting: number; readonly keys: number }>
+}
+
+type Reason = "cancel" | "close" | "timeout"
+
+const QUEUED = 0
+const RUNNING = 1
+
+/** One key that runs or owes work; deleted from the map the moment the key is idle. */
+class Entry<K> {
+  state: typeof QUEUED | typeof RUNNING = QUEUED
+  /** Running, and a follow-up activation is owed. */
+  owed = false
+  /** `activate` was called for the current activation. */
+  called = false
+  /** Why the lanes interrupt the current activation (set once per activation). */
+  reason: Reason | undefined = undefined
+  prev: Entry<K> | undefined = undefined
+  next: Entry<K> | undefined = undefined
+  fiber: Fiber.Fiber<void> | undefined = undefined
+  constructor(readonly key: K) {}
+}
+
+const STARTED: Effect.Effect<WakeResult> = Effect.succeed("started")
+const QUEUED_RESULT: Effect.Effect<WakeResult> = Effect.succeed("queued")
+const COALESCED: Effect.Effect<WakeResult> = Effect.succeed("coalesced")
+const CLOSED: Effect.Effect<never, LanesClosed> = Effect.fail(new LanesClosed())
+
+const show = (value: unknown): string => {
+  if (typeof value === "string") return JSON.stringify(value)
+  try {
+    return String(value)
+  } catch {
+    return Object.prototype.toString.call(value)
+  }
+}
+
+const invalid = (field: string, expected: string, value: unknown) =>
+  new LanesConfigInvalid({ field, message: `Expected \`${field}\` to be ${expected}, got \`${show(value)}\`` })
+
+const validate = (options: unknown): LanesConfigInvalid | undefined => {
+  if (typeof options !== "object" || options === null) {
+    return invalid("options", "an object", options)
+  }
+  const o = options as Record<string, unknown>
+  const mc = o.maxConcurrent
+  if (typeof mc !== "number" || !Number.isInteger(mc) || mc < 1) {
+    return invalid("maxConcurrent", "an integer from 1 and up", mc)
+  }
+  const mq = o.maxQueued
+  if (mq !== undefined && (typeof mq !== "number" || !Number.isInteger(mq) || mq < 0 || mq > MAX_QUEUED)) {
+    return invalid("maxQueued", `an integer from 0 through ${MAX_QUEUED}`, mq)
+  }
+  const tt = o.turnTimeoutMs
+  if (tt !== undefined && (typeof tt !== "number" || !Number.isFinite(tt) || tt <= 0)) {
+    return invalid("turnTimeoutMs", "a finite number greater than 0", tt)
+  }
+  if (typeof o.activate !== "function") {
+    return invalid("activate", "a function", o.activate)
+  }
+  if (o.onExit !== undefined && typeof o.onExit !== "function") {
+    return invalid("onExit", "a function when given", o.onExit)
+  }
+  return undefined
+}
+
+/**
+ * Creates keyed lanes in the current Scope (closing it closes the lanes). Guarantees: one
+ * activation per key at a time, at most `maxConcurrent` at once, every wake served by an
+ * activation that starts after it, the longest waiter served first, an activation's Scope
+ * closed and its `onExit` returned before its slot passes on, and no state kept for idle keys.
+ */
+export const createLanes = <K, E = never, R = never>(
+  options: LanesOptions<K, E, R>
+): Effect.Effect<Lanes<K>, LanesConfigInvalid, Scope.Scope | R> =>
+  Effect.suspend(() => {
+    const error = validate(options)
+    if (error !== undefined) return Effect.fail(error)
+    return Effect.flatMap(Effect.context<Scope.Scope | R>(), (context) => {
+      const lanes = make(options, context)
+      return Effect.as(Effect.addFinalizer(() => lanes.close), lanes)
+    })
+  })
+
+const make = <K, E, R>(
+  options: LanesOptions<K, E, R>,
+  context: Context.Context<Scope.Scope | R>
+): Lanes<K> => {
+  const maxConcurrent = options.maxConcurrent
+  const maxQueued = options.maxQueued ?? Number.POSITIVE_INFINITY
+  const turnTimeoutMs = options.turnTimeoutMs
+  const activate = options.activate
+  const onExit = options.onExit
+  const fork = Effect.runForkWith(context as Context.Context<never>)
+
+  const entries = new Map<K, Entry<K>>()
+  let head: Entry<K> | undefined
+  let tail: Entry<K> | undefined
+  let running = 0
+  let waiting = 0
+  let closed = false
+
+  const enqueue = (e: Entry<K>): void => {
+    e.state = QUEUED
+    e.prev = tail
+    e.next = undefined
+    if (tail === undefined) head = e
+    else tail.next = e
+    tail = e
+  }
+
+  const unlink = (e: Entry<K>): void => {
+    if (e.prev === undefined) head = e.next
+    else e.prev.next = e.next
+    if (e.next === undefined) tail = e.prev
+    else e.next.prev = e.prev
+    e.prev = undefined
+    e.next = undefined
+  }
+
+  const report = (exit: ActivationExit<K, E>): Effect.Effect<void> => {
+    if (onExit === undefined) return Effect.void
+    return Effect.catchCause(
+      Effect.suspend(() => {
+        const r = onExit(exit)
+        return Effect.isEffect(r) ? r : Effect.void
+      }),
+      (cause) => Effect.logWarning("switchyard lanes: onExit raised a defect; it is ignored", cause)
+    )
+  }
+
+  const dropped = (key: K, reason: Reason): ActivationExit<K, E> => ({
+    _tag: "ActivationInterrupted",
+    key,
+    reason,
+    started: false
+  })
+
+  /** Runs `activate(key)` in a Scope of its own; the outcome is taken before the Scope closes. */
+  const runActivate = (e: Entry<K>): Effect.Effect<ActivationExit<K, E>> =>
+    Effect.withFiber((self) => {
+      if (e.reason !== undefined) {
+        return Effect.succeed(dropped(e.key, e.reason))
+      }
+      const scope = Scope.makeUnsafe()
+      let timer: Fiber.Fiber<void> | undefined
+      if (turnTimeoutMs !== undefined) {
+        timer = fork(Effect.andThen(
+          Effect.sleep(turnTimeoutMs),
+          Effect.sync(() => {
+            if (e.reason === undefined) e.reason = "timeout"
+            self.interruptUnsafe()
+          })
+        ))
+      }
+      e.called = true
+      const work = Effect.suspend(() => {
+        const r = activate(e.key)
+        return Effect.isEffect(r)
+          ? (r as Effect.Effect<unknown, E>)
+          : Effect.die(new TypeError(`activate must return an Effect, got ${show(r)}`))
+      })
+      return Effect.flatMap(
+        Effect.exit(Effect.interruptible(Effect.provideService(work, Scope.Scope, scope))),
+        (exit) => {
+          if (timer !== undefined) timer.interruptUnsafe()
+          return Effect.map(Effect.exit(Scope.close(scope, exit)), (closing): ActivationExit<K, E> => {
+            if (Exit.isSuccess(exit)) {
+              return Exit.isSuccess(closing)
+                ? { _tag: "ActivationSucceeded", key: e.key, value: exit.value }
+                : { _tag: "ActivationFailed", key: e.key, cause: closing.cause as Cause.Cause<E> }
+            }
+            if (e.reason !== undefined && Cause.hasInterrupts(exit.cause)) {
+              return { _tag: "ActivationInterrupted", key: e.key, reason: e.reason, started: true }
+            }
+            return { _tag: "ActivationFailed", key: e.key, cause: exit.cause }
+          })
+        }
+      )
+    })
+
+  /** The whole life of one activation; its fiber is uninterruptible outside `activate`. */
+  const activation = (e: Entry<K>): Effect.Effect<void> =>
+    Effect.andThen(
+      Effect.yieldNow,
+      Effect.flatMap(runActivate(e), (exit) => Effect.andThen(report(exit), Effect.sync(() => finish(e))))
+    )
+
+  const start = (e: Entry<K>): void => {
+    e.state = RUNNING
+    e.called = false
+    e.reason = undefined
+    running++
+    e.fiber = fork(activation(e), { uninterruptible: true })
+  }
+
+  /** The activation of `e` has ended (Scope closed, `onExit` returned): the key moves on, the slot passes on. */
+  const finish = (e: Entry<K>): void => {
+    running--
+    e.fiber = undefined
+    if (e.owed) {
+      e.owed = false
+      waiting-- // the owed follow-up becomes a queue entry, which counts again below
+      enqueue(e)
+      waiting++
+    } else {
+      entries.delete(e.key)
+    }
+    drain()
+  }
+
+  const drain = (): void => {
+    while (running < maxConcurrent && head !== undefined) {
+      const e = head
+      unlink(e)
+      waiting--
+      start(e)
+    }
+  }
+
+  const wake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> =>
+    Effect.suspend((): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
+      if (closed) return CLOSED
+      const e = entries.get(key)
+      if (e === undefined) {
+        // With a slot free the queue is empty (every freed slot drains it), so the key starts now.
+        if (running < maxConcurrent) {
+          const fresh = new Entry(key)
+          entries.set(key, fresh)
+          start(fresh)
+          return STARTED
+        }
+        if (waiting >= maxQueued) return Effect.fail(new LaneQueueFull({ key, maxQueued }))
+        const fresh = new Entry(key)
+        entries.set(key, fresh)
+        enqueue(fresh)
+        waiting++
+        return QUEUED_RESULT
+      }
+      if (e.state === QUEUED || e.owed) return COALESCED
+      if (waiting >= maxQueued) return Effect.fail(new LaneQueueFull({ key, maxQueued }))
+      e.owed = true
+      waiting++
+      return QUEUED_RESULT
+    })
+
+  const cancel = (key: K): Effect.Effect<void> =>
+    Effect.withFiber((self) => {
+      const e = entries.get(key)
+      if (e === undefined) return Effect.void
+      if (e.state === QUEUED) {
+        unlink(e)
+        waiting--
+        entries.delete(key)
+        return Effect.uninterruptible(report(dropped(key, "cancel")))
+      }
+      const owed = e.owed
+      if (owed) {
+        e.owed = false
+        waiting--
+      }
+      const fiber = e.fiber!
+      if (e.reason === undefined) e.reason = "cancel"
+      // May run the activation's end synchronously, right here. From inside its own activation
+      // the caller cannot wait for itself: the interruption takes effect when it is interruptible.
+      fiber.interruptUnsafe(self.id)
+      const wait = fiber === self ? Effect.void : Effect.asVoid(Fiber.await(fiber))
+      return owed ? Effect.andThen(Effect.uninterruptible(report(dropped(key, "cancel"))), wait) : wait
+    })
+
+  /** The running activations' fibers, except the caller's own (it cannot wait for itself). */
+  const runningFibers = (self: Fiber.Fiber<unknown, unknown>): Array<Fiber.Fiber<void>> => {
+    const out: Array<Fiber.Fiber<void>> = []
+    for (const e of entries.values()) {
+      if (e.state === RUNNING && e.fiber !== undefined && e.fiber !== self) out.push(e.fiber)
+    }
+    return out
+  }
+
+  const close: Effect.Effect<void> = Effect.withFiber((self) => {
+    if (closed) return Effect.asVoid(Fiber.awaitAll(runningFibers(self)))
+    closed = true
+    const drops: Array<K> = []
+    for (let e = head; e !== undefined;) {
+      const next = e.next
+      e.prev = undefined
+      e.next = undefined
+      entries.delete(e.key)
+      drops.push(e.key)
+      e = next
+    }
+    head = undefined
+    tail = undefined
+    waiting -= drops.length
+    const fibers: Array<Fiber.Fiber<void>> = []
+    for (const e of entries.values()) {
+      if (e.owed) {
+        e.owed = false
+        waiting--
+        drops.push(e.key)
+      }
+      if (e.reason === undefined) e.reason = "close"
+      if (e.fiber !== undefined) fibers.push(e.fiber)
+    }
+    for (const f of fibers) f.interruptUnsafe(self.id)
+    const reports = Effect.uninterruptible(
+      Effect.forEach(drops, (key) => report(dropped(key, "close")), { discard: true })
+    )
+    const others = fibers.filter((f) => f !== self)
+    return Effect.andThen(
+      reports,
+      Effect.asVoid(Fiber.awaitAll(others))
+    )
+  })
+
+  const stats = Effect.sync(() => ({ running, waiting, keys: entries.size }))
+
+  return { wake, cancel, close, stats }
+}
