@@ -1,3 +1,4 @@
 /** switchyard/delivery — the write-ahead delivery log and the delivery queue. */
 export * from "./errors.js"
 export type { DeliveryEntry, OutboundMessage } from "./types.js"
+export * as DeliveryQueue from "./DeliveryQueue.js"

@@ -1,0 +1,142 @@
+/**
+ * An in-memory `DeliveryLog` for fast unit tests of the delivery queue: same contract as the file log
+ * (seq order, idempotency keys, unknown-id, idempotent ack), no disk. Fault injection: `failNext(op)`
+ * makes the next call(s) of `op` fail with a `DeliveryLogError`; `hold(op)` parks the next call until
+ * released. Every call is recorded in `calls`.
+ */
+import { Clock, Deferred, Effect, Option } from "effect"
+import { DeliveryLogError } from "../../src/delivery/errors.js"
+import type { DeliveryLogErrorReason } from "../../src/delivery/errors.js"
+import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "../../src/delivery/types.js"
+
+export type LogOpName = "append" | "attempt" | "ack" | "deadLetter" | "requeue" | "flush"
+
+export type LogCall =
+  | { readonly op: "append"; readonly id: string; readonly message: OutboundMessage }
+  | { readonly op: "attempt"; readonly id: string; readonly error: string; readonly nextAttemptAt: number; readonly at: number }
+  | { readonly op: "ack" | "requeue"; readonly id: string }
+  | { readonly op: "deadLetter"; readonly id: string; readonly reason: string }
+  | { readonly op: "flush" }
+
+export interface MemoryLog extends DeliveryLog {
+  /** Every mutating call in order, failed ones included (`failed: true`). */
+  readonly calls: Array<LogCall & { readonly failed: boolean }>
+  /** The next `times` calls of `op` fail with `reason` (default `"io"`). */
+  readonly failNext: (op: LogOpName, times?: number, reason?: DeliveryLogErrorReason) => void
+  /** The next call of `op` waits until the returned release runs; `reached` completes when it arrives. */
+  readonly hold: (op: LogOpName) => { readonly reached: Deferred.Deferred<void>; readonly release: Effect.Effect<void> }
+  /** Ids acked so far, in order. */
+  readonly acked: Array<string>
+  /** Puts an entry in as it would be after a restart (keeps its seq, attempts, nextAttemptAt). */
+  readonly seed: (entry: Omit<DeliveryEntry, "seq" | "status" | "id"> & { readonly id?: string }) => DeliveryEntry
+}
+
+export const makeMemoryLog = (): MemoryLog => {
+  let seq = 0
+  const live = new Map<string, DeliveryEntry>() // pending and dead, insertion = seq order
+  const keys = new Map<string, DeliveryEntry>()
+  const calls: Array<LogCall & { readonly failed: boolean }> = []
+  const acked: Array<string> = []
+  const faults = new Map<LogOpName, { times: number; reason: DeliveryLogErrorReason }>()
+  const holds = new Map<LogOpName, { reached: Deferred.Deferred<void>; gate: Deferred.Deferred<void> }>()
+
+  const guard = <A>(op: LogOpName, call: LogCall | undefined, body: () => A): Effect.Effect<A, DeliveryLogError> =>
+    Effect.gen(function*() {
+      const held = holds.get(op)
+      if (held !== undefined) {
+        holds.delete(op)
+        Deferred.doneUnsafe(held.reached, Effect.void)
+        yield* Deferred.await(held.gate)
+      }
+      const fault = faults.get(op)
+      if (fault !== undefined && fault.times > 0) {
+        fault.times--
+        if (call) calls.push({ ...call, failed: true })
+        return yield* new DeliveryLogError({ reason: fault.reason, message: `injected ${op} failure` })
+      }
+      const result = body()
+      if (call) calls.push({ ...call, failed: false })
+      return result
+    })
+
+  const unknown = (id: string) => new DeliveryLogError({ reason: "unknown-id", message: `No entry \`${id}\`` })
+  const mustGet = (id: string): DeliveryEntry => {
+    const e = live.get(id)
+    if (e === undefined) throw unknown(id)
+    return e
+  }
+  const lift = <A>(op: LogOpName, call: LogCall, body: () => A) =>
+    Effect.catchDefect(guard(op, call, body), (d) => (d instanceof DeliveryLogError ? Effect.fail(d) : Effect.die(d)))
+
+  const log: MemoryLog = {
+    calls,
+    acked,
+    failNext: (op, times = 1, reason = "io") => {
+      faults.set(op, { times, reason })
+    },
+    hold: (op) => {
+      const h = { reached: Deferred.makeUnsafe<void>(), gate: Deferred.makeUnsafe<void>() }
+      holds.set(op, h)
+      return { reached: h.reached, release: Effect.asVoid(Deferred.succeed(h.gate, undefined)) }
+    },
+    seed: (e) => {
+      const s = ++seq
+      const entry: DeliveryEntry = { ...e, id: e.id ?? `m-${s}`, seq: s, status: "pending" }
+      live.set(entry.id, entry)
+      return entry
+    },
+    append: (message) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        if (message.idempotencyKey !== undefined) {
+          const existing = keys.get(message.idempotencyKey)
+          if (existing !== undefined) return Effect.succeed(live.get(existing.id) ?? existing)
+        }
+        const id = `m-${seq + 1}`
+        return lift("append", { op: "append", id, message }, () => {
+          const s = ++seq
+          const entry: DeliveryEntry = { id: `m-${s}`, seq: s, message, enqueuedAt: now, attempts: 0, status: "pending" }
+          live.set(entry.id, entry)
+          if (message.idempotencyKey !== undefined) keys.set(message.idempotencyKey, entry)
+          return entry
+        })
+      }),
+    attempt: (id, failure) =>
+      Effect.flatMap(Clock.currentTimeMillis, (at) =>
+        lift("attempt", { op: "attempt", id, ...failure, at }, () => {
+          const e = mustGet(id)
+          const next: DeliveryEntry = { ...e, attempts: e.attempts + 1, lastError: failure.error, nextAttemptAt: failure.nextAttemptAt }
+          live.set(id, next)
+          return next
+        })),
+    ack: (id) =>
+      lift("ack", { op: "ack", id }, () => {
+        if (acked.includes(id) && !live.has(id)) return
+        mustGet(id)
+        live.delete(id)
+        acked.push(id)
+      }),
+    deadLetter: (id, reason) =>
+      lift("deadLetter", { op: "deadLetter", id, reason }, () => {
+        const e = mustGet(id)
+        live.set(id, { ...e, status: "dead", lastError: reason })
+      }),
+    requeue: (id) =>
+      lift("requeue", { op: "requeue", id }, () => {
+        const e = mustGet(id)
+        const { nextAttemptAt: _n, ...rest } = e
+        live.set(id, { ...rest, status: "pending", attempts: 0 })
+      }),
+    get: (id) => Effect.sync(() => Option.fromNullishOr(live.get(id))),
+    pending: Effect.sync(() => [...live.values()].filter((e) => e.status === "pending").sort((a, b) => a.seq - b.seq)),
+    dead: Effect.sync(() => [...live.values()].filter((e) => e.status === "dead").sort((a, b) => a.seq - b.seq)),
+    stats: Effect.sync(() => {
+      let pending = 0
+      let dead = 0
+      for (const e of live.values()) e.status === "pending" ? pending++ : dead++
+      return { pending, dead, segments: 0, bytes: 0 }
+    }),
+    flush: lift("flush", { op: "flush" }, () => undefined),
+    compact: Effect.void
+  }
+  return log
+}
