@@ -3,111 +3,9 @@
  * test opens, the test waits on conditions over recorded events, time comes from TestClock.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { Context, Deferred, Effect, Exit, Layer, Logger, Scope } from "effect"
-import { TestClock } from "effect/testing"
-import { type ActivationExit, createLanes, LaneQueueFull, LanesClosed, type LanesOptions } from "../../src/queue/index.js"
-
-type Behaviour = "gate" | "succeed" | "fail" | "die" | "throw"
-
-/** Records what the lanes do; activations wait on a gate per key until `release` opens it. */
-const makeProbe = <K = string>() => {
-  const events: Array<string> = []
-  const exits: Array<ActivationExit<K, string>> = []
-  const gates = new Map<K, Deferred.Deferred<string>>()
-  const behaviours = new Map<K, Behaviour>()
-  const waiters: Array<{ pred: () => boolean; done: Deferred.Deferred<void> }> = []
-  let onExitHook: ((exit: ActivationExit<K, string>) => Effect.Effect<void>) | undefined
-
-  const push = (event: string) => {
-    events.push(event)
-    for (let i = waiters.length - 1; i >= 0; i--) {
-      if (waiters[i]!.pred()) {
-        Deferred.doneUnsafe(waiters[i]!.done, Effect.void)
-        waiters.splice(i, 1)
-      }
-    }
-  }
-  /** Waits until `pred` holds (re-checked at every event); no polling, no sleeps. */
-  const until = (pred: () => boolean): Effect.Effect<void> =>
-    Effect.suspend(() => {
-      if (pred()) return Effect.void
-      const done = Deferred.makeUnsafe<void>()
-      waiters.push({ pred, done })
-      return Deferred.await(done)
-    })
-  const count = (event: string) => events.filter((e) => e === event).length
-  const name = (k: K) => String(k)
-
-  const activate = (key: K): Effect.Effect<string, string, Scope.Scope> =>
-    Effect.gen(function*() {
-      yield* Effect.addFinalizer(() => Effect.sync(() => push(`final:${name(key)}`)))
-      const behaviour = behaviours.get(key) ?? "gate"
-      const gate = Deferred.makeUnsafe<string>()
-      if (behaviour === "gate") gates.set(key, gate)
-      push(`start:${name(key)}`)
-      if (behaviour === "succeed") return "ok"
-      if (behaviour === "fail") return yield* Effect.fail("boom")
-      if (behaviour === "die") return yield* Effect.die("defect")
-      return yield* Deferred.await(gate)
-    })
-
-  const onExit = (exit: ActivationExit<K, string>): Effect.Effect<void> =>
-    Effect.suspend(() => {
-      exits.push(exit)
-      const detail = exit._tag === "ActivationInterrupted" ? `:${exit.reason}:${exit.started}` : ""
-      const hook = onExitHook ? onExitHook(exit) : Effect.void
-      return Effect.andThen(hook, Effect.sync(() => push(`exit:${name(exit.key)}:${exit._tag}${detail}`)))
-    })
-
-  /** Opens the gate of the running activation of `key` (it succeeds with `value`). */
-  const release = (key: K, value = "done"): Effect.Effect<void> =>
-    Effect.suspend(() => {
-      const gate = gates.get(key)
-      if (gate === undefined) return Effect.die(`no activation of ${name(key)} waits`)
-      gates.delete(key)
-      return Deferred.succeed(gate, value)
-    })
-
-  return {
-    events,
-    exits,
-    behaviours,
-    until,
-    count,
-    activate,
-    onExit,
-    release,
-    setOnExitHook: (hook: (exit: ActivationExit<K, string>) => Effect.Effect<void>) => {
-      onExitHook = hook
-    },
-    started: (key: K, n = 1) => until(() => count(`start:${name(key)}`) >= n),
-    exited: (key: K, n = 1) =>
-      until(() => events.filter((e) => e.startsWith(`exit:${name(key)}:`)).length >= n)
-  }
-}
-
-/**
- * Waits until the lanes hold no state: a condition re-checked once per scheduler turn (the lanes
- * move on from the fibers they forked), bounded so that a bug fails the test instead of hanging it.
- */
-const idle = (lanes: { readonly stats: Effect.Effect<{ readonly running: number; readonly waiting: number; readonly keys: number }> }) =>
-  Effect.gen(function*() {
-    for (let turn = 0; turn < 10_000; turn++) {
-      const s = yield* lanes.stats
-      if (s.running === 0 && s.waiting === 0 && s.keys === 0) return s
-      yield* Effect.yieldNow
-    }
-    return yield* Effect.die(`lanes did not become idle: ${JSON.stringify(yield* lanes.stats)}`)
-  })
-
-const lanesWith = <K = string>(
-  options: Omit<LanesOptions<K, string>, "activate" | "onExit"> = { maxConcurrent: 1 }
-) =>
-  Effect.gen(function*() {
-    const probe = makeProbe<K>()
-    const lanes = yield* createLanes<K, string>({ ...options, activate: probe.activate, onExit: probe.onExit })
-    return { probe, lanes }
-  })
+import { Context, Deferred, Effect, Fiber } from "effect"
+import { createLanes, LaneQueueFull, LanesClosed } from "../../src/queue/index.js"
+import { idle, lanesWith } from "./Lanes.probe.js"
 
 describe("Lanes: the wake table", () => {
   it.effect("wake on an idle key with a free slot and no key waiting returns started and starts it", () =>
@@ -205,5 +103,237 @@ describe("Lanes: the wake table", () => {
       yield* probe.release("a")
       yield* probe.exited("a")
       expect(probe.count("start:a")).toBe(1)
+    }))
+})
+
+describe("Lanes: the bound (maxQueued)", () => {
+  it.effect("a wake that would add a waiting key when maxQueued keys already wait fails with LaneQueueFull", () =>
+    Effect.gen(function*() {
+      const { lanes } = yield* lanesWith({ maxConcurrent: 1, maxQueued: 2 })
+      yield* lanes.wake("run")
+      expect(yield* lanes.wake("q1")).toBe("queued")
+      expect(yield* lanes.wake("q2")).toBe("queued")
+      const error = yield* Effect.flip(lanes.wake("q3"))
+      expect(error).toBeInstanceOf(LaneQueueFull)
+      expect(error).toMatchObject({ _tag: "LaneQueueFull", key: "q3", maxQueued: 2 })
+      expect(yield* lanes.stats).toEqual({ running: 1, waiting: 2, keys: 3 })
+    }))
+
+  it.effect("an owed follow-up counts as waiting and is refused when maxQueued keys already wait", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 2, maxQueued: 1 })
+      yield* lanes.wake("a")
+      yield* lanes.wake("b")
+      yield* probe.started("a")
+      yield* probe.started("b")
+      expect(yield* lanes.wake("a")).toBe("queued")
+      expect(yield* lanes.stats).toEqual({ running: 2, waiting: 1, keys: 2 })
+      const error = yield* Effect.flip(lanes.wake("b"))
+      expect(error).toMatchObject({ _tag: "LaneQueueFull", key: "b", maxQueued: 1 })
+      expect(yield* Effect.flip(lanes.wake("c"))).toMatchObject({ _tag: "LaneQueueFull", key: "c" })
+    }))
+
+  it.effect("a coalesced wake never fails for the bound", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1, maxQueued: 2 })
+      yield* lanes.wake("a")
+      yield* probe.started("a")
+      expect(yield* lanes.wake("a")).toBe("queued")
+      expect(yield* lanes.wake("b")).toBe("queued")
+      expect(yield* lanes.wake("a")).toBe("coalesced")
+      expect(yield* lanes.wake("b")).toBe("coalesced")
+    }))
+
+  it.effect("maxQueued 0 allows no waiting at all: only wakes that start (or coalesce) succeed", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1, maxQueued: 0 })
+      expect(yield* lanes.wake("a")).toBe("started")
+      yield* probe.started("a")
+      expect(yield* Effect.flip(lanes.wake("a"))).toMatchObject({ _tag: "LaneQueueFull", maxQueued: 0 })
+      expect(yield* Effect.flip(lanes.wake("b"))).toMatchObject({ _tag: "LaneQueueFull", maxQueued: 0 })
+      yield* probe.release("a")
+      yield* idle(lanes)
+      expect(yield* lanes.wake("b")).toBe("started")
+    }))
+
+  it.effect("without maxQueued the number of waiting keys is unbounded, one entry per key", () =>
+    Effect.gen(function*() {
+      const { lanes } = yield* lanesWith({ maxConcurrent: 1 })
+      yield* lanes.wake("run")
+      for (let i = 0; i < 20_000; i++) yield* lanes.wake(`k${i}`)
+      for (let i = 0; i < 20_000; i++) yield* lanes.wake(`k${i}`)
+      expect(yield* lanes.stats).toEqual({ running: 1, waiting: 20_000, keys: 20_001 })
+    }))
+})
+
+describe("Lanes: order", () => {
+  it.effect("a freed slot goes to the key that waited longest", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1 })
+      yield* lanes.wake("run")
+      for (const k of ["c", "a", "d", "b"]) yield* lanes.wake(k)
+      yield* lanes.wake("a") // coalesced: keeps its place
+      for (const k of ["run", "c", "a", "d", "b"]) {
+        yield* probe.started(k)
+        yield* probe.release(k)
+      }
+      yield* idle(lanes)
+      expect(probe.events.filter((e) => e.startsWith("start:"))).toEqual(
+        ["start:run", "start:c", "start:a", "start:d", "start:b"]
+      )
+    }))
+
+  it.effect("an owed follow-up waits behind keys queued meanwhile", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1 })
+      yield* lanes.wake("a")
+      yield* probe.started("a")
+      expect(yield* lanes.wake("a")).toBe("queued") // follow-up owed first...
+      yield* lanes.wake("b") // ...but b is queued meanwhile
+      yield* lanes.wake("c")
+      for (const [k, n] of [["a", 1], ["b", 1], ["c", 1], ["a", 2]] as const) {
+        yield* probe.started(k, n)
+        yield* probe.release(k)
+      }
+      yield* idle(lanes)
+      expect(probe.events.filter((e) => e.startsWith("start:"))).toEqual(
+        ["start:a", "start:b", "start:c", "start:a"]
+      )
+    }))
+
+  it.effect("one busy key cannot starve the others", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1 })
+      yield* lanes.wake("busy")
+      yield* lanes.wake("other")
+      for (let n = 1; n <= 3; n++) {
+        yield* probe.started("busy", n)
+        yield* lanes.wake("busy")
+        yield* probe.release("busy")
+        yield* probe.started("other", n)
+        yield* lanes.wake("other")
+        yield* probe.release("other")
+      }
+      expect(probe.events.filter((e) => e.startsWith("start:")).slice(0, 6)).toEqual(
+        ["start:busy", "start:other", "start:busy", "start:other", "start:busy", "start:other"]
+      )
+    }))
+})
+
+describe("Lanes: end of an activation", () => {
+  it.effect("at most one activation per key and at most maxConcurrent activations run at once", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 2 })
+      for (const k of ["a", "b", "a", "c", "b", "d"]) yield* lanes.wake(k)
+      yield* probe.started("a")
+      yield* probe.started("b")
+      expect(yield* lanes.stats).toEqual({ running: 2, waiting: 4, keys: 4 })
+      expect(probe.count("start:c")).toBe(0)
+      expect(probe.count("start:a")).toBe(1)
+    }))
+
+  it.effect("the activation runs in a Scope of its own, with the context that createLanes ran in", () =>
+    Effect.gen(function*() {
+      class Greeting extends Context.Service<Greeting, string>()("test/Greeting") {}
+      const seen = yield* Deferred.make<string>()
+      const scopes: Array<unknown> = []
+      const outer = yield* Effect.scope
+      const lanes = yield* createLanes<string, never, Greeting>({
+        maxConcurrent: 1,
+        activate: (key) =>
+          Effect.gen(function*() {
+            scopes.push(yield* Effect.scope)
+            yield* Deferred.succeed(seen, `${yield* Greeting} ${key}`)
+          })
+      }).pipe(Effect.provideService(Greeting, "hello"))
+      yield* lanes.wake("a")
+      expect(yield* Deferred.await(seen)).toBe("hello a")
+      expect(scopes[0]).not.toBe(outer)
+    }))
+
+  it.effect("finalizers of an interrupted activation run before the slot passes on", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1 })
+      const gate = yield* Deferred.make<void>()
+      probe.finalGates.set("a", gate)
+      yield* lanes.wake("a")
+      yield* lanes.wake("b")
+      yield* probe.started("a")
+      const cancel = yield* Effect.forkChild(lanes.cancel("a"))
+      yield* probe.until(() => probe.count("closing:a") === 1)
+      expect(probe.count("start:b")).toBe(0)
+      yield* Deferred.succeed(gate, undefined)
+      yield* Fiber.join(cancel)
+      yield* probe.started("b")
+      expect(probe.at("final:a")).toBeLessThan(probe.at("exit:a:ActivationInterrupted:cancel:true"))
+      expect(probe.at("exit:a:ActivationInterrupted:cancel:true")).toBeLessThan(probe.at("start:b"))
+    }))
+
+  it.effect("onExit of one activation completes before the next activation of that key starts", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 2 })
+      const gate = yield* Deferred.make<void>()
+      probe.setOnExitHook(() => Effect.andThen(Effect.sync(() => probe.push("onExit-entered")), Deferred.await(gate)))
+      yield* lanes.wake("a")
+      yield* probe.started("a")
+      yield* lanes.wake("a") // follow-up owed
+      yield* probe.release("a")
+      yield* probe.until(() => probe.count("onExit-entered") === 1)
+      expect(probe.count("start:a")).toBe(1)
+      expect(yield* lanes.stats).toMatchObject({ running: 1, waiting: 1 })
+      yield* Deferred.succeed(gate, undefined)
+      yield* probe.started("a", 2)
+      expect(probe.at("exit:a:ActivationSucceeded")).toBeLessThan(probe.at("start:a", 2))
+    }))
+
+  it.effect("the slot passes on only after onExit returns", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1 })
+      const gate = yield* Deferred.make<void>()
+      probe.setOnExitHook((exit) =>
+        exit.key === "a" ? Effect.andThen(Effect.sync(() => probe.push("onExit-entered")), Deferred.await(gate)) : Effect.void
+      )
+      yield* lanes.wake("a")
+      yield* lanes.wake("b")
+      yield* probe.started("a")
+      yield* probe.release("a")
+      yield* probe.until(() => probe.count("onExit-entered") === 1)
+      expect(probe.count("start:b")).toBe(0)
+      yield* Deferred.succeed(gate, undefined)
+      yield* probe.started("b")
+      expect(probe.at("exit:a:ActivationSucceeded")).toBeLessThan(probe.at("start:b"))
+    }))
+
+  it.effect("a wake from inside activate or onExit owes a follow-up that runs after it", () =>
+    Effect.gen(function*() {
+      const events: Array<string> = []
+      const done = yield* Deferred.make<void>()
+      let runs = 0
+      const lanes: { wake: (k: string) => Effect.Effect<unknown, unknown> } = { wake: () => Effect.void }
+      const wakeOrDie = (k: string) => Effect.orDie(lanes.wake(k))
+      const real = yield* createLanes<string>({
+        maxConcurrent: 1,
+        activate: (key) =>
+          Effect.gen(function*() {
+            runs++
+            events.push(`start:${key}:${runs}`)
+            if (runs === 1) events.push(`wake-in-activate:${yield* wakeOrDie(key)}`)
+          }),
+        onExit: (exit) =>
+          Effect.gen(function*() {
+            events.push(`exit:${exit.key}:${runs}`)
+            if (runs === 2) events.push(`wake-in-onExit:${yield* wakeOrDie(exit.key)}`)
+            if (runs === 3) yield* Deferred.succeed(done, undefined)
+          })
+      })
+      lanes.wake = real.wake
+      yield* real.wake("a")
+      yield* Deferred.await(done)
+      yield* idle(real)
+      expect(events).toEqual([
+        "start:a:1", "wake-in-activate:queued", "exit:a:1",
+        "start:a:2", "exit:a:2", "wake-in-onExit:queued",
+        "start:a:3", "exit:a:3"
+      ])
     }))
 })
