@@ -65,8 +65,8 @@ type LogOp =
 interface Node {
   entry: DeliveryEntry
   next: Node | undefined
-  /** Set once this process attempted the entry: nothing may be inserted ahead of it any more. */
-  started: boolean
+  /** `deliver` runs for it now. */
+  inFlight: boolean
   /** A log call still owed (it failed before); retried at `opRetryAt`. */
   op: LogOp | undefined
   opFailures: number
@@ -240,16 +240,16 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
       const seq = node.entry.seq
       if (rec.tail === undefined) {
         rec.head = rec.tail = node
-      } else if (rec.tail.entry.seq < seq || rec.tail.started) {
+      } else if (rec.tail.entry.seq < seq) {
         rec.tail.next = node
         rec.tail = node
-      } else if (!rec.head!.started && seq < rec.head!.entry.seq) {
+      } else if (!pinned(rec.head!) && seq < rec.head!.entry.seq) {
         node.next = rec.head
         rec.head = node
       } else {
-        // Rare (retryDead of an older entry): walk to its place, never ahead of a started entry.
+        // Rare (retryDead of an older entry): walk to its place, never ahead of a head being worked on.
         let prev = rec.head!
-        while (prev.next !== undefined && (prev.next.started || prev.next.entry.seq < seq)) prev = prev.next
+        while (prev.next !== undefined && prev.next.entry.seq < seq) prev = prev.next
         node.next = prev.next
         prev.next = node
         if (node.next === undefined) rec.tail = node
@@ -263,7 +263,9 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
       if (rec.head === undefined) rec.tail = undefined
       byId.delete(node.entry.id)
     }
-    const newNode = (entry: DeliveryEntry): Node => ({ entry, next: undefined, started: false, op: undefined, opFailures: 0, opRetryAt: 0 })
+    const newNode = (entry: DeliveryEntry): Node => ({ entry, next: undefined, inFlight: false, op: undefined, opFailures: 0, opRetryAt: 0 })
+    /** A head being delivered, or owing its log record, keeps its place: nothing goes ahead of it. */
+    const pinned = (node: Node) => node.inFlight || node.op !== undefined
 
     // ---- lanes ----
     // Lanes and timer live in a scope of their own, closed by the finalizer only after in-flight work ended.
@@ -331,7 +333,7 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     /** One attempt of the head entry, then its record in the log. */
     const attemptHead = (rec: Recipient, node: Node): Effect.Effect<void> =>
       Effect.gen(function*() {
-        node.started = true
+        node.inFlight = true
         inFlight++
         const attempt = Effect.suspend(() => deliver(node.entry))
         const exit = yield* Effect.exit(
@@ -341,6 +343,7 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
           })
         )
         inFlight--
+        node.inFlight = false
         if (Exit.isSuccess(exit)) {
           node.op = { _tag: "Ack" }
         } else {
