@@ -1,0 +1,356 @@
+/**
+ * A `DeliveryLog` on Postgres: an outbox table shared by every runner of a cluster.
+ *
+ * Every mutating call is one statement (or one transaction) that has committed before it returns, so
+ * it is as durable as Postgres' commit. Appends to one recipient are serialised by a transaction-scoped
+ * advisory lock, so `seq` order per recipient is commit order. Many processes may deliver from one
+ * table: `claim` hands out only the head of each recipient's pending entries, under a lease, with
+ * `FOR UPDATE SKIP LOCKED`, so two live processes never hold the same entry.
+ */
+import { Clock, Effect, Option } from "effect"
+import type { Scope } from "effect"
+import { SqlClient } from "effect/sql"
+import type { SqlError } from "effect/sql/SqlError"
+import { DeliveryLogError } from "../delivery/errors.js"
+import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "../delivery/types.js"
+
+/** Options of {@link make}. */
+export interface PgDeliveryLogOptions {
+  /** Table name; letters, digits and `_` only. Default `switchyard_outbox`. */
+  readonly table?: string
+  /** Largest message (JSON bytes) accepted; default 1 MiB, as the file log. */
+  readonly maxRecordBytes?: number
+  /** How long an acked entry's idempotency key still dedupes; default 24 h, as the file log. */
+  readonly dedupeWindowMs?: number
+}
+
+/** A Postgres `DeliveryLog`, plus the claims that let many processes deliver from it. */
+export interface PgDeliveryLog extends DeliveryLog {
+  /** The table it uses. */
+  readonly table: string
+  /**
+   * Claims up to `limit` due pending entries for `owner` for `leaseMs`: at most one per recipient (the
+   * oldest pending one of that recipient), none held by a live lease of another owner. An entry leaves
+   * the lease when it is acked, attempted, dead-lettered, released, or when the lease runs out.
+   */
+  readonly claim: (options: {
+    readonly owner: string
+    readonly limit: number
+    readonly leaseMs: number
+  }) => Effect.Effect<ReadonlyArray<DeliveryEntry>, DeliveryLogError>
+  /** Gives a claimed entry back without counting an attempt (the owner shuts down). */
+  readonly release: (id: string, owner: string) => Effect.Effect<void, DeliveryLogError>
+  /** Ids of entries whose lease `owner` holds now. */
+  readonly leased: (owner: string) => Effect.Effect<ReadonlyArray<string>, DeliveryLogError>
+}
+
+interface Row {
+  readonly id: string
+  readonly seq: number
+  readonly channel: string
+  readonly recipient: string
+  readonly body: string
+  readonly idempotency_key: string | null
+  readonly enqueued_at: number
+  readonly attempts: number
+  readonly last_error: string | null
+  readonly next_attempt_at: number | null
+  readonly status: "pending" | "dead" | "acked"
+}
+
+const TABLE_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,50}$/
+
+const toEntry = (r: Row): DeliveryEntry => {
+  const message: OutboundMessage = r.idempotency_key === null
+    ? { channel: r.channel, to: r.recipient, body: JSON.parse(r.body) }
+    : { channel: r.channel, to: r.recipient, body: JSON.parse(r.body), idempotencyKey: r.idempotency_key }
+  return {
+    id: r.id,
+    seq: Number(r.seq),
+    message,
+    enqueuedAt: Number(r.enqueued_at),
+    attempts: Number(r.attempts),
+    ...(r.last_error === null ? {} : { lastError: r.last_error }),
+    ...(r.next_attempt_at === null ? {} : { nextAttemptAt: Number(r.next_attempt_at) }),
+    status: r.status === "dead" ? "dead" : "pending"
+  }
+}
+
+const invalid = (reason: "invalid" | "too-large", message: string) => new DeliveryLogError({ reason, message })
+
+/** Creates the outbox table and its indexes when missing (idempotent; safe from many processes at once). */
+export const migrate = (table: string): Effect.Effect<void, SqlError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    // One advisory lock so concurrent first starts do not race on CREATE.
+    yield* sql.withTransaction(Effect.gen(function*() {
+      yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`switchyard-migrate:${table}`}))`
+      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${table} (
+        seq bigserial PRIMARY KEY,
+        id text NOT NULL UNIQUE,
+        channel text NOT NULL,
+        recipient text NOT NULL,
+        body text NOT NULL,
+        idempotency_key text,
+        enqueued_at bigint NOT NULL,
+        attempts integer NOT NULL DEFAULT 0,
+        last_error text,
+        next_attempt_at bigint,
+        status text NOT NULL,
+        acked_at bigint,
+        lease_owner text,
+        lease_until bigint
+      )`)
+      yield* sql.unsafe(
+        `CREATE INDEX IF NOT EXISTS ${table}_live ON ${table} (channel, recipient, seq) WHERE status = 'pending'`
+      )
+      yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_status ON ${table} (status, seq)`)
+      yield* sql.unsafe(
+        `CREATE INDEX IF NOT EXISTS ${table}_ikey ON ${table} (idempotency_key) WHERE idempotency_key IS NOT NULL`
+      )
+    }))
+  })
+
+/**
+ * Opens the Postgres delivery log on the `SqlClient` in context (creating its table when missing).
+ * After the Scope closes every call fails with `reason: "closed"`.
+ */
+export const make = (
+  options: PgDeliveryLogOptions = {}
+): Effect.Effect<PgDeliveryLog, DeliveryLogError, SqlClient.SqlClient | Scope.Scope> =>
+  Effect.gen(function*() {
+    const table = options.table ?? "switchyard_outbox"
+    if (!TABLE_NAME.test(table)) {
+      return yield* invalid(
+        "invalid",
+        `Expected \`table\` to be letters, digits and \`_\` (at most 51), got \`${table}\``
+      )
+    }
+    const maxRecordBytes = options.maxRecordBytes ?? 1024 * 1024
+    const dedupeWindowMs = options.dedupeWindowMs ?? 24 * 60 * 60 * 1000
+    const sql = yield* SqlClient.SqlClient
+    let closed = false
+    yield* Effect.addFinalizer(() => Effect.sync(() => { closed = true }))
+
+    const io = (what: string) => (e: SqlError) =>
+      new DeliveryLogError({ reason: "io", message: `Postgres ${what} failed: ${e.message}${e.cause instanceof Error ? `: ${e.cause.message}` : ""}` })
+    const guard = <A, E, R>(
+      what: string,
+      self: Effect.Effect<A, E, R>
+    ): Effect.Effect<A, Exclude<E, SqlError> | DeliveryLogError, R> =>
+      Effect.suspend(() =>
+        closed
+          ? Effect.fail(new DeliveryLogError({ reason: "closed", message: "The delivery log is closed" }))
+          : Effect.mapError(self, (e) =>
+            (e as { _tag?: string })._tag === "SqlError" ? io(what)(e as SqlError) : (e as Exclude<E, SqlError>))
+      )
+    const unknownId = (id: string) =>
+      new DeliveryLogError({ reason: "unknown-id", message: `No pending or dead entry \`${id}\` in ${table}` })
+
+    yield* Effect.mapError(migrate(table), io("creating the outbox table"))
+
+    const cols =
+      `id, seq::float8 AS seq, channel, recipient, body, idempotency_key, enqueued_at::float8 AS enqueued_at,
+       attempts, last_error, next_attempt_at::float8 AS next_attempt_at, status`
+    const t = sql(table)
+
+    const append = (message: OutboundMessage): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
+      Effect.gen(function*() {
+        if (typeof message.channel !== "string" || message.channel.length === 0) {
+          return yield* invalid("invalid", "Expected `channel` to be a non-empty string, got `" + String(message.channel) + "`")
+        }
+        if (typeof message.to !== "string" || message.to.length === 0) {
+          return yield* invalid("invalid", "Expected `to` to be a non-empty string, got `" + String(message.to) + "`")
+        }
+        if (message.channel.includes("\u0000") || message.to.includes("\u0000") || message.idempotencyKey?.includes("\u0000")) {
+          return yield* invalid("invalid", "Expected `channel`, `to` and `idempotencyKey` without NUL characters (Postgres text cannot hold them)")
+        }
+        let body: string | undefined
+        try {
+          body = JSON.stringify(message.body)
+        } catch (e) {
+          return yield* invalid("invalid", `Expected \`body\` to be JSON-serialisable: ${(e as Error).message}`)
+        }
+        if (body === undefined) {
+          return yield* invalid("invalid", "Expected `body` to be a JSON value, got `undefined`")
+        }
+        const bytes = Buffer.byteLength(body) + Buffer.byteLength(message.channel) + Buffer.byteLength(message.to) +
+          Buffer.byteLength(message.idempotencyKey ?? "")
+        if (bytes > maxRecordBytes) {
+          return yield* invalid(
+            "too-large",
+            `Expected a message of at most ${maxRecordBytes} bytes (\`maxRecordBytes\`), got ${bytes}`
+          )
+        }
+        const now = yield* Clock.currentTimeMillis
+        const id = crypto.randomUUID()
+        const key = message.idempotencyKey ?? null
+        return yield* guard("append", sql.withTransaction(Effect.gen(function*() {
+          // Serialise appends per recipient (seq order = commit order) and per idempotency key.
+          yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`${table}\u001f${message.channel}\u001f${message.to}`}))`
+          if (key !== null) {
+            yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`${table}\u001e${key}`}))`
+            const existing = yield* sql.unsafe<Row>(
+              `SELECT ${cols} FROM ${table} WHERE idempotency_key = $1
+               AND (status <> 'acked' OR acked_at >= $2) ORDER BY seq DESC LIMIT 1`,
+              [key, now - dedupeWindowMs]
+            )
+            if (existing.length > 0) {
+              const row = existing[0]
+              // An acked entry within the window comes back as it was when acked.
+              return toEntry(row)
+            }
+          }
+          const rows = yield* sql<Row>`INSERT INTO ${t} (id, channel, recipient, body, idempotency_key, enqueued_at, status)
+            VALUES (${id}, ${message.channel}, ${message.to}, ${body}, ${key}, ${now}, 'pending')
+            RETURNING seq::float8 AS seq`
+          const entry: DeliveryEntry = {
+            id,
+            seq: Number(rows[0].seq),
+            message: key === null
+              ? { channel: message.channel, to: message.to, body: JSON.parse(body) }
+              : { channel: message.channel, to: message.to, body: JSON.parse(body), idempotencyKey: key },
+            enqueuedAt: now,
+            attempts: 0,
+            status: "pending"
+          }
+          return entry
+        })))
+      })
+
+    const updateLive = (
+      what: string,
+      id: string,
+      statement: Effect.Effect<ReadonlyArray<Row>, SqlError>
+    ): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
+      guard(what, Effect.flatMap(statement, (rows) => rows.length === 0 ? Effect.fail(unknownId(id)) : Effect.succeed(toEntry(rows[0]))))
+
+    const log: PgDeliveryLog = {
+      table,
+      append,
+      attempt: (id, failure) =>
+        updateLive(
+          "attempt",
+          id,
+          sql.unsafe<Row>(
+            `UPDATE ${table} SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3,
+             lease_owner = NULL, lease_until = NULL
+             WHERE id = $1 AND status <> 'acked' RETURNING ${cols}`,
+            [id, failure.error, Math.round(failure.nextAttemptAt)]
+          )
+        ),
+      ack: (id) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          guard("ack", Effect.gen(function*() {
+            const rows = yield* sql.unsafe<{ readonly status: string }>(
+              `UPDATE ${table} SET status = 'acked', acked_at = COALESCE(acked_at, $2), lease_owner = NULL, lease_until = NULL
+               WHERE id = $1 RETURNING status`,
+              [id, now]
+            )
+            if (rows.length === 0) return yield* Effect.fail(unknownId(id))
+          }))),
+      deadLetter: (id, reason) =>
+        Effect.asVoid(updateLive(
+          "deadLetter",
+          id,
+          sql.unsafe<Row>(
+            `UPDATE ${table} SET status = 'dead', last_error = $2, lease_owner = NULL, lease_until = NULL
+             WHERE id = $1 AND status <> 'acked' RETURNING ${cols}`,
+            [id, reason]
+          )
+        )),
+      requeue: (id) =>
+        Effect.asVoid(updateLive(
+          "requeue",
+          id,
+          sql.unsafe<Row>(
+            `UPDATE ${table} SET status = 'pending', attempts = 0, next_attempt_at = NULL, lease_owner = NULL, lease_until = NULL
+             WHERE id = $1 AND status <> 'acked' RETURNING ${cols}`,
+            [id]
+          )
+        )),
+      get: (id) =>
+        sql.unsafe<Row>(`SELECT ${cols} FROM ${table} WHERE id = $1 AND status <> 'acked'`, [id]).pipe(
+          Effect.map((rows) => rows.length === 0 ? Option.none() : Option.some(toEntry(rows[0]))),
+          Effect.orDie
+        ),
+      pending: sql.unsafe<Row>(`SELECT ${cols} FROM ${table} WHERE status = 'pending' ORDER BY seq`).pipe(
+        Effect.map((rows) => rows.map(toEntry)),
+        Effect.orDie
+      ),
+      dead: sql.unsafe<Row>(`SELECT ${cols} FROM ${table} WHERE status = 'dead' ORDER BY seq`).pipe(
+        Effect.map((rows) => rows.map(toEntry)),
+        Effect.orDie
+      ),
+      stats: sql.unsafe<{ readonly pending: number; readonly dead: number; readonly bytes: number }>(
+        `SELECT count(*) FILTER (WHERE status = 'pending')::float8 AS pending,
+                count(*) FILTER (WHERE status = 'dead')::float8 AS dead,
+                pg_total_relation_size($1::regclass)::float8 AS bytes
+         FROM ${table}`,
+        [table]
+      ).pipe(
+        Effect.map((rows) => ({
+          pending: Number(rows[0].pending),
+          dead: Number(rows[0].dead),
+          segments: 1,
+          bytes: Number(rows[0].bytes)
+        })),
+        Effect.orDie
+      ),
+      // Every call has committed before it returned: nothing is buffered.
+      flush: guard("flush", Effect.void),
+      compact: Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        guard(
+          "compact",
+          Effect.asVoid(sql.unsafe(`DELETE FROM ${table} WHERE status = 'acked' AND acked_at < $1`, [now - dedupeWindowMs]))
+        )),
+      claim: ({ owner, limit, leaseMs }) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          guard(
+            "claim",
+            Effect.map(
+              sql.unsafe<Row>(
+                `WITH heads AS (
+                   SELECT DISTINCT ON (channel, recipient) id
+                   FROM ${table} WHERE status = 'pending'
+                   ORDER BY channel, recipient, seq
+                 ), due AS (
+                   -- conditions on o (the locked row) so they are re-checked against its latest version
+                   SELECT o.id FROM ${table} o JOIN heads h ON h.id = o.id
+                   WHERE o.status = 'pending'
+                     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
+                     AND (o.lease_until IS NULL OR o.lease_until < $2 OR o.lease_owner = $1)
+                   ORDER BY o.seq LIMIT $3
+                   FOR UPDATE OF o SKIP LOCKED
+                 )
+                 UPDATE ${table} SET lease_owner = $1, lease_until = $4
+                 WHERE id IN (SELECT id FROM due) AND status = 'pending'
+                 RETURNING ${cols}`,
+                [owner, now, limit, now + leaseMs]
+              ),
+              (rows) => rows.map(toEntry).sort((a, b) => a.seq - b.seq)
+            )
+          )),
+      release: (id, owner) =>
+        guard(
+          "release",
+          Effect.asVoid(sql.unsafe(
+            `UPDATE ${table} SET lease_owner = NULL, lease_until = NULL WHERE id = $1 AND lease_owner = $2`,
+            [id, owner]
+          ))
+        ),
+      leased: (owner) =>
+        Effect.flatMap(Clock.currentTimeMillis, (now) =>
+          guard(
+            "leased",
+            Effect.map(
+              sql.unsafe<{ readonly id: string }>(
+                `SELECT id FROM ${table} WHERE lease_owner = $1 AND lease_until >= $2 AND status = 'pending'`,
+                [owner, now]
+              ),
+              (rows) => rows.map((r) => r.id)
+            )
+          ))
+    }
+    return log
+  })

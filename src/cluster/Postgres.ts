@@ -1,0 +1,38 @@
+/** Postgres connection helpers shared by the cluster parts: one pool per process, from a URL. */
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Layer, Redacted } from "effect"
+import type { SqlClient } from "effect/sql"
+import type { SqlError } from "effect/sql/SqlError"
+
+/** A `SqlClient` (and `PgClient`) layer for `url` (`postgres://user@host:port/db`); the URL is held redacted. */
+export const layer = (
+  url: string,
+  options: { readonly maxConnections?: number; readonly applicationName?: string } = {}
+): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError> =>
+  PgClient.layer({
+    url: Redacted.make(url),
+    maxConnections: options.maxConnections ?? 10,
+    applicationName: options.applicationName ?? "switchyard",
+    connectTimeout: "5 seconds"
+  })
+
+/** Runs `f` with a client of its own for `url`, closed afterwards. */
+export const withClient = <A, E>(
+  url: string,
+  f: (sql: PgClient.PgClient) => Effect.Effect<A, E>
+): Effect.Effect<A, E | SqlError> =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    return yield* f(sql)
+  }).pipe(Effect.provide(layer(url, { maxConnections: 1 })))
+
+/** Hides the password of a Postgres URL, for logs and `/status`. */
+export const redactUrl = (url: string): string => {
+  try {
+    const u = new URL(url)
+    if (u.password) u.password = "***"
+    return u.toString()
+  } catch {
+    return "<invalid url>"
+  }
+}

@@ -1,0 +1,52 @@
+/**
+ * Postgres for the cluster tests: a fresh database per test file (dropped afterwards), and one clear
+ * skip line when Postgres is unreachable (a failure under `CI=true`).
+ */
+import { Effect } from "effect"
+import * as net from "node:net"
+import * as Postgres from "../../src/cluster/Postgres.js"
+
+/** The server the tests use; override with `SWITCHYARD_TEST_PG` (a URL of a database to connect to first). */
+export const ADMIN_URL = process.env.SWITCHYARD_TEST_PG ?? "postgres://postgres@127.0.0.1:5432/test"
+
+const probe = (url: string): Promise<boolean> =>
+  new Promise((resolve) => {
+    const u = new URL(url)
+    const socket = net.connect({ host: u.hostname, port: Number(u.port || 5432) })
+    const done = (ok: boolean) => {
+      socket.destroy()
+      resolve(ok)
+    }
+    socket.setTimeout(1500, () => done(false))
+    socket.once("connect", () => done(true))
+    socket.once("error", () => done(false))
+  })
+
+/** True when Postgres answers; logs the one skip line otherwise, and throws under `CI=true`. */
+export const postgresAvailable = async (file: string): Promise<boolean> => {
+  const ok = await probe(ADMIN_URL).then((up) =>
+    up ? Effect.runPromise(Postgres.withClient(ADMIN_URL, (sql) => sql`SELECT 1`)).then(() => true, () => false) : false
+  )
+  if (ok) return true
+  const line = `[${file}] Postgres not reachable at ${Postgres.redactUrl(ADMIN_URL)}: cluster tests skipped`
+  if (process.env.CI === "true") throw new Error(`${line} (CI=true: a skip is a failure)`)
+  console.warn(line)
+  return false
+}
+
+/** Creates a database of its own; returns its URL and a drop function (which ends its sessions first). */
+export const freshDatabase = async (tag: string): Promise<{ readonly url: string; readonly drop: () => Promise<void> }> => {
+  const name = `sy_${tag}_${process.pid}_${Math.floor(Math.random() * 1e9)}`.toLowerCase().replace(/[^a-z0-9_]/g, "_")
+  await Effect.runPromise(Postgres.withClient(ADMIN_URL, (sql) => sql.unsafe(`CREATE DATABASE ${name}`)))
+  const u = new URL(ADMIN_URL)
+  u.pathname = `/${name}`
+  return {
+    url: u.toString(),
+    drop: () =>
+      Effect.runPromise(Postgres.withClient(ADMIN_URL, (sql) =>
+        Effect.gen(function*() {
+          yield* sql.unsafe(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '${name}' AND pid <> pg_backend_pid()`)
+          yield* sql.unsafe(`DROP DATABASE IF EXISTS ${name}`)
+        }))).then(() => undefined)
+  }
+}
