@@ -332,6 +332,18 @@ describe("AnthropicModel", () => {
           yield* Effect.promise(() => fake.waitForAborts(1))
           assert.isTrue(fake.requests[0]!.aborted)
         })))
+    it.live("interrupted turn during a retry wait sends no retry", () =>
+      withFake({ maxRetries: 1 }, (fake, model) =>
+        Effect.gen(function*() {
+          fake.enqueue(FakeAnthropic.error(529, { headers: { "retry-after-ms": "600000" } }), FakeAnthropic.text("probe reply"))
+          const fiber = yield* Effect.forkChild(model.reply(request([user("first")])))
+          yield* Effect.promise(() => fake.waitForRequests(1))
+          yield* Fiber.interrupt(fiber)
+          // Had the abort only cut the wait short, the retry would reach the server before this probe.
+          const reply = yield* model.reply(request([user("probe")]))
+          assert.strictEqual(reply.text, "probe reply")
+          assert.deepStrictEqual(fake.requests.map((r) => FakeAnthropic.lastUserText(r.body)), ["first", "probe"])
+        })))
   })
 
   describe("base URL", () => {
