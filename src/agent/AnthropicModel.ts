@@ -281,7 +281,11 @@ export const layer = (options: AnthropicModelOptions): Layer.Layer<Model> => {
   return Layer.effect(
     Model,
     Effect.gen(function*() {
-      const sdk: Sdk = yield* Effect.promise(() => import("@anthropic-ai/sdk"))
+      const sdk: Sdk = yield* Effect.tryPromise({
+        try: () => import("@anthropic-ai/sdk"),
+        catch: (cause) =>
+          new Error("AnthropicModel needs the package `@anthropic-ai/sdk`: npm install @anthropic-ai/sdk", { cause })
+      }).pipe(Effect.orDie)
       const client = new sdk.Anthropic({
         apiKey: Redacted.value(apiKey),
         maxRetries,
