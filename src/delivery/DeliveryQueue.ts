@@ -4,14 +4,19 @@
  *
  * Built on `createLanes` keyed by recipient `(channel, to)`: one activation per recipient at a time,
  * at most `concurrency` recipients at once. An activation delivers its recipient's due head entries
- * in `seq` order until none is due; a head waiting for its backoff is woken by a single timer
+ * in `seq` order until none is due (after `TURN_BATCH` in a row it hands its slot on, so one busy
+ * recipient cannot starve the others); a head waiting for its backoff is woken by a single timer
  * (a min-heap on the Effect `Clock`, so `TestClock` drives it).
  */
-import { Cause, Clock, Deferred, Effect, Exit, Option, Random, Scope } from "effect"
-import { DeliveryFailure, DeliveryLogError } from "./errors.js"
-import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "./types.js"
-import { createLanes, LanesConfigInvalid } from "../queue/index.js"
+import { Clock, Deferred, Effect, Exit, Option, Random, Scope } from "effect"
+import { createLanes } from "../queue/index.js"
 import type { ActivationExit } from "../queue/index.js"
+import { backoffDelay, failureOf, LOG_RETRY_MS, resolvePolicy, TURN_BATCH } from "./deliveryPolicy.js"
+import { DeliveryFailure, DeliveryLogError } from "./errors.js"
+import { dueAt, Recipients } from "./recipients.js"
+import type { Node, Recipient } from "./recipients.js"
+import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "./types.js"
+import { WakeHeap } from "./WakeHeap.js"
 
 /** Options of {@link make}. Defaults: `concurrency` 8, `attemptTimeoutMs` 30 s, `backoffMs` 5 s, 25 s, 2 min, 10 min, `jitter` 0.2, `maxAttempts` 5. */
 export interface Options {
@@ -53,73 +58,6 @@ export interface DeliveryQueue {
   readonly stats: Effect.Effect<Stats>
 }
 
-/** Delays between retries of a failed log call (ack, attempt record, dead letter); the last repeats. */
-const LOG_RETRY_MS: ReadonlyArray<number> = [1_000, 5_000, 30_000]
-
-/** A log call that must succeed before the head entry of a recipient may move on. */
-type LogOp =
-  | { readonly _tag: "Ack" }
-  | { readonly _tag: "Attempt"; readonly error: string; readonly nextAttemptAt: number; readonly dead: boolean }
-  | { readonly _tag: "Dead"; readonly reason: string }
-
-interface Node {
-  entry: DeliveryEntry
-  next: Node | undefined
-  /** `deliver` runs for it now. */
-  inFlight: boolean
-  /** A log call still owed (it failed before); retried at `opRetryAt`. */
-  op: LogOp | undefined
-  opFailures: number
-  opRetryAt: number
-}
-
-interface Recipient {
-  readonly key: string
-  head: Node | undefined
-  tail: Node | undefined
-  /** Woken in the lanes (queued or running) and not yet past its decision to stop. */
-  awake: boolean
-  /** The time of this recipient's live entry in the timer heap. */
-  wakeAt: number | undefined
-}
-
-interface Timer {
-  readonly at: number
-  readonly rec: Recipient
-}
-
-const recipientKey = (message: OutboundMessage): string => JSON.stringify([message.channel, message.to])
-
-const show = (u: unknown): string =>
-  typeof u === "number" || typeof u === "bigint" ? String(u) : typeof u === "string" ? `"${u}"` : typeof u === "object" && u !== null ? (Array.isArray(u) ? "array" : "object") : String(u)
-
-const invalid = (field: string, expected: string, value: unknown): Effect.Effect<never> =>
-  Effect.die(new LanesConfigInvalid({ field, message: `Expected \`${field}\` to be ${expected}, got \`${show(value)}\`` }))
-
-const isIntFrom1 = (n: unknown): n is number => typeof n === "number" && Number.isInteger(n) && n >= 1
-
-/** The message of a failed attempt, and whether it is permanent. */
-const failureOf = (cause: Cause.Cause<unknown>): { readonly message: string; readonly permanent: boolean; readonly defect: boolean } => {
-  const error = Cause.findErrorOption(cause)
-  if (Option.isSome(error)) {
-    const e = error.value as { readonly message?: unknown; readonly permanent?: unknown } | null
-    const message = e !== null && typeof e === "object" && typeof e.message === "string" ? e.message : String(error.value)
-    return { message, permanent: e !== null && typeof e === "object" && e.permanent === true, defect: false }
-  }
-  const defect = Cause.findDefect(cause)
-  if (defect._tag === "Success") {
-    const d = defect.success
-    return { message: `deliver died: ${d instanceof Error ? d.message : String(d)}`, permanent: false, defect: true }
-  }
-  return { message: "deliver was interrupted", permanent: false, defect: false }
-}
-
-/** Jittered delay before the next attempt after `attempts` failures. */
-const backoffDelay = (backoffMs: ReadonlyArray<number>, jitter: number, attempts: number, random: number): number => {
-  const base = backoffMs[Math.min(Math.max(attempts, 1), backoffMs.length) - 1]
-  return Math.max(0, Math.round(base * (1 + jitter * (2 * random - 1))))
-}
-
 /**
  * Starts delivering what `log` holds and what `enqueue` adds. Every pending entry of the log is
  * scheduled at once, oldest first (due now, or at its `nextAttemptAt`). Entries of one recipient
@@ -127,44 +65,21 @@ const backoffDelay = (backoffMs: ReadonlyArray<number>, jitter: number, attempts
  * dead-lettered. Closing the Scope stops new attempts, waits for those in flight (each bounded by
  * `attemptTimeoutMs`) and flushes the log; what is pending stays in the log for the next start.
  *
- * Invalid options are a defect (`LanesConfigInvalid` naming the option): a queue that cannot run
- * should fail loudly at start, not deliver with silently changed settings.
+ * Invalid options are a defect (`LanesConfigInvalid` naming the option, e.g. "Expected `concurrency`
+ * to be an integer from 1 and up, got `0`"): a queue that cannot run as configured fails loudly at
+ * start rather than delivering with silently changed settings.
  */
 export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scope.Scope> =>
   Effect.gen(function*() {
+    const policy = yield* resolvePolicy(options)
     const { log, deliver } = options
-    const concurrency = options.concurrency ?? 8
-    const attemptTimeoutMs = options.attemptTimeoutMs ?? 30_000
-    const backoffMs = options.backoffMs ?? [5_000, 25_000, 120_000, 600_000]
-    const jitter = options.jitter ?? 0.2
-    const maxAttempts = options.maxAttempts ?? 5
-    if (typeof log !== "object" || log === null) return yield* invalid("log", "a DeliveryLog", log)
-    if (typeof deliver !== "function") return yield* invalid("deliver", "a function", deliver)
-    if (!isIntFrom1(concurrency)) return yield* invalid("concurrency", "an integer from 1 and up", concurrency)
-    if (typeof attemptTimeoutMs !== "number" || !(attemptTimeoutMs > 0)) {
-      return yield* invalid("attemptTimeoutMs", "a number above 0 (Infinity for no bound)", attemptTimeoutMs)
-    }
-    if (!Array.isArray(backoffMs) || backoffMs.length === 0) {
-      return yield* invalid("backoffMs", "a non-empty array of delays in ms", backoffMs)
-    }
-    for (let i = 0; i < backoffMs.length; i++) {
-      const b = backoffMs[i]
-      if (typeof b !== "number" || !Number.isFinite(b) || b < 0) {
-        return yield* invalid(`backoffMs[${i}]`, "a finite number from 0 and up", b)
-      }
-    }
-    if (typeof jitter !== "number" || !(jitter >= 0 && jitter <= 1)) {
-      return yield* invalid("jitter", "a number from 0 through 1", jitter)
-    }
-    if (!isIntFrom1(maxAttempts)) return yield* invalid("maxAttempts", "an integer from 1 and up", maxAttempts)
-
+    const { attemptTimeoutMs, maxAttempts } = policy
     const clock = yield* Clock.Clock
     const random = yield* Random.Random
     const now = () => clock.currentTimeMillisUnsafe()
 
     // ---- state (plain mutable, owned by this queue) ----
-    const recipients = new Map<string, Recipient>()
-    const byId = new Map<string, Node>()
+    const held = new Recipients()
     let closing = false
     let closed = false
     let awakeCount = 0
@@ -175,47 +90,17 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     let idleWaiters: Array<Deferred.Deferred<void>> = []
 
     // ---- timer: a min-heap of recipient wakes, one fiber sleeping until the earliest ----
-    const heap: Array<Timer> = []
-    const heapPush = (t: Timer) => {
-      heap.push(t)
-      let i = heap.length - 1
-      while (i > 0) {
-        const p = (i - 1) >> 1
-        if (heap[p].at <= t.at) break
-        heap[i] = heap[p]
-        i = p
-      }
-      heap[i] = t
-    }
-    const heapPop = (): Timer | undefined => {
-      const top = heap[0]
-      const last = heap.pop()
-      if (heap.length > 0 && last !== undefined) {
-        let i = 0
-        const n = heap.length
-        for (;;) {
-          const l = 2 * i + 1
-          if (l >= n) break
-          const r = l + 1
-          const c = r < n && heap[r].at < heap[l].at ? r : l
-          if (heap[c].at >= last.at) break
-          heap[i] = heap[c]
-          i = c
-        }
-        heap[i] = last
-      }
-      return top
-    }
+    const heap = new WakeHeap<Recipient>()
     let timerSignal = Deferred.makeUnsafe<void>()
     let timerTarget = Infinity
     const scheduleWake = (rec: Recipient, at: number) => {
       if (rec.wakeAt !== undefined && rec.wakeAt <= at) return
       rec.wakeAt = at
-      heapPush({ at, rec })
+      heap.push(at, rec)
       if (at < timerTarget) Deferred.doneUnsafe(timerSignal, Effect.void)
     }
 
-    const isIdle = () => closed || (awakeCount === 0 && (heap.length === 0 || heap[0].at > now()))
+    const isIdle = () => closed || (awakeCount === 0 && (heap.size === 0 || heap.peek()!.at > now()))
     const checkIdle = () => {
       if (idleWaiters.length > 0 && isIdle()) {
         const waiters = idleWaiters
@@ -228,45 +113,6 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
       if (working === 0 && drained !== undefined) Deferred.doneUnsafe(drained, Effect.void)
     }
 
-    // ---- per-recipient FIFO (singly linked, kept in seq order) ----
-    const insert = (node: Node): Recipient => {
-      const key = recipientKey(node.entry.message)
-      let rec = recipients.get(key)
-      if (rec === undefined) {
-        rec = { key, head: undefined, tail: undefined, awake: false, wakeAt: undefined }
-        recipients.set(key, rec)
-      }
-      byId.set(node.entry.id, node)
-      const seq = node.entry.seq
-      if (rec.tail === undefined) {
-        rec.head = rec.tail = node
-      } else if (rec.tail.entry.seq < seq) {
-        rec.tail.next = node
-        rec.tail = node
-      } else if (!pinned(rec.head!) && seq < rec.head!.entry.seq) {
-        node.next = rec.head
-        rec.head = node
-      } else {
-        // Rare (retryDead of an older entry): walk to its place, never ahead of a head being worked on.
-        let prev = rec.head!
-        while (prev.next !== undefined && prev.next.entry.seq < seq) prev = prev.next
-        node.next = prev.next
-        prev.next = node
-        if (node.next === undefined) rec.tail = node
-      }
-      return rec
-    }
-    const removeHead = (rec: Recipient) => {
-      const node = rec.head!
-      rec.head = node.next
-      node.next = undefined
-      if (rec.head === undefined) rec.tail = undefined
-      byId.delete(node.entry.id)
-    }
-    const newNode = (entry: DeliveryEntry): Node => ({ entry, next: undefined, inFlight: false, op: undefined, opFailures: 0, opRetryAt: 0 })
-    /** A head being delivered, or owing its log record, keeps its place: nothing goes ahead of it. */
-    const pinned = (node: Node) => node.inFlight || node.op !== undefined
-
     // ---- lanes ----
     // Lanes and timer live in a scope of their own, closed by the finalizer only after in-flight work ended.
     const internalScope = yield* Scope.fork(yield* Effect.scope, "sequential")
@@ -276,8 +122,7 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
       awakeCount++
       return Effect.catch(Effect.asVoid(lanes.wake(rec.key)), () =>
         Effect.sync(() => {
-          rec.awake = false
-          awakeCount--
+          settle(rec)
           checkIdle()
         }))
     }
@@ -305,17 +150,17 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
               if (op._tag === "Ack") {
                 node.op = undefined
                 delivered++
-                removeHead(rec)
+                held.removeHead(rec)
               } else if (op._tag === "Dead") {
                 node.op = undefined
-                removeHead(rec)
+                held.removeHead(rec)
               } else {
                 node.op = op.dead ? { _tag: "Dead", reason: op.error } : undefined
               }
             }).pipe(Effect.andThen(Effect.suspend(() => (node.op?._tag === "Dead" ? runOp(rec, node) : Effect.void)))),
           onFailure: (error) => {
             if (error.reason === "unknown-id") {
-              removeHead(rec)
+              held.removeHead(rec)
               return Effect.logWarning(
                 `DeliveryQueue: entry ${id} is no longer in the log (${op._tag.toLowerCase()} failed: ${error.message}); dropping it from memory`
               )
@@ -354,29 +199,41 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
           const attempts = node.entry.attempts + 1
           const dead = failure.permanent || attempts >= maxAttempts
           const at = now()
-          const nextAttemptAt = dead ? at : at + backoffDelay(backoffMs, jitter, attempts, random.nextDoubleUnsafe())
+          const nextAttemptAt = dead ? at : at + backoffDelay(policy, attempts, random.nextDoubleUnsafe())
           node.op = { _tag: "Attempt", error: failure.message, nextAttemptAt, dead }
         }
         yield* runOp(rec, node)
       })
 
+    /** The recipient stops being awake: its activation decided to end (or never will run). */
+    const settle = (rec: Recipient) => {
+      if (rec.awake) {
+        rec.awake = false
+        awakeCount--
+      }
+    }
+
     const activate = (key: string): Effect.Effect<void> =>
       Effect.gen(function*() {
-        const rec = recipients.get(key)
+        const rec = held.byKey.get(key)
         if (rec === undefined) return
-        for (;;) {
+        for (let turns = 0;; turns++) {
           const node = rec.head
           if (closing || node === undefined) {
-            rec.awake = false
-            awakeCount--
-            if (node === undefined && recipients.get(key) === rec) recipients.delete(key)
+            settle(rec)
+            held.release(rec)
             break
           }
-          const due = node.op !== undefined ? node.opRetryAt : (node.entry.nextAttemptAt ?? 0)
+          const due = dueAt(node)
           if (due > now()) {
-            rec.awake = false
-            awakeCount--
+            settle(rec)
             scheduleWake(rec, due)
+            break
+          }
+          if (turns === TURN_BATCH) {
+            // Fairness: hand the slot on; the owed follow-up joins the tail of the lanes' queue. Still awake.
+            const woken = yield* Effect.exit(lanes.wake(key))
+            if (Exit.isFailure(woken)) settle(rec)
             break
           }
           working++
@@ -389,10 +246,9 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
           Effect.sync(() => {
             if (Exit.isSuccess(exit)) return
             // Interrupted by close, or a bug: never leave the recipient stuck while the queue runs.
-            const rec = recipients.get(key)
+            const rec = held.byKey.get(key)
             if (rec !== undefined && rec.awake) {
-              rec.awake = false
-              awakeCount--
+              settle(rec)
               if (!closing && rec.head !== undefined) scheduleWake(rec, now() + LOG_RETRY_MS[0])
               checkIdle()
             }
@@ -405,7 +261,7 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
         ? Effect.logWarning(`DeliveryQueue: delivery to ${exit.key} stopped by a defect; retrying`, exit.cause)
         : Effect.void
 
-    const lanes = yield* createLanes<string>({ maxConcurrent: concurrency, activate, onExit }).pipe(
+    const lanes = yield* createLanes<string>({ maxConcurrent: policy.concurrency, activate, onExit }).pipe(
       Effect.orDie,
       Scope.provide(internalScope)
     )
@@ -413,19 +269,20 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     const timerLoop = Effect.gen(function*() {
       for (;;) {
         const t = now()
-        while (heap.length > 0 && heap[0].at <= t) {
-          const { at, rec } = heapPop()!
+        while (heap.size > 0 && heap.peek()!.at <= t) {
+          const { at, value: rec } = heap.pop()!
           if (rec.wakeAt !== at) continue // superseded by an earlier wake
           rec.wakeAt = undefined
           yield* wakeRec(rec)
         }
         checkIdle()
         timerSignal = Deferred.makeUnsafe<void>()
-        if (heap.length === 0) {
+        const next = heap.peek()
+        if (next === undefined) {
           timerTarget = Infinity
           yield* Deferred.await(timerSignal)
         } else {
-          timerTarget = heap[0].at
+          timerTarget = next.at
           yield* Effect.raceFirst(Effect.sleep(timerTarget - t), Deferred.await(timerSignal))
         }
       }
@@ -451,15 +308,15 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     // ---- replay: every pending entry, oldest first ----
     const pending = yield* log.pending
     for (const entry of pending) {
-      if (entry.status === "pending" && !byId.has(entry.id)) insert(newNode(entry))
+      if (entry.status === "pending" && !held.byId.has(entry.id)) held.insert(entry)
     }
     // Map order is the order of each recipient's oldest entry: recipients are woken oldest first.
-    for (const rec of Array.from(recipients.values())) yield* scheduleHead(rec)
+    for (const rec of Array.from(held.byKey.values())) yield* scheduleHead(rec)
 
     function scheduleHead(rec: Recipient): Effect.Effect<void> {
       const head = rec.head
       if (head === undefined || rec.awake) return Effect.void
-      const due = head.op !== undefined ? head.opRetryAt : (head.entry.nextAttemptAt ?? 0)
+      const due = dueAt(head)
       if (due > now()) {
         scheduleWake(rec, due)
         return Effect.void
@@ -469,13 +326,13 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
 
     /** Takes an entry the log holds as pending into memory and schedules its recipient. */
     const admit = (entry: DeliveryEntry): Effect.Effect<void> => {
-      if (byId.has(entry.id) || entry.status !== "pending") return Effect.void
-      return scheduleHead(insert(newNode(entry)))
+      if (held.byId.has(entry.id) || entry.status !== "pending") return Effect.void
+      return scheduleHead(held.insert(entry))
     }
 
     const enqueue = (message: OutboundMessage): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
       Effect.flatMap(log.append(message), (entry) => {
-        if (byId.has(entry.id)) return Effect.succeed(entry)
+        if (held.byId.has(entry.id)) return Effect.succeed(entry)
         if (message.idempotencyKey === undefined) return Effect.as(admit(entry), entry)
         // A duplicate key returns an existing entry that may be acked or dead: schedule only what the log holds as pending.
         return Effect.flatMap(log.get(entry.id), (current) =>

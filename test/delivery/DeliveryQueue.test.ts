@@ -152,6 +152,20 @@ describe("DeliveryQueue", () => {
       assert.deepStrictEqual(rec.succeeded.filter((r) => r.to === "a").map((r) => r.body), ["a", "a-second"])
     }))
 
+  it.effect("a busy recipient hands its slot on after a batch so others are not starved", () =>
+    Effect.gen(function*() {
+      const log = makeMemoryLog()
+      for (let i = 0; i < 40; i++) log.seed({ message: msg("busy", i), enqueuedAt: 0, attempts: 0 })
+      const other = log.seed({ message: msg("other", "x"), enqueuedAt: 0, attempts: 0 })
+      const rec = recorder()
+      const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver, concurrency: 1 })
+      yield* q.idle
+      const order = rec.succeeded.map((r) => r.id)
+      assert.strictEqual(order.length, 41)
+      assert.strictEqual(order.indexOf(other.id), 32, "after 32 in a row, the waiting recipient goes next")
+      assert.deepStrictEqual(rec.succeeded.filter((r) => r.to === "busy").map((r) => r.body), Array.from({ length: 40 }, (_, i) => i))
+    }))
+
   it.effect("backoff follows backoffMs with the last value repeating", () =>
     Effect.gen(function*() {
       const log = makeMemoryLog()
