@@ -319,7 +319,7 @@ export const make = (
                    SELECT o.id FROM ${table} o JOIN heads h ON h.id = o.id
                    WHERE o.status = 'pending'
                      AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
-                     AND (o.lease_until IS NULL OR o.lease_until < $2 OR o.lease_owner = $1)
+                     AND (o.lease_until IS NULL OR o.lease_until < $2)
                    ORDER BY o.seq LIMIT $3
                    FOR UPDATE OF o SKIP LOCKED
                  )

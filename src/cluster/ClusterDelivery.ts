@@ -1,0 +1,156 @@
+/**
+ * Delivering from the Postgres outbox from many processes at once. Each process claims the due head of
+ * each recipient under a lease (`PgDeliveryLog.claim`), delivers it, and acks, records the failed
+ * attempt, or dead-letters it, with the retry rules of the single-process `DeliveryQueue`
+ * (backoff with jitter, `maxAttempts`, permanent failures). A recipient's next entry is claimable only
+ * once the one ahead of it was acked or dead-lettered, so order per recipient holds across processes.
+ */
+import { Clock, Deferred, Duration, Effect, Exit, Fiber, Scope } from "effect"
+import type { DeliveryFailure, DeliveryLogError } from "../delivery/errors.js"
+import type { DeliveryEntry, OutboundMessage } from "../delivery/types.js"
+import type { PgDeliveryLog } from "./PgDeliveryLog.js"
+
+/** Options of {@link make}; the retry options mean what they mean for `DeliveryQueue.make`. */
+export interface ClusterDeliveryOptions {
+  readonly log: PgDeliveryLog
+  readonly deliver: (entry: DeliveryEntry) => Effect.Effect<void, DeliveryFailure>
+  /** This process' name in the leases; default a random id. */
+  readonly owner?: string
+  /** Entries in flight at once in this process, default 8. */
+  readonly concurrency?: number
+  /** Default 30_000. */
+  readonly attemptTimeoutMs?: number
+  /** Default [5_000, 25_000, 120_000, 600_000]. */
+  readonly backoffMs?: ReadonlyArray<number>
+  /** Default 0.2. */
+  readonly jitter?: number
+  /** Default 5. */
+  readonly maxAttempts?: number
+  /** How often to look for due entries when nothing woke it, default 250. */
+  readonly pollMs?: number
+  /** How long a claim holds an entry; must exceed `attemptTimeoutMs`. Default `attemptTimeoutMs + 10_000`. */
+  readonly leaseMs?: number
+}
+
+/** A delivering process of the cluster. */
+export interface ClusterDelivery {
+  readonly owner: string
+  /** Appends durably, then wakes the claim loop of this process. */
+  readonly enqueue: (message: OutboundMessage) => Effect.Effect<DeliveryEntry, DeliveryLogError>
+  /** Counts of this process: entries in flight, delivered (acked), failed attempts, dead-lettered. */
+  readonly stats: Effect.Effect<{
+    readonly inFlight: number
+    readonly delivered: number
+    readonly failedAttempts: number
+    readonly deadLettered: number
+  }>
+}
+
+/** Starts the claim loop in the Scope; closing it stops claiming, lets attempts in flight end, and gives back what it still holds. */
+export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDelivery, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const log = options.log
+    const owner = options.owner ?? `delivery-${crypto.randomUUID()}`
+    const concurrency = Math.max(1, options.concurrency ?? 8)
+    const attemptTimeoutMs = options.attemptTimeoutMs ?? 30_000
+    const backoffMs = options.backoffMs ?? [5_000, 25_000, 120_000, 600_000]
+    const jitter = options.jitter ?? 0.2
+    const maxAttempts = options.maxAttempts ?? 5
+    const pollMs = options.pollMs ?? 250
+    const leaseMs = Math.max(options.leaseMs ?? attemptTimeoutMs + 10_000, attemptTimeoutMs + 1_000)
+
+    let inFlight = 0
+    let delivered = 0
+    let failedAttempts = 0
+    let deadLettered = 0
+    let stopping = false
+    let wake = Deferred.makeUnsafe<void>()
+    const poke = () => {
+      Deferred.doneUnsafe(wake, Effect.void)
+    }
+    const scope = yield* Effect.scope
+    // Attempts live in a scope of their own, closed by the finalizer only after they had their time.
+    const attempts = yield* Scope.make()
+    let idleWaiter: Deferred.Deferred<void> | undefined
+
+    const settle = (entry: DeliveryEntry, failure: DeliveryFailure | undefined) =>
+      Effect.gen(function*() {
+        if (failure === undefined) {
+          yield* log.ack(entry.id)
+          delivered++
+          return
+        }
+        const attempts = entry.attempts + 1
+        if (failure.permanent === true || attempts >= maxAttempts) {
+          yield* log.deadLetter(entry.id, failure.message)
+          deadLettered++
+          return
+        }
+        const base = backoffMs[Math.min(attempts - 1, backoffMs.length - 1)] ?? 0
+        const factor = 1 + (Math.random() * 2 - 1) * jitter
+        const now = yield* Clock.currentTimeMillis
+        yield* log.attempt(entry.id, { error: failure.message, nextAttemptAt: now + Math.round(base * factor) })
+        failedAttempts++
+      })
+
+    const attempt = (entry: DeliveryEntry) =>
+      options.deliver(entry).pipe(
+        Effect.timeoutOrElse({
+          duration: Duration.millis(attemptTimeoutMs),
+          orElse: () => Effect.fail({ message: `Delivery attempt timed out after ${attemptTimeoutMs} ms` } as DeliveryFailure)
+        }),
+        Effect.matchEffect({
+          onSuccess: () => settle(entry, undefined),
+          onFailure: (failure) => settle(entry, failure)
+        }),
+        // A log failure leaves the lease to run out: another process (or this one) tries again later.
+        Effect.catch((e: DeliveryLogError) => Effect.logWarning(`Delivery of ${entry.id} not recorded: ${e.message}`)),
+        Effect.ensuring(Effect.sync(() => {
+          inFlight--
+          if (idleWaiter !== undefined && inFlight === 0) Deferred.doneUnsafe(idleWaiter, Effect.void)
+          poke()
+        }))
+      )
+
+    const loop = Effect.gen(function*() {
+      while (!stopping) {
+        const current = wake
+        const room = concurrency - inFlight
+        if (room > 0) {
+          const claimed = yield* log.claim({ owner, limit: room, leaseMs }).pipe(
+            Effect.catch((e) => Effect.as(Effect.logWarning(`Delivery claim failed: ${e.message}`), [] as ReadonlyArray<DeliveryEntry>))
+          )
+          for (const entry of claimed) {
+            inFlight++
+            yield* Effect.forkIn(attempt(entry), attempts)
+          }
+          if (claimed.length === room) continue
+        }
+        yield* Deferred.await(current).pipe(Effect.timeoutOrElse({ duration: Duration.millis(pollMs), orElse: () => Effect.void }))
+        if (current === wake) wake = Deferred.makeUnsafe<void>()
+      }
+    })
+    const fiber = yield* Effect.forkIn(Effect.interruptible(loop), scope)
+
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        stopping = true
+        yield* Fiber.interrupt(fiber)
+        if (inFlight > 0) {
+          idleWaiter = Deferred.makeUnsafe<void>()
+          yield* Deferred.await(idleWaiter).pipe(
+            Effect.timeoutOrElse({ duration: Duration.millis(attemptTimeoutMs + 1_000), orElse: () => Effect.void })
+          )
+        }
+        const held = yield* Effect.orElseSucceed(log.leased(owner), () => [] as ReadonlyArray<string>)
+        for (const id of held) yield* Effect.ignore(log.release(id, owner))
+        yield* Scope.close(attempts, Exit.void)
+      })
+    )
+
+    return {
+      owner,
+      enqueue: (message) => Effect.tap(log.append(message), () => Effect.sync(poke)),
+      stats: Effect.sync(() => ({ inFlight, delivered, failedAttempts, deadLettered }))
+    }
+  })

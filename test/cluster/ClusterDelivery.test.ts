@@ -1,0 +1,74 @@
+/** Delivering one Postgres outbox from several processes (here: several deliverers with their own clients). */
+import { assert, describe, it } from "@effect/vitest"
+import { Deferred, Effect, Layer } from "effect"
+import { afterAll, beforeAll } from "vitest"
+import * as ClusterDelivery from "../../src/cluster/ClusterDelivery.js"
+import * as PgDeliveryLog from "../../src/cluster/PgDeliveryLog.js"
+import * as Postgres from "../../src/cluster/Postgres.js"
+import { DeliveryFailure } from "../../src/delivery/errors.js"
+import type { DeliveryEntry } from "../../src/delivery/types.js"
+import { freshDatabase, postgresAvailable } from "./pg.js"
+
+const up = await postgresAvailable("test/cluster/ClusterDelivery.test.ts")
+
+describe.skipIf(!up)("ClusterDelivery (Postgres)", () => {
+  let db: { url: string; drop: () => Promise<void> }
+  beforeAll(async () => {
+    db = await freshDatabase("pgdeliver")
+  })
+  afterAll(async () => {
+    await db?.drop()
+  })
+  /** A deliverer with its own Postgres client, as a separate process would have. */
+  const deliverer = (table: string, owner: string, deliver: (e: DeliveryEntry) => Effect.Effect<void, DeliveryFailure>) =>
+    Effect.gen(function*() {
+      // the client lives in the test's Scope, as long as the deliverer
+      const client = yield* Layer.build(Postgres.layer(db.url, { maxConnections: 3 }))
+      const log = yield* PgDeliveryLog.make({ table }).pipe(Effect.provideContext(client))
+      return yield* ClusterDelivery.make({ log, deliver, owner, pollMs: 20, backoffMs: [10], jitter: 0 })
+    })
+
+  it.live("three deliverers on one outbox: every entry delivered exactly once, in seq order per recipient", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const table = "three"
+      const delivered: Array<{ id: string; seq: number; to: string; by: string }> = []
+      const total = 90
+      const allDone = yield* Deferred.make<void>()
+      const record = (by: string) => (e: DeliveryEntry) =>
+        Effect.sync(() => {
+          delivered.push({ id: e.id, seq: e.seq, to: e.message.to, by })
+          if (delivered.length === total) Deferred.doneUnsafe(allDone, Effect.void)
+        })
+      const a = yield* deliverer(table, "a", record("a"))
+      yield* deliverer(table, "b", record("b"))
+      yield* deliverer(table, "c", record("c"))
+      for (let i = 0; i < total; i++) yield* a.enqueue({ channel: "test", to: `r${i % 9}`, body: i })
+      yield* Deferred.await(allDone)
+      assert.strictEqual(new Set(delivered.map((d) => d.id)).size, total)
+      const byRecipient = new Map<string, Array<number>>()
+      for (const d of delivered) byRecipient.set(d.to, [...(byRecipient.get(d.to) ?? []), d.seq])
+      for (const seqs of byRecipient.values()) assert.deepStrictEqual(seqs, [...seqs].sort((x, y) => x - y))
+    })))
+
+  it.live("a failed attempt is recorded and retried after its backoff; a permanent failure goes to the dead letters", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const table = "retries"
+      let calls = 0
+      const done = yield* Deferred.make<void>()
+      const d = yield* deliverer(table, "a", (e) =>
+        Effect.suspend(() => {
+          calls++
+          if (e.message.body === "dead") return Effect.fail(new DeliveryFailure({ message: "no such user", permanent: true }))
+          if (e.attempts === 0) return Effect.fail(new DeliveryFailure({ message: "flaky" }))
+          Deferred.doneUnsafe(done, Effect.void)
+          return Effect.void
+        }))
+      const dead = yield* d.enqueue({ channel: "test", to: "x", body: "dead" })
+      yield* d.enqueue({ channel: "test", to: "x", body: "retry" })
+      yield* Deferred.await(done)
+      const client = yield* Layer.build(Postgres.layer(db.url, { maxConnections: 1 }))
+      const log = yield* PgDeliveryLog.make({ table }).pipe(Effect.provideContext(client))
+      assert.deepStrictEqual((yield* log.dead).map((e) => e.id), [dead.id])
+      assert.strictEqual(calls, 3)
+    })))
+})
