@@ -2,3 +2,4 @@
 export * from "./errors.js"
 export type { DeliveryEntry, OutboundMessage } from "./types.js"
 export * as DeliveryQueue from "./DeliveryQueue.js"
+export * as DeliveryLog from "./DeliveryLog.js"

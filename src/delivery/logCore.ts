@@ -1,0 +1,361 @@
+/**
+ * The file log's engine, in plain callback style so that the hot path (validate, encode, apply, hand to
+ * the group-commit writer) runs in one synchronous step: records reach the file in the order their
+ * changes were applied to the state, which is the order replay applies them.
+ */
+import { randomUUID } from "node:crypto"
+import * as fs from "node:fs"
+import { type CompactionHooks, type Captured, removeReplaced, writeSnapshot } from "./compaction.js"
+import { DeliveryLogError } from "./errors.js"
+import { GroupCommitWriter } from "./groupCommit.js"
+import { acquireLock, releaseLock } from "./lockfile.js"
+import { encode, HEADER_BYTES, Kind } from "./record.js"
+import { CorruptLog, finishRecovery, type KeptSegment, recover } from "./recovery.js"
+import { createSegment, DIR_MODE, segmentName } from "./segment.js"
+import type { LogState } from "./state.js"
+import type { DeliveryEntry, OutboundMessage } from "./types.js"
+import { checkMessage, clipError, type ResolvedOptions } from "./validate.js"
+import { join } from "node:path"
+
+/** Completion of a call: an error, or the value. */
+export type Done<A> = (error: DeliveryLogError | undefined, value?: A) => void
+
+/** Slack over `maxRecordBytes` allowed when reading: snapshot entries carry their attempt state too. */
+const READ_SLACK = 64 * 1024
+
+const ioError = (dir: string, e: unknown): DeliveryLogError =>
+  new DeliveryLogError({
+    reason: "io",
+    message: `Writing the delivery log failed (${(e as NodeJS.ErrnoException)?.code ?? String(e)}); it accepts no more writes: close its Scope and open it again (recovery keeps every record reported durable)`,
+    path: dir
+  })
+
+const closedError = (): DeliveryLogError =>
+  new DeliveryLogError({ reason: "closed", message: "The delivery log is closed; open it again to use it" })
+
+const unknownId = (id: string): DeliveryLogError =>
+  new DeliveryLogError({
+    reason: "unknown-id",
+    message: `Expected the id of an entry in the log, got \`${id}\`: it was never appended here, or it was acked more than \`dedupeWindowMs\` ago`
+  })
+
+/** What opening found, for the caller to log. */
+export interface OpenNotes {
+  readonly truncated?: { readonly path: string; readonly offset: number; readonly why: string }
+  readonly tookOverLockFrom?: number
+}
+
+/** The open log: state, writer, segment list. Owned by `openFileLog`, which wraps it in Effects. */
+export class LogCore {
+  private closed = false
+  private compaction: Promise<void> = Promise.resolve()
+  private compacting = false
+  private totalBytes = 0
+  private lastNow = 0
+  /** Called when dead weight passed the threshold; the owner runs `compact()` in the background. */
+  onCompactionWanted: () => void = () => {}
+
+  private constructor(
+    private readonly o: ResolvedOptions,
+    private readonly lockPath: string,
+    readonly state: LogState,
+    private nextLsn: number,
+    private readonly segments: Map<number, KeptSegment>,
+    private readonly writer: GroupCommitWriter,
+    private readonly hooks: CompactionHooks
+  ) {
+    for (const s of segments.values()) this.totalBytes += s.bytes
+  }
+
+  /** Create the directory, take the lock, recover, and start the writer. Throws `DeliveryLogError`. */
+  static open(o: ResolvedOptions, now: number, hooks: CompactionHooks): { core: LogCore; notes: OpenNotes } {
+    const io = (e: unknown, what: string): DeliveryLogError =>
+      new DeliveryLogError({
+        reason: "io",
+        message: `Could not ${what} (${(e as NodeJS.ErrnoException)?.code ?? String(e)})`,
+        path: o.dir
+      })
+    try {
+      fs.mkdirSync(o.dir, { recursive: true, mode: DIR_MODE })
+    } catch (e) {
+      throw io(e, "create the log directory")
+    }
+    let lock: ReturnType<typeof acquireLock>
+    try {
+      lock = acquireLock(o.dir)
+    } catch (e) {
+      throw io(e, "take the log's lock")
+    }
+    if (lock._tag === "Held") {
+      throw new DeliveryLogError({
+        reason: "locked",
+        message: `The delivery log is open in process ${lock.pid ?? "(unknown)"}; close it there first (only one process may write a log directory)`,
+        path: lock.path
+      })
+    }
+    try {
+      const r = recover(o.dir, o.maxRecordBytes + READ_SLACK)
+      finishRecovery(o.dir, r, o.sync)
+      const segments = new Map<number, KeptSegment>()
+      for (const s of r.segments) segments.set(s.number, s)
+      let active: { number: number; fd: number; size: number }
+      if (r.active !== undefined) {
+        const fd = fs.openSync(join(o.dir, segmentName(r.active.number, "log")), "r+")
+        active = { number: r.active.number, fd, size: r.active.bytes }
+      } else {
+        const number = r.highestNumber + 1
+        active = { number, fd: createSegment(o.dir, number, o.sync).fd, size: 0 }
+        segments.set(number, { number, kind: "log", bytes: 0 })
+      }
+      let core: LogCore | undefined
+      const writer = new GroupCommitWriter(o.dir, active, o.segmentBytes, o.sync, {
+        onRoll: (n) => core?.rolled(n),
+        onWritten: (n, b) => core?.written(n, b)
+      })
+      core = new LogCore(o, lock.path, r.state, r.nextLsn, segments, writer, hooks)
+      core.lastNow = now
+      r.state.evict(now, o.dedupeWindowMs)
+      const notes: OpenNotes = {
+        ...(r.truncate !== undefined ? { truncated: r.truncate } : {}),
+        ...(lock.tookOverFrom !== undefined ? { tookOverLockFrom: lock.tookOverFrom } : {})
+      }
+      return { core, notes }
+    } catch (e) {
+      releaseLock(lock.path)
+      if (e instanceof DeliveryLogError) throw e
+      if (e instanceof CorruptLog) {
+        throw new DeliveryLogError({
+          reason: "corrupt",
+          message: `The delivery log is corrupt: ${e.message}; nothing was changed on disk (restore the file from a backup, or move it away to start without it)`,
+          path: e.path
+        })
+      }
+      throw io(e, "recover the log")
+    }
+  }
+
+  private rolled(number: number): void {
+    this.segments.set(number, { number, kind: "log", bytes: 0 })
+  }
+
+  private written(number: number, bytes: number): void {
+    const s = this.segments.get(number)
+    if (s !== undefined) s.bytes += bytes
+    this.totalBytes += bytes
+    const deadWeight = this.totalBytes - this.state.liveBytes
+    if (!this.compacting && this.segments.size >= 2 && deadWeight >= this.o.segmentBytes && deadWeight > this.state.liveBytes) {
+      this.onCompactionWanted()
+    }
+  }
+
+  /** The reason every call fails now, if any. */
+  private refuse(): DeliveryLogError | undefined {
+    if (this.closed) return closedError()
+    const f = this.writer.failed
+    return f === undefined ? undefined : ioError(this.o.dir, f)
+  }
+
+  /** Frame a record, refusing (and writing nothing) if it is over `maxRecordBytes`. */
+  private frame(kind: Kind, json: string, what: string): Buffer | DeliveryLogError {
+    const bytes = Buffer.byteLength(json)
+    if (HEADER_BYTES + bytes > this.o.maxRecordBytes) {
+      return new DeliveryLogError({
+        reason: "too-large",
+        message: `Expected ${what} to encode to at most \`maxRecordBytes\` = ${this.o.maxRecordBytes} bytes, got ${HEADER_BYTES + bytes}; make it smaller or open the log with a larger \`maxRecordBytes\``
+      })
+    }
+    return encode(this.nextLsn++, kind, json, bytes)
+  }
+
+  /** Complete `done` once everything queued so far is durable. */
+  private afterDurable<A>(value: () => A, done: Done<A>): void {
+    this.writer.enqueue(undefined, (err) => (err ? done(ioError(this.o.dir, err)) : done(undefined, value())))
+  }
+
+  private write<A>(buf: Buffer, value: () => A, done: Done<A>): void {
+    this.writer.enqueue(buf, (err) => (err ? done(ioError(this.o.dir, err)) : done(undefined, value())))
+  }
+
+  append(m: OutboundMessage, now: number, done: Done<DeliveryEntry>): void {
+    const no = this.refuse()
+    if (no) return done(no)
+    const checked = checkMessage(m)
+    if (checked instanceof DeliveryLogError) return done(checked)
+    this.lastNow = now
+    const state = this.state
+    state.evict(now, this.o.dedupeWindowMs)
+    const key = checked.message.idempotencyKey
+    if (key !== undefined) {
+      const id = state.keys.get(key)
+      if (id !== undefined) {
+        const live = state.live.get(id)
+        if (live !== undefined) return live.committed ? done(undefined, live.entry) : this.afterDurable(() => live.entry, done)
+        const acked = state.acked.get(id)
+        if (acked?.entry !== undefined) return this.afterDurable(() => acked.entry!, done)
+      }
+    }
+    const id = randomUUID()
+    const seq = state.nextSeq
+    const json = `{"id":"${id}","seq":${seq},"enqueuedAt":${now},"message":${checked.json}}`
+    const buf = this.frame(Kind.append, json, "the message")
+    if (buf instanceof DeliveryLogError) return done(buf)
+    const entry = state.applyAppend({ id, seq, enqueuedAt: now, message: checked.message }, buf.length, false)
+    const live = state.live.get(id)!
+    this.write(
+      buf,
+      () => {
+        live.committed = true
+        return entry
+      },
+      done
+    )
+  }
+
+  attempt(id: string, failure: { readonly error: string; readonly nextAttemptAt: number }, done: Done<DeliveryEntry>): void {
+    const no = this.refuse()
+    if (no) return done(no)
+    if (failure === null || typeof failure !== "object" || typeof failure.error !== "string") {
+      return done(new DeliveryLogError({ reason: "invalid", message: `Expected \`error\` to be a string, got \`${typeof failure?.error}\`` }))
+    }
+    if (typeof failure.nextAttemptAt !== "number" || !Number.isFinite(failure.nextAttemptAt)) {
+      return done(new DeliveryLogError({ reason: "invalid", message: `Expected \`nextAttemptAt\` to be an epoch-ms number, got \`${String(failure.nextAttemptAt)}\`` }))
+    }
+    const live = this.state.live.get(id)
+    if (live === undefined) return done(unknownId(String(id)))
+    if (live.entry.status === "dead") {
+      return done(new DeliveryLogError({ reason: "invalid", message: `Expected a pending entry, got dead entry \`${id}\`; requeue it before recording an attempt` }))
+    }
+    const p = { id, attempts: live.entry.attempts + 1, lastError: clipError(failure.error), nextAttemptAt: failure.nextAttemptAt }
+    const buf = this.frame(Kind.attempt, JSON.stringify(p), "the attempt")
+    if (buf instanceof DeliveryLogError) return done(buf)
+    const entry = this.state.applyAttempt(p)!
+    this.write(buf, () => entry, done)
+  }
+
+  ack(id: string, now: number, done: Done<void>): void {
+    const no = this.refuse()
+    if (no) return done(no)
+    this.lastNow = now
+    this.state.evict(now, this.o.dedupeWindowMs)
+    if (!this.state.live.has(id)) {
+      // Acked already (within the window): idempotent, once that ack is durable.
+      if (this.state.acked.has(id)) return this.afterDurable(() => undefined, done)
+      return done(unknownId(String(id)))
+    }
+    const p = { id, at: now }
+    const buf = this.frame(Kind.ack, JSON.stringify(p), "the ack")
+    if (buf instanceof DeliveryLogError) return done(buf)
+    this.state.applyAck(p)
+    this.write(buf, () => undefined, done)
+  }
+
+  deadLetter(id: string, reason: string, done: Done<void>): void {
+    const no = this.refuse()
+    if (no) return done(no)
+    if (typeof reason !== "string") {
+      return done(new DeliveryLogError({ reason: "invalid", message: `Expected \`reason\` to be a string, got \`${typeof reason}\`` }))
+    }
+    const live = this.state.live.get(id)
+    if (live === undefined) return done(unknownId(String(id)))
+    if (live.entry.status === "dead") return this.afterDurable(() => undefined, done)
+    const p = { id, reason: clipError(reason) }
+    const buf = this.frame(Kind.dead, JSON.stringify(p), "the dead-letter reason")
+    if (buf instanceof DeliveryLogError) return done(buf)
+    this.state.applyDead(p)
+    this.write(buf, () => undefined, done)
+  }
+
+  requeue(id: string, done: Done<void>): void {
+    const no = this.refuse()
+    if (no) return done(no)
+    const live = this.state.live.get(id)
+    if (live === undefined) return done(unknownId(String(id)))
+    if (live.entry.status === "pending") return this.afterDurable(() => undefined, done)
+    const p = { id }
+    const buf = this.frame(Kind.requeue, JSON.stringify(p), "the requeue")
+    if (buf instanceof DeliveryLogError) return done(buf)
+    this.state.applyRequeue(p)
+    this.write(buf, () => undefined, done)
+  }
+
+  flush(done: Done<void>): void {
+    const no = this.refuse()
+    if (no) return done(no)
+    this.afterDurable(() => undefined, done)
+  }
+
+  /** Committed entry `id`, if pending or dead. */
+  get(id: string): DeliveryEntry | undefined {
+    const l = this.state.live.get(id)
+    return l !== undefined && l.committed ? l.entry : undefined
+  }
+
+  /** Committed entries with `status`, in seq order. */
+  list(status: "pending" | "dead"): Array<DeliveryEntry> {
+    const out: Array<DeliveryEntry> = []
+    for (const l of this.state.live.values()) if (l.committed && l.entry.status === status) out.push(l.entry)
+    return out
+  }
+
+  stats(): { pending: number; dead: number; segments: number; bytes: number } {
+    return { pending: this.state.pending, dead: this.state.dead, segments: this.segments.size, bytes: this.totalBytes }
+  }
+
+  /** Run one compaction after any running one. Rejects with `DeliveryLogError`. */
+  compact(): Promise<void> {
+    const run = this.compaction.then(() => this.compactOnce())
+    this.compaction = run.catch(() => undefined)
+    return run
+  }
+
+  private async compactOnce(): Promise<void> {
+    const no = this.refuse()
+    if (no) throw no
+    this.compacting = true
+    let reserved = -1
+    try {
+      const cp = await this.writer.requestCheckpoint((): Captured => {
+        this.state.evict(this.lastNow, this.o.dedupeWindowMs)
+        return {
+          entries: Array.from(this.state.live.values(), (l) => l.entry),
+          acked: Array.from(this.state.acked),
+          nextSeq: this.state.nextSeq,
+          nextLsn: this.nextLsn
+        }
+      })
+      reserved = cp.reserved
+      this.hooks.step?.("checkpointed")
+      const size = await writeSnapshot(this.o.dir, cp.reserved, cp.captured, this.o.sync, this.hooks)
+      const replaced: Array<string> = []
+      for (const s of this.segments.values()) {
+        if (s.number < cp.reserved) {
+          replaced.push(segmentName(s.number, s.kind))
+          this.segments.delete(s.number)
+          this.totalBytes -= s.bytes
+        }
+      }
+      this.segments.set(cp.reserved, { number: cp.reserved, kind: "snap", bytes: size })
+      this.totalBytes += size
+      removeReplaced(this.o.dir, replaced, this.o.sync, this.hooks)
+    } catch (e) {
+      if (reserved >= 0) fs.rmSync(join(this.o.dir, `${segmentName(reserved, "snap")}.tmp`), { force: true })
+      if (e instanceof DeliveryLogError) throw e
+      throw new DeliveryLogError({
+        reason: "io",
+        message: `Compaction failed (${(e as NodeJS.ErrnoException)?.code ?? String(e)}); the log keeps its segments as they were and goes on`,
+        path: this.o.dir
+      })
+    } finally {
+      this.compacting = false
+    }
+  }
+
+  /** Refuse new calls, wait for compaction and queued records, close files, release the lock. */
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    await this.compaction
+    await this.writer.close()
+    releaseLock(this.lockPath)
+  }
+}

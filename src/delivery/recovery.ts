@@ -1,0 +1,198 @@
+/**
+ * Recovery on open: replay the newest snapshot and every log segment after it, tell a torn tail from
+ * corruption, and plan (but not perform) the changes that finish recovery. Nothing on disk is touched
+ * until the whole directory has been read and found sound; corruption throws `CorruptLog`.
+ */
+import * as fs from "node:fs"
+import { join } from "node:path"
+import { describeInvalid, Kind, type Decoded } from "./record.js"
+import { type SegmentFile, SegmentReader, fsyncDir, listSegments } from "./segment.js"
+import {
+  type AckedPayload,
+  type AckPayload,
+  type AppendPayload,
+  type AttemptPayload,
+  type DeadPayload,
+  LogState,
+  type RequeuePayload,
+  type SnapshotBeginPayload,
+  type SnapshotEndPayload
+} from "./state.js"
+import type { DeliveryEntry } from "./types.js"
+
+/** The log is damaged at `path`, `offset`: open must refuse and change nothing. */
+export class CorruptLog extends Error {
+  constructor(
+    readonly path: string,
+    readonly offset: number,
+    detail: string
+  ) {
+    super(`${detail} in ${path} at offset ${offset}`)
+  }
+}
+
+/** A file the log keeps, with its size. */
+export interface KeptSegment {
+  readonly number: number
+  readonly kind: "log" | "snap"
+  bytes: number
+}
+
+/** What replay found and what must be done to finish recovery. */
+export interface Recovered {
+  readonly state: LogState
+  readonly nextLsn: number
+  readonly segments: Array<KeptSegment>
+  /** The `.log` segment to append to (the last one), if there is one after the newest snapshot. */
+  readonly active: KeptSegment | undefined
+  readonly highestNumber: number
+  readonly truncate: { readonly path: string; readonly offset: number; readonly why: string } | undefined
+  /** File names to delete: segments superseded by the newest snapshot, and temporary files. */
+  readonly remove: ReadonlyArray<string>
+}
+
+const parse = (d: Decoded, path: string, offset: number): any => {
+  try {
+    return JSON.parse(d.payload.toString("utf8"))
+  } catch {
+    throw new CorruptLog(path, offset, "a record whose payload is not JSON (its CRC-32 is valid)")
+  }
+}
+
+const applyLogRecord = (state: LogState, d: Decoded, path: string, offset: number): void => {
+  const p = parse(d, path, offset)
+  switch (d.kind) {
+    case Kind.append:
+      state.applyAppend(p as AppendPayload, d.bytes, true)
+      return
+    case Kind.attempt:
+      state.applyAttempt(p as AttemptPayload)
+      return
+    case Kind.ack:
+      state.applyAck(p as AckPayload)
+      return
+    case Kind.dead:
+      state.applyDead(p as DeadPayload)
+      return
+    case Kind.requeue:
+      state.applyRequeue(p as RequeuePayload)
+      return
+    default:
+      throw new CorruptLog(path, offset, `a snapshot record (kind ${d.kind}) in a log segment`)
+  }
+}
+
+const withFile = <A>(path: string, f: (fd: number, size: number) => A): A => {
+  const fd = fs.openSync(path, "r")
+  try {
+    return f(fd, fs.fstatSync(fd).size)
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
+/** Replay a snapshot: strict, it was complete and synced before it got its name. Returns the next lsn. */
+const replaySnapshot = (state: LogState, path: string, maxPayload: number): { nextLsn: number; size: number } =>
+  withFile(path, (fd, size) => {
+    const reader = new SegmentReader(fd, size, maxPayload)
+    let lsn = 0
+    let begin: SnapshotBeginPayload | undefined
+    for (;;) {
+      const at = reader.offset
+      const r = reader.next()
+      if (r === undefined) throw new CorruptLog(path, at, "a snapshot without its end record")
+      if (typeof r === "string") throw new CorruptLog(path, at, describeInvalid(r))
+      if (r.lsn !== lsn + 1) throw new CorruptLog(path, at, `record number ${r.lsn} where ${lsn + 1} was expected`)
+      lsn = r.lsn
+      const p = parse(r, path, at)
+      if (begin === undefined) {
+        if (r.kind !== Kind.snapshotBegin) throw new CorruptLog(path, at, "a snapshot not starting with its begin record")
+        begin = p as SnapshotBeginPayload
+        continue
+      }
+      if (r.kind === Kind.snapshotEntry) state.applyEntry(p as DeliveryEntry, r.bytes)
+      else if (r.kind === Kind.snapshotAcked) state.applyAcked(p as AckedPayload, r.bytes)
+      else if (r.kind === Kind.snapshotEnd) {
+        if ((p as SnapshotEndPayload).records !== lsn) throw new CorruptLog(path, at, "a snapshot end record with a wrong count")
+        if (reader.offset !== size) throw new CorruptLog(path, reader.offset, "bytes after a snapshot's end record")
+        if (begin.nextSeq > state.nextSeq) state.nextSeq = begin.nextSeq
+        return { nextLsn: begin.nextLsn, size }
+      } else throw new CorruptLog(path, at, `a log record (kind ${r.kind}) inside a snapshot`)
+    }
+  })
+
+/**
+ * Read `dir` and rebuild the state. `maxPayload` bounds every record length read. Throws `CorruptLog`
+ * on corruption, and the I/O error itself when a read fails.
+ */
+export const recover = (dir: string, maxPayload: number): Recovered => {
+  const { segments: files, temps } = listSegments(dir)
+  const state = new LogState()
+  let snapAt = -1
+  for (const f of files) if (f.kind === "snap") snapAt = f.number
+  const remove: Array<string> = [...temps]
+  const kept: Array<KeptSegment> = []
+  let expected = 1
+  if (snapAt >= 0) {
+    const name = files.find((f) => f.number === snapAt)!.name
+    const r = replaySnapshot(state, join(dir, name), maxPayload)
+    expected = r.nextLsn
+    kept.push({ number: snapAt, kind: "snap", bytes: r.size })
+  }
+  const logs: Array<SegmentFile> = []
+  for (const f of files) {
+    if (f.number < snapAt) remove.push(f.name)
+    else if (f.kind === "log") logs.push(f)
+  }
+  let truncate: Recovered["truncate"] = undefined
+  logs.forEach((f, i) => {
+    const path = join(dir, f.name)
+    const last = i === logs.length - 1
+    const size = withFile(path, (fd, size) => {
+      const reader = new SegmentReader(fd, size, maxPayload)
+      for (;;) {
+        const at = reader.offset
+        const r = reader.next()
+        if (r === undefined) return size
+        if (typeof r === "string") {
+          if (last && !reader.anyValidAfter(at, expected - 1)) {
+            truncate = { path, offset: at, why: describeInvalid(r) }
+            return at
+          }
+          throw new CorruptLog(path, at, describeInvalid(r))
+        }
+        if (r.lsn !== expected) {
+          throw new CorruptLog(path, at, `record number ${r.lsn} where ${expected} was expected (a segment is missing or misplaced)`)
+        }
+        applyLogRecord(state, r, path, at)
+        expected++
+      }
+    })
+    kept.push({ number: f.number, kind: "log", bytes: size })
+  })
+  const lastKept = kept[kept.length - 1]
+  return {
+    state,
+    nextLsn: expected,
+    segments: kept,
+    active: lastKept !== undefined && lastKept.kind === "log" ? lastKept : undefined,
+    highestNumber: files.length === 0 ? 0 : files[files.length - 1]!.number,
+    truncate,
+    remove
+  }
+}
+
+/** Perform what `recover` planned: cut the torn tail and delete superseded and temporary files. */
+export const finishRecovery = (dir: string, r: Recovered, sync: boolean): void => {
+  if (r.truncate !== undefined) {
+    const fd = fs.openSync(r.truncate.path, "r+")
+    try {
+      fs.ftruncateSync(fd, r.truncate.offset)
+      if (sync) fs.fsyncSync(fd)
+    } finally {
+      fs.closeSync(fd)
+    }
+  }
+  for (const name of r.remove) fs.rmSync(join(dir, name), { force: true })
+  if (sync && r.remove.length > 0) fsyncDir(dir)
+}

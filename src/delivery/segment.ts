@@ -1,0 +1,138 @@
+/**
+ * Segment files of the delivery log: their names, listing a directory, creating a segment durably,
+ * and reading records from one without trusting its lengths.
+ */
+import * as fs from "node:fs"
+import { join } from "node:path"
+import { decodeAt, HEADER_BYTES, type Decoded, type Invalid } from "./record.js"
+
+/** `0000000000000001.log` (records appended by the writer) or `0000000000000007.snap` (a compaction). */
+export interface SegmentFile {
+  readonly number: number
+  readonly kind: "log" | "snap"
+  readonly name: string
+}
+
+const NAME = /^(\d{16})\.(log|snap)$/
+const TMP = /^\d{16}\.snap\.tmp$/
+
+/** The file name of segment `number`. */
+export const segmentName = (number: number, kind: "log" | "snap"): string =>
+  `${String(number).padStart(16, "0")}.${kind}`
+
+/** Segments of `dir` in number order, and leftover temporary files of an interrupted compaction. */
+export const listSegments = (dir: string): { segments: Array<SegmentFile>; temps: Array<string> } => {
+  const segments: Array<SegmentFile> = []
+  const temps: Array<string> = []
+  for (const name of fs.readdirSync(dir)) {
+    const m = NAME.exec(name)
+    if (m) segments.push({ number: Number(m[1]), kind: m[2] as "log" | "snap", name })
+    else if (TMP.test(name)) temps.push(name)
+  }
+  segments.sort((a, b) => a.number - b.number)
+  return { segments, temps }
+}
+
+/** fsync a directory, so that creates, renames and unlinks in it are durable. */
+export const fsyncDir = (dir: string): void => {
+  const fd = fs.openSync(dir, "r")
+  try {
+    fs.fsyncSync(fd)
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
+/** Mode of every file the log creates. */
+export const FILE_MODE = 0o600
+/** Mode of the log directory when the log creates it. */
+export const DIR_MODE = 0o700
+
+/**
+ * Create an empty segment (it must not exist), sync it and the directory, and return it open for
+ * writing. `sync: false` skips both syncs (the `fsync: "never"` mode).
+ */
+export const createSegment = (dir: string, number: number, sync: boolean): { fd: number; path: string } => {
+  const path = join(dir, segmentName(number, "log"))
+  const fd = fs.openSync(path, fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_RDWR, FILE_MODE)
+  try {
+    if (sync) {
+      fs.fsyncSync(fd)
+      fsyncDir(dir)
+    }
+  } catch (e) {
+    fs.closeSync(fd)
+    throw e
+  }
+  return { fd, path }
+}
+
+const WINDOW = 1 << 20
+
+/**
+ * Reads records of one file front to back through a bounded window. A declared length is checked
+ * against `maxPayload` before the window grows to hold it.
+ */
+export class SegmentReader {
+  private buf: Buffer = Buffer.alloc(0)
+  private bufStart = 0
+  private bufLen = 0
+  offset = 0
+
+  constructor(
+    private readonly fd: number,
+    readonly size: number,
+    private readonly maxPayload: number
+  ) {}
+
+  private fill(at: number, want: number): void {
+    const need = Math.min(Math.max(want, WINDOW), this.size - at)
+    if (this.buf.length < need) this.buf = Buffer.allocUnsafe(need)
+    let got = 0
+    while (got < need) {
+      const n = fs.readSync(this.fd, this.buf, got, need - got, at + got)
+      if (n === 0) break
+      got += n
+    }
+    this.bufStart = at
+    this.bufLen = got
+  }
+
+  /** The record at `offset`, or why there is none; `undefined` at the end of the file. */
+  next(): Decoded | Invalid | undefined {
+    const at = this.offset
+    if (at >= this.size) return undefined
+    if (at < this.bufStart || at + HEADER_BYTES > this.bufStart + this.bufLen) this.fill(at, HEADER_BYTES)
+    let rel = at - this.bufStart
+    let r = decodeAt(this.buf, rel, this.bufLen - rel, this.size - at, this.maxPayload)
+    if (r === "cut-short" && this.size - at > this.bufLen - rel) {
+      // The window ends before the record: only now that the length passed its check, widen it.
+      this.fill(at, HEADER_BYTES + this.buf.readUInt32BE(rel + 4))
+      rel = 0
+      r = decodeAt(this.buf, rel, this.bufLen, this.size - at, this.maxPayload)
+    }
+    if (typeof r !== "string") this.offset = at + r.bytes
+    return r
+  }
+
+  /**
+   * Is there any record with a valid CRC and an lsn above `afterLsn` at or past `from`? Used to tell a
+   * torn tail (nothing valid follows) from corruption (valid records follow a bad one).
+   */
+  anyValidAfter(from: number, afterLsn: number): boolean {
+    const rest = this.size - from
+    if (rest < HEADER_BYTES) return false
+    const buf = Buffer.allocUnsafe(rest)
+    let got = 0
+    while (got < rest) {
+      const n = fs.readSync(this.fd, buf, got, rest - got, from + got)
+      if (n === 0) break
+      got += n
+    }
+    for (let p = 0; p + HEADER_BYTES <= got; p++) {
+      const r = decodeAt(buf, p, got - p, got - p, this.maxPayload)
+      if (typeof r !== "string" && r.lsn > afterLsn) return true
+    }
+    return false
+  }
+}

@@ -1,0 +1,148 @@
+/** Checks of `DeliveryLog.open` options and of what callers hand the log; messages say what to change. */
+import { DeliveryLogError } from "./errors.js"
+import type { OutboundMessage } from "./types.js"
+
+/** `DeliveryLog.open` options. */
+export interface OpenOptions {
+  /** Directory of the log; created (mode 0700) if missing. */
+  readonly dir: string
+  /**
+   * `"always"` (default): every mutating call returns only after its record is on disk (fdatasync,
+   * shared by overlapping calls). `"never"`: no sync at all — a process crash loses nothing, a power
+   * cut may lose anything. For tests only.
+   */
+  readonly fsync?: "always" | "never"
+  /** A segment is rolled once it would pass this size. Default 16 MiB. */
+  readonly segmentBytes?: number
+  /** Largest record (header + encoded message) accepted. Default 1 MiB. */
+  readonly maxRecordBytes?: number
+  /** How long an acked entry's idempotency key (and its id, for `ack`) is remembered. Default 24 h. */
+  readonly dedupeWindowMs?: number
+}
+
+/** `OpenOptions` with defaults filled in. */
+export interface ResolvedOptions {
+  readonly dir: string
+  readonly sync: boolean
+  readonly segmentBytes: number
+  readonly maxRecordBytes: number
+  readonly dedupeWindowMs: number
+}
+
+const show = (v: unknown): string => {
+  if (typeof v === "string") return JSON.stringify(v)
+  if (typeof v === "bigint") return `${v}n`
+  if (typeof v === "function") return "a function"
+  try {
+    return String(v)
+  } catch {
+    return typeof v
+  }
+}
+
+const invalid = (message: string): DeliveryLogError => new DeliveryLogError({ reason: "invalid", message })
+
+const positiveInteger = (name: string, v: unknown): DeliveryLogError | undefined =>
+  typeof v === "number" && Number.isSafeInteger(v) && v >= 1
+    ? undefined
+    : invalid(`Expected \`${name}\` to be an integer from 1 and up, got \`${show(v)}\``)
+
+/** Fill in defaults, or say which option is wrong. */
+export const resolveOptions = (o: OpenOptions): ResolvedOptions | DeliveryLogError => {
+  if (o === null || typeof o !== "object") return invalid(`Expected the options to be an object, got \`${show(o)}\``)
+  if (typeof o.dir !== "string" || o.dir.length === 0) {
+    return invalid(`Expected \`dir\` to be a non-empty string, got \`${show(o.dir)}\``)
+  }
+  const fsync = o.fsync ?? "always"
+  if (fsync !== "always" && fsync !== "never") {
+    return invalid(`Expected \`fsync\` to be "always" or "never", got \`${show(fsync)}\``)
+  }
+  const segmentBytes = o.segmentBytes ?? 16 * 1024 * 1024
+  const maxRecordBytes = o.maxRecordBytes ?? 1024 * 1024
+  const dedupeWindowMs = o.dedupeWindowMs ?? 24 * 60 * 60 * 1000
+  const bad =
+    positiveInteger("segmentBytes", segmentBytes) ??
+    positiveInteger("maxRecordBytes", maxRecordBytes) ??
+    (typeof dedupeWindowMs === "number" && Number.isFinite(dedupeWindowMs) && dedupeWindowMs > 0
+      ? undefined
+      : invalid(`Expected \`dedupeWindowMs\` to be a number above 0, got \`${show(dedupeWindowMs)}\``))
+  if (bad) return bad
+  return { dir: o.dir, sync: fsync === "always", segmentBytes, maxRecordBytes, dedupeWindowMs }
+}
+
+class NotJson extends Error {}
+
+const plainProto = (v: object): boolean => {
+  const p = Object.getPrototypeOf(v)
+  return p === Object.prototype || p === null || Array.isArray(v)
+}
+
+/** JSON.stringify that refuses what JSON cannot carry instead of dropping or mangling it. */
+const strictJson = (body: unknown): string => {
+  return JSON.stringify(body, function (this: any, key: string, value: unknown) {
+    const where = key === "" ? "`body`" : `\`body\` at key ${JSON.stringify(key)}`
+    switch (typeof value) {
+      case "undefined":
+        throw new NotJson(`${where} is undefined`)
+      case "function":
+        throw new NotJson(`${where} is a function`)
+      case "symbol":
+        throw new NotJson(`${where} is a symbol`)
+      case "bigint":
+        throw new NotJson(`${where} is a BigInt (send it as a string)`)
+      case "number":
+        if (!Number.isFinite(value)) throw new NotJson(`${where} is ${value}`)
+        return value
+      case "object":
+        if (value === null) return value
+        if (!plainProto(value)) throw new NotJson(`${where} is a ${value.constructor?.name ?? "non-plain object"} (send plain objects and arrays)`)
+        return value
+      default:
+        return value
+    }
+  })
+}
+
+/** The checked message (a copy, as replay will see it) and its body's JSON. */
+export interface CheckedMessage {
+  readonly message: OutboundMessage
+  readonly json: string
+}
+
+const nonEmpty = (name: string, v: unknown): DeliveryLogError | undefined =>
+  typeof v === "string" && v.length > 0 ? undefined : invalid(`Expected \`${name}\` to be a non-empty string, got \`${show(v)}\``)
+
+/** Check a message and encode it as JSON; nothing about it is logged (bodies may hold secrets). */
+export const checkMessage = (m: OutboundMessage): CheckedMessage | DeliveryLogError => {
+  if (m === null || typeof m !== "object") return invalid(`Expected the message to be an object, got \`${show(m)}\``)
+  const bad =
+    nonEmpty("channel", m.channel) ??
+    nonEmpty("to", m.to) ??
+    (m.idempotencyKey === undefined ? undefined : nonEmpty("idempotencyKey", m.idempotencyKey))
+  if (bad) return bad
+  let body: string
+  try {
+    body = strictJson(m.body)
+  } catch (e) {
+    if (e instanceof NotJson) return invalid(`Expected \`body\` to be a JSON value: ${e.message}`)
+    const circular = e instanceof TypeError && /circular/i.test(e.message)
+    return invalid(
+      circular
+        ? "Expected `body` to be a JSON value: it is circular (it contains itself); send a tree"
+        : `Expected \`body\` to be a JSON value: it could not be serialised (${(e as Error).message})`
+    )
+  }
+  const key = m.idempotencyKey === undefined ? "" : `,"idempotencyKey":${JSON.stringify(m.idempotencyKey)}`
+  const json = `{"channel":${JSON.stringify(m.channel)},"to":${JSON.stringify(m.to)},"body":${body}${key}}`
+  const message: OutboundMessage =
+    m.idempotencyKey === undefined
+      ? { channel: m.channel, to: m.to, body: JSON.parse(body) }
+      : { channel: m.channel, to: m.to, body: JSON.parse(body), idempotencyKey: m.idempotencyKey }
+  return { message, json }
+}
+
+/** Longest `lastError` / dead-letter reason kept; longer ones are cut (records stay small). */
+export const MAX_ERROR_CHARS = 2000
+
+/** Cut an error text to `MAX_ERROR_CHARS`. */
+export const clipError = (s: string): string => (s.length <= MAX_ERROR_CHARS ? s : `${s.slice(0, MAX_ERROR_CHARS)}…`)
