@@ -1,0 +1,8 @@
+/** The agent runtime's own typed failures (the queue's and the delivery log's come from their parts). */
+import { Data } from "effect"
+
+/** A bad option given to `Agent.make`; `field` names the option (its path), e.g. `"cron[0].schedule"`. */
+export class AgentConfigInvalid extends Data.TaggedError("AgentConfigInvalid")<{
+  readonly field: string
+  readonly message: string
+}> {}

@@ -1,0 +1,45 @@
+/** What an agent reports while it works: the events `onEvent` receives, and the result of a turn. */
+import type { DeliveryEntry } from "../delivery/index.js"
+import type { TurnKind } from "./Transcripts.js"
+
+/** The outcome of a turn. */
+export interface TurnResult {
+  readonly session: string
+  readonly kind: TurnKind
+  /** The turn's number within its session (0 when there was nothing to answer). */
+  readonly turn: number
+  readonly text: string
+  /** How many user messages the turn answered (1 for heartbeat and cron runs). */
+  readonly messages: number
+  /** A heartbeat reply of exactly `HEARTBEAT_OK`: not delivered. */
+  readonly suppressed: boolean
+  /** The delivery id of the reply (absent when suppressed or when there was nothing to answer). */
+  readonly id?: string
+  readonly job?: string
+}
+
+/** An event of an agent, for a user interface or a log. Delivered to `onEvent` synchronously. */
+export type AgentEvent =
+  /** A turn started: `messages` user messages to answer (1 for heartbeat and cron runs). */
+  | {
+    readonly type: "turn-started"
+    readonly kind: TurnKind
+    readonly session: string
+    readonly turn: number
+    readonly messages: number
+    readonly job?: string
+  }
+  /** A chunk of a reply as the model streams it. */
+  | { readonly type: "text"; readonly kind: TurnKind; readonly session: string; readonly turn: number; readonly chunk: string }
+  /** A turn ended; its reply (unless suppressed) is in the delivery log. */
+  | ({ readonly type: "turn-ended" } & TurnResult)
+  /** A turn failed (the model, the transcript or the log); accepted user messages stay for the next turn. */
+  | { readonly type: "turn-failed"; readonly kind: TurnKind; readonly session: string; readonly error: string }
+  /** A heartbeat turn ended. */
+  | { readonly type: "heartbeat"; readonly suppressed: boolean; readonly text: string; readonly id?: string }
+  /** The channel took an entry. */
+  | { readonly type: "delivered"; readonly entry: DeliveryEntry }
+  /** The channel failed an entry (it is retried, or dead when permanent / out of attempts). */
+  | { readonly type: "delivery-failed"; readonly entry: DeliveryEntry; readonly error: string }
+  /** On start: a session had accepted messages left (`messages`) or a reply to log (`replies`) from before. */
+  | { readonly type: "recovered"; readonly session: string; readonly messages: number; readonly replies: number }
