@@ -21,10 +21,15 @@ export const makeProbe = <K = string>() => {
 
   const push = (event: string) => {
     events.push(event)
-    for (let i = waiters.length - 1; i >= 0; i--) {
-      if (waiters[i]!.pred()) {
-        Deferred.doneUnsafe(waiters[i]!.done, Effect.void)
+    // A waiter resumes synchronously and may push events or add waiters: unlink before resuming.
+    for (let i = 0; i < waiters.length;) {
+      const w = waiters[i]!
+      if (w.pred()) {
         waiters.splice(i, 1)
+        Deferred.doneUnsafe(w.done, Effect.void)
+        i = 0
+      } else {
+        i++
       }
     }
   }
