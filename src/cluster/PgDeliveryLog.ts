@@ -13,6 +13,7 @@ import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { DeliveryLogError } from "../delivery/errors.js"
 import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "../delivery/types.js"
+import { notJson } from "./json.js"
 
 /** Options of {@link make}. */
 export interface PgDeliveryLogOptions {
@@ -165,15 +166,9 @@ export const make = (
         if (message.channel.includes("\u0000") || message.to.includes("\u0000") || message.idempotencyKey?.includes("\u0000")) {
           return yield* invalid("invalid", "Expected `channel`, `to` and `idempotencyKey` without NUL characters (Postgres text cannot hold them)")
         }
-        let body: string | undefined
-        try {
-          body = JSON.stringify(message.body)
-        } catch (e) {
-          return yield* invalid("invalid", `Expected \`body\` to be JSON-serialisable: ${(e as Error).message}`)
-        }
-        if (body === undefined) {
-          return yield* invalid("invalid", "Expected `body` to be a JSON value, got `undefined`")
-        }
+        const bad = notJson(message.body, "body")
+        if (bad !== undefined) return yield* invalid("invalid", `Expected \`body\` to be a JSON value: ${bad}`)
+        const body = JSON.stringify(message.body)
         const bytes = Buffer.byteLength(body) + Buffer.byteLength(message.channel) + Buffer.byteLength(message.to) +
           Buffer.byteLength(message.idempotencyKey ?? "")
         if (bytes > maxRecordBytes) {
@@ -192,7 +187,7 @@ export const make = (
             yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`${table}\u001e${key}`}))`
             const existing = yield* sql.unsafe<Row>(
               `SELECT ${cols} FROM ${table} WHERE idempotency_key = $1
-               AND (status <> 'acked' OR acked_at >= $2) ORDER BY seq DESC LIMIT 1`,
+               AND (status <> 'acked' OR acked_at > $2) ORDER BY seq DESC LIMIT 1`,
               [key, now - dedupeWindowMs]
             )
             if (existing.length > 0) {
@@ -302,7 +297,7 @@ export const make = (
       compact: Effect.flatMap(Clock.currentTimeMillis, (now) =>
         guard(
           "compact",
-          Effect.asVoid(sql.unsafe(`DELETE FROM ${table} WHERE status = 'acked' AND acked_at < $1`, [now - dedupeWindowMs]))
+          Effect.asVoid(sql.unsafe(`DELETE FROM ${table} WHERE status = 'acked' AND acked_at <= $1`, [now - dedupeWindowMs]))
         )),
       claim: ({ owner, limit, leaseMs }) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) =>
