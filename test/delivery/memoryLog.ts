@@ -1,22 +1,24 @@
 /**
- * An in-memory `DeliveryLog` for fast unit tests of the delivery queue: same contract as the file log
- * (seq order, idempotency keys, unknown-id, idempotent ack), no disk. Fault injection: `failNext(op)`
+ * An in-memory `DeliveryLog` for fast unit tests of the delivery queue: the same contract as the file
+ * log (seq order, idempotency keys and their 24 h window, bad input, unknown-id, idempotent ack, closed;
+ * checked by DeliveryQueue.memoryLog.test.ts against test/delivery/contract.ts), no disk. Fault injection: `failNext(op)`
  * makes the next call(s) of `op` fail with a `DeliveryLogError`; `hold(op)` parks the next call until
  * released. Every call is recorded in `calls`.
  */
 import { Clock, Deferred, Effect, Option } from "effect"
+import type { Scope } from "effect"
 import { DeliveryLogError } from "../../src/delivery/errors.js"
 import type { DeliveryLogErrorReason } from "../../src/delivery/errors.js"
 import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "../../src/delivery/types.js"
 
-export type LogOpName = "append" | "attempt" | "ack" | "deadLetter" | "requeue" | "flush"
+export type LogOpName = "append" | "attempt" | "ack" | "deadLetter" | "requeue" | "flush" | "compact"
 
 export type LogCall =
   | { readonly op: "append"; readonly id: string; readonly message: OutboundMessage }
   | { readonly op: "attempt"; readonly id: string; readonly error: string; readonly nextAttemptAt: number; readonly at: number }
   | { readonly op: "ack" | "requeue"; readonly id: string }
   | { readonly op: "deadLetter"; readonly id: string; readonly reason: string }
-  | { readonly op: "flush" }
+  | { readonly op: "flush" | "compact" }
 
 export interface MemoryLog extends DeliveryLog {
   /** Every mutating call in order, failed ones included (`failed: true`). */
@@ -27,12 +29,60 @@ export interface MemoryLog extends DeliveryLog {
   readonly hold: (op: LogOpName) => { readonly reached: Deferred.Deferred<void>; readonly release: Effect.Effect<void> }
   /** Ids acked so far, in order. */
   readonly acked: Array<string>
+  /** From now on every call fails with `reason: "closed"` (what closing a store's Scope does). */
+  readonly close: () => void
   /** Puts an entry in as it would be after a restart (keeps its seq, attempts, nextAttemptAt). */
   readonly seed: (entry: Omit<DeliveryEntry, "seq" | "status" | "id"> & { readonly id?: string }) => DeliveryEntry
 }
 
+const DEDUPE_WINDOW_MS = 24 * 60 * 60 * 1000
+const MAX_RECORD_BYTES = 1024 * 1024
+
+/** Why `body` is not a JSON value (strict: no undefined, NaN, BigInt, functions or cycles), or undefined. */
+const notJson = (value: unknown, seen: Set<object>): string | undefined => {
+  if (value === null || typeof value === "string" || typeof value === "boolean") return undefined
+  if (typeof value === "number") return Number.isFinite(value) ? undefined : `the number ${value}`
+  if (typeof value !== "object") return `a ${typeof value}`
+  if (seen.has(value)) return "a cycle"
+  seen.add(value)
+  const values = Array.isArray(value) ? value : Object.values(value)
+  for (const v of values) {
+    const why = notJson(v, seen)
+    if (why !== undefined) return why
+  }
+  seen.delete(value)
+  return undefined
+}
+
+const invalid = (message: string) => new DeliveryLogError({ reason: "invalid", message })
+
+/** Checks a message as the file log does; the error, or the byte size of its JSON. */
+const check = (message: OutboundMessage): DeliveryLogError | number => {
+  if (typeof message.channel !== "string" || message.channel.length === 0) {
+    return invalid("Expected `channel` to be a non-empty string, got `\"\"`")
+  }
+  if (typeof message.to !== "string" || message.to.length === 0) return invalid("Expected `to` to be a non-empty string, got `\"\"`")
+  const why = notJson(message.body, new Set())
+  if (why !== undefined) return invalid(`Expected \`body\` to be a JSON value, got ${why}`)
+  const bytes = Buffer.byteLength(JSON.stringify(message))
+  if (bytes > MAX_RECORD_BYTES) {
+    return new DeliveryLogError({
+      reason: "too-large",
+      message: `Expected the message to fit \`maxRecordBytes\` (${MAX_RECORD_BYTES}), got ${bytes} bytes`
+    })
+  }
+  return bytes
+}
+
+/** The memory log as a scoped store (closing the Scope closes it), e.g. for the DeliveryLog contract. */
+export const makeMemoryLogScoped = (): Effect.Effect<MemoryLog, never, Scope.Scope> =>
+  Effect.acquireRelease(Effect.sync(makeMemoryLog), (log) => Effect.sync(log.close))
+
 export const makeMemoryLog = (): MemoryLog => {
   let seq = 0
+  let closed = false
+  /** Acked entries that carried an idempotency key, with when they were acked. */
+  const ackedKeys = new Map<string, { readonly entry: DeliveryEntry; readonly at: number }>()
   const live = new Map<string, DeliveryEntry>() // pending and dead, insertion = seq order
   const keys = new Map<string, DeliveryEntry>()
   const calls: Array<LogCall & { readonly failed: boolean }> = []
@@ -48,6 +98,7 @@ export const makeMemoryLog = (): MemoryLog => {
         Deferred.doneUnsafe(held.reached, Effect.void)
         yield* Deferred.await(held.gate)
       }
+      if (closed) return yield* new DeliveryLogError({ reason: "closed", message: "The memory log is closed; make a new one" })
       const fault = faults.get(op)
       if (fault !== undefined && fault.times > 0) {
         fault.times--
@@ -85,12 +136,25 @@ export const makeMemoryLog = (): MemoryLog => {
       live.set(entry.id, entry)
       return entry
     },
+    close: () => {
+      closed = true
+    },
     append: (message) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) => {
+        if (closed) return Effect.fail(new DeliveryLogError({ reason: "closed", message: "The memory log is closed; make a new one" }))
         if (message.idempotencyKey !== undefined) {
           const existing = keys.get(message.idempotencyKey)
-          if (existing !== undefined) return Effect.succeed(live.get(existing.id) ?? existing)
+          if (existing !== undefined) {
+            const current = live.get(existing.id)
+            if (current !== undefined) return Effect.succeed(current)
+            const acked = ackedKeys.get(message.idempotencyKey)
+            if (acked !== undefined && now - acked.at < DEDUPE_WINDOW_MS) return Effect.succeed(acked.entry)
+            keys.delete(message.idempotencyKey)
+            ackedKeys.delete(message.idempotencyKey)
+          }
         }
+        const checked = check(message)
+        if (typeof checked !== "number") return Effect.fail(checked)
         const id = `m-${seq + 1}`
         return lift("append", { op: "append", id, message }, () => {
           const s = ++seq
@@ -109,12 +173,14 @@ export const makeMemoryLog = (): MemoryLog => {
           return next
         })),
     ack: (id) =>
-      lift("ack", { op: "ack", id }, () => {
-        if (acked.includes(id) && !live.has(id)) return
-        mustGet(id)
-        live.delete(id)
-        acked.push(id)
-      }),
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        lift("ack", { op: "ack", id }, () => {
+          if (acked.includes(id) && !live.has(id)) return
+          const e = mustGet(id)
+          live.delete(id)
+          acked.push(id)
+          if (e.message.idempotencyKey !== undefined) ackedKeys.set(e.message.idempotencyKey, { entry: e, at: now })
+        })),
     deadLetter: (id, reason) =>
       lift("deadLetter", { op: "deadLetter", id, reason }, () => {
         const e = mustGet(id)
@@ -136,7 +202,7 @@ export const makeMemoryLog = (): MemoryLog => {
       return { pending, dead, segments: 0, bytes: 0 }
     }),
     flush: lift("flush", { op: "flush" }, () => undefined),
-    compact: Effect.void
+    compact: lift("compact", { op: "compact" }, () => undefined)
   }
   return log
 }
