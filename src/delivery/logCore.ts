@@ -52,6 +52,8 @@ export class LogCore {
   private compacting = false
   private totalBytes = 0
   private lastNow = 0
+  /** Size of the newest snapshot: the log must grow past it (and past a segment) before compacting again. */
+  private baseline = 0
   /** Called when dead weight passed the threshold; the owner runs `compact()` in the background. */
   onCompactionWanted: () => void = () => {}
 
@@ -64,7 +66,10 @@ export class LogCore {
     private readonly writer: GroupCommitWriter,
     private readonly hooks: CompactionHooks
   ) {
-    for (const s of segments.values()) this.totalBytes += s.bytes
+    for (const s of segments.values()) {
+      this.totalBytes += s.bytes
+      if (s.kind === "snap") this.baseline = s.bytes
+    }
   }
 
   /** Create the directory, take the lock, recover, and start the writer. Throws `DeliveryLogError`. */
@@ -142,8 +147,18 @@ export class LogCore {
     const s = this.segments.get(number)
     if (s !== undefined) s.bytes += bytes
     this.totalBytes += bytes
+    // Dead weight is an estimate (live bytes are counted by append size); requiring the log to have
+    // grown by the last snapshot's size as well makes compaction amortised even when it is off.
+    const grown = this.totalBytes - this.baseline
     const deadWeight = this.totalBytes - this.state.liveBytes
-    if (!this.compacting && this.segments.size >= 2 && deadWeight >= this.o.segmentBytes && deadWeight > this.state.liveBytes) {
+    if (
+      !this.compacting &&
+      this.segments.size >= 2 &&
+      grown >= this.o.segmentBytes &&
+      grown >= this.baseline &&
+      deadWeight >= this.o.segmentBytes &&
+      deadWeight > this.state.liveBytes
+    ) {
       this.onCompactionWanted()
     }
   }
@@ -336,6 +351,7 @@ export class LogCore {
       }
       this.segments.set(cp.reserved, { number: cp.reserved, kind: "snap", bytes: size })
       this.totalBytes += size
+      this.baseline = size
       removeReplaced(this.o.dir, replaced, this.o.sync, this.hooks)
     } catch (e) {
       if (reserved >= 0) fs.rmSync(join(this.o.dir, `${segmentName(reserved, "snap")}.tmp`), { force: true })

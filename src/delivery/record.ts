@@ -95,7 +95,7 @@ export const describeInvalid = (why: Invalid): string => {
     case "short-header":
       return "a record header cut short"
     case "too-long":
-      return "a record length over the limit"
+      return "a record length over the limit (if `maxRecordBytes` was lowered since it was written, raise it back)"
     case "cut-short":
       return "a record cut short"
     case "bad-kind":

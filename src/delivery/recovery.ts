@@ -155,7 +155,9 @@ export const recover = (dir: string, maxPayload: number): Recovered => {
         const r = reader.next()
         if (r === undefined) return size
         if (typeof r === "string") {
-          if (last && !reader.anyValidAfter(at, expected - 1)) {
+          // A torn write leaves a prefix: a cut record, or one failing its CRC. A length over the limit
+          // is never that (unless the limit was lowered since), so it is corruption wherever it is.
+          if (last && r !== "too-long" && !reader.anyValidAfter(at, expected - 1)) {
             truncate = { path, offset: at, why: describeInvalid(r) }
             return at
           }
