@@ -30,6 +30,8 @@ export interface ReplyBody {
   readonly messages: number
   /** The cron job's name, for a cron run. */
   readonly job?: string
+  /** The turn's number within its session. */
+  readonly turn?: number
 }
 
 /** Reads a `ReplyBody` out of an entry; `undefined` when the entry was not written by an agent. */
@@ -40,9 +42,14 @@ export const replyOf = (entry: DeliveryEntry): ReplyBody | undefined => {
   if (typeof b.session !== "string" || typeof b.text !== "string") return undefined
   const kind = b.kind === "heartbeat" || b.kind === "cron" ? b.kind : "user"
   const messages = typeof b.messages === "number" ? b.messages : 1
-  return typeof b.job === "string"
-    ? { session: b.session, kind, text: b.text, messages, job: b.job }
-    : { session: b.session, kind, text: b.text, messages }
+  return {
+    session: b.session,
+    kind,
+    text: b.text,
+    messages,
+    ...(typeof b.job === "string" ? { job: b.job } : {}),
+    ...(typeof b.turn === "number" ? { turn: b.turn } : {})
+  }
 }
 
 const defaultConsoleFormat = (entry: DeliveryEntry): string => {

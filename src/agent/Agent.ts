@@ -1,0 +1,239 @@
+/**
+ * The agent runtime: user turns on lane `main` keyed by session, a heartbeat on lane `heartbeat`,
+ * cron jobs on lane `cron`, every reply written to the delivery log before a channel sees it.
+ *
+ * A user message is journaled in its session's transcript file (accepted) before `send` returns;
+ * a turn answers every accepted, unanswered message of its session at the moment it starts, so
+ * messages that arrive while a turn runs are answered together by the next one. What a crash
+ * interrupts is finished on the next start: accepted messages are answered, a reply recorded and
+ * not yet in the log is appended (once: its idempotency key is the session and turn number).
+ */
+import { Deferred, Effect, Fiber } from "effect"
+import type { Scope } from "effect"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { CommandQueue } from "../queue/index.js"
+import type { AdmissionError, LanesConfigInvalid, RequestError } from "../queue/index.js"
+import { DeliveryLog, DeliveryQueue } from "../delivery/index.js"
+import type { DeliveryEntry, DeliveryLogError, DeliveryFailure } from "../delivery/index.js"
+import type { Channel } from "./Channel.js"
+import { cronSession, parseJobs, runSchedule } from "./CronJobs.js"
+import type { CronJob } from "./CronJobs.js"
+import { AgentConfigInvalid } from "./errors.js"
+import type { AgentEvent, TurnResult } from "./events.js"
+import { HEARTBEAT_SESSION, heartbeatPrompt, runHeartbeat } from "./Heartbeat.js"
+import type { HeartbeatOptions } from "./Heartbeat.js"
+import { Model } from "./Model.js"
+import type { ModelError } from "./Model.js"
+import * as Transcripts from "./Transcripts.js"
+import { makeTurns } from "./turns.js"
+import { validateOptions } from "./options.js"
+
+export type { AgentEvent, TurnResult } from "./events.js"
+
+/** Options of {@link make}. */
+export interface AgentOptions {
+  /** The folder of the delivery log (`<stateDir>/deliveries`) and the transcripts (`<stateDir>/sessions`); created 0700. */
+  readonly stateDir: string
+  /** Where replies go. */
+  readonly channel: Channel
+  /** The system prompt of every turn (default: a short helpful-assistant prompt). */
+  readonly system?: string
+  /** How many turns a session's transcript keeps (default 20). */
+  readonly historyLimit?: number
+  /** `maxTokens` of every model call (default 1024). */
+  readonly maxTokens?: number
+  /** A heartbeat turn every `everyMs` (default: none). */
+  readonly heartbeat?: HeartbeatOptions
+  /** Cron jobs (default: none). */
+  readonly cron?: ReadonlyArray<CronJob>
+  /** Lane limits, merged over the queue's defaults. */
+  readonly lanes?: Record<string, CommandQueue.LaneLimits>
+  /** How long `shutdown` (and closing the Scope) waits for turns and deliveries in flight (default 30 000). */
+  readonly drainTimeoutMs?: number
+  /** Recipient of heartbeat and cron replies before any user message arrived (default `"local"`). */
+  readonly defaultSession?: string
+  /** `"always"` (default) syncs the delivery log and the transcripts; `"never"` is for tests only. */
+  readonly fsync?: "always" | "never"
+  /** Options of the delivery queue (retries, backoff, timeouts). */
+  readonly delivery?: Omit<DeliveryQueue.Options, "log" | "deliver">
+  /** Another store instead of the file log in `stateDir` (e.g. an in-memory log in tests). */
+  readonly log?: DeliveryLog.DeliveryLog
+  /** Called synchronously for every event (turns, streamed text, heartbeats, deliveries); it must not throw. */
+  readonly onEvent?: (event: AgentEvent) => void
+}
+
+/** What a turn can fail with (besides the queue's `QueueFailure`). */
+export type TurnError = ModelError | Transcripts.TranscriptError | DeliveryLogError
+
+/** What `snapshot` reports. */
+export interface AgentSnapshot {
+  readonly lanes: ReadonlyArray<CommandQueue.LaneSnapshot>
+  readonly deliveries: DeliveryQueue.Stats
+  readonly lastActiveSession: string
+}
+
+/** What `shutdown` reports. */
+export interface ShutdownReport {
+  readonly drain: CommandQueue.DrainReport
+  /** Entries still pending in the delivery log (they are delivered on the next start). */
+  readonly pendingDeliveries: number
+}
+
+/** A running agent. */
+export interface Agent {
+  /**
+   * Accepts a user message of `session` (it is on disk when this returns) and returns the future
+   * of the turn that will answer it. Messages that arrive while a turn of the session runs are
+   * answered together by the next turn. Fails with `AdmissionError` when the agent is shutting
+   * down or lane `main` is full (the message is then not kept).
+   */
+  readonly send: (
+    session: string,
+    text: string
+  ) => Effect.Effect<CommandQueue.Future<TurnResult, TurnError>, AdmissionError | RequestError | Transcripts.TranscriptError>
+  /** Restarts a lane of the queue (see `CommandQueue.restartLane`); messages of interrupted user turns stay accepted. */
+  readonly restartLane: (lane: string) => Effect.Effect<number, RequestError>
+  readonly snapshot: Effect.Effect<AgentSnapshot>
+  /**
+   * Stops the heartbeat and cron, drains the lanes (turns in flight finish, up to `drainTimeoutMs`),
+   * waits for deliveries in flight (same bound), flushes the log. Idempotent: a second call waits
+   * for the first and returns the same report.
+   */
+  readonly shutdown: Effect.Effect<ShutdownReport>
+  /** The session of the last user message (or `defaultSession`). */
+  readonly lastActiveSession: () => string
+  readonly queue: CommandQueue.CommandQueue
+  readonly deliveries: DeliveryQueue.DeliveryQueue
+  readonly log: DeliveryLog.DeliveryLog
+  readonly transcripts: Transcripts.Transcripts
+}
+
+/** The system prompt when none is given. */
+export const DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant in a chat. Answer briefly and plainly."
+
+/**
+ * Builds an agent in the current Scope: the delivery log in `stateDir` (unless `log` is given),
+ * the delivery queue over `channel`, the command queue, the transcripts; finishes what a crash
+ * left (accepted messages, replies not yet logged); then starts the heartbeat and cron. Closing the
+ * Scope shuts the agent down as `shutdown` does, then releases everything.
+ */
+export const make = (
+  options: AgentOptions
+): Effect.Effect<
+  Agent,
+  AgentConfigInvalid | LanesConfigInvalid | DeliveryLogError | Transcripts.TranscriptError,
+  Model | Scope.Scope
+> =>
+  Effect.gen(function*() {
+    yield* validateOptions(options)
+    const jobs = yield* parseJobs(options.cron ?? [])
+    const model = yield* Model
+    const stateDir = path.resolve(options.stateDir)
+    const fsyncAll = (options.fsync ?? "always") === "always"
+    const emit = (event: AgentEvent) => {
+      if (options.onEvent === undefined) return
+      try {
+        options.onEvent(event)
+      } catch {
+        // an observer's bug must not break a turn
+      }
+    }
+
+    yield* Effect.try({
+      try: () => fs.mkdirSync(stateDir, { recursive: true, mode: 0o700 }),
+      catch: (cause) =>
+        new AgentConfigInvalid({ field: "stateDir", message: `Cannot create \`stateDir\` ${stateDir}: ${String(cause)}` })
+    })
+    const log = options.log ??
+      (yield* DeliveryLog.open({ dir: path.join(stateDir, "deliveries"), fsync: fsyncAll ? "always" : "never" }))
+    const transcripts = yield* Transcripts.make({
+      dir: path.join(stateDir, "sessions"),
+      historyLimit: options.historyLimit ?? 20,
+      fsync: fsyncAll
+    })
+    const channel = options.channel
+    const deliver = (entry: DeliveryEntry): Effect.Effect<void, DeliveryFailure> =>
+      channel.send(entry).pipe(
+        Effect.tap(() => Effect.sync(() => emit({ type: "delivered", entry }))),
+        Effect.tapError((failure) => Effect.sync(() => emit({ type: "delivery-failed", entry, error: failure.message })))
+      )
+    const deliveries = yield* DeliveryQueue.make({ ...options.delivery, log, deliver })
+    const drainTimeoutMs = options.drainTimeoutMs ?? 30_000
+    const queue = yield* CommandQueue.make({
+      ...(options.lanes === undefined ? {} : { lanes: options.lanes }),
+      drainTimeoutMs
+    })
+
+    const turns = makeTurns({
+      model,
+      queue,
+      deliveries,
+      transcripts,
+      channelName: channel.name,
+      system: options.system ?? DEFAULT_SYSTEM_PROMPT,
+      maxTokens: options.maxTokens ?? 1024,
+      defaultSession: options.defaultSession ?? "local",
+      emit
+    })
+
+    yield* turns.recover
+
+    const background: Array<Fiber.Fiber<unknown, unknown>> = []
+    const tickFailed = (what: string) => (error: unknown) =>
+      Effect.logDebug(`switchyard: ${what} tick not admitted: ${String((error as { message?: unknown })?.message ?? error)}`)
+    if (options.heartbeat !== undefined) {
+      const prompt = heartbeatPrompt(options.heartbeat)
+      const tick = queue.dispatch("heartbeat", HEARTBEAT_SESSION, turns.heartbeatTurn(prompt), { coalesce: true }).pipe(
+        Effect.asVoid,
+        Effect.catch(tickFailed("heartbeat"))
+      )
+      background.push(yield* Effect.forkScoped(runHeartbeat(options.heartbeat.everyMs, tick)))
+    }
+    for (const job of jobs) {
+      const tick = queue.dispatch("cron", job.name, turns.cronTurn(job), { coalesce: true }).pipe(
+        Effect.asVoid,
+        Effect.catch(tickFailed(`cron job \`${job.name}\``))
+      )
+      background.push(yield* Effect.forkScoped(runSchedule(job.cron, tick)))
+    }
+
+    let shutdownDone: Deferred.Deferred<ShutdownReport> | undefined
+    const shutdownOnce = Effect.gen(function*() {
+      turns.close()
+      yield* Effect.forEach(background, Fiber.interrupt, { discard: true })
+      const drain = yield* queue.drain({ timeoutMs: drainTimeoutMs })
+      yield* Effect.timeoutOption(deliveries.idle, drainTimeoutMs)
+      yield* log.flush.pipe(Effect.catch((error) => Effect.logWarning(`switchyard: flushing the delivery log failed: ${error.message}`)))
+      const stats = yield* deliveries.stats
+      return { drain, pendingDeliveries: stats.pending } satisfies ShutdownReport
+    })
+    const shutdown: Effect.Effect<ShutdownReport> = Effect.suspend(() => {
+      if (shutdownDone !== undefined) return Deferred.await(shutdownDone)
+      const done = (shutdownDone = Deferred.makeUnsafe<ShutdownReport>())
+      return Effect.uninterruptible(Effect.tap(shutdownOnce, (report) => Deferred.succeed(done, report)))
+    })
+    // Closing the Scope shuts down first (finalizers run in reverse: this one before the queue's).
+    yield* Effect.addFinalizer(() => Effect.asVoid(shutdown))
+
+    const agent: Agent = {
+      send: turns.send,
+      restartLane: (lane) => queue.restartLane(lane),
+      snapshot: Effect.gen(function*() {
+        const lanes = yield* queue.snapshot
+        const stats = yield* deliveries.stats
+        return { lanes, deliveries: stats, lastActiveSession: turns.lastActiveSession() }
+      }),
+      shutdown,
+      lastActiveSession: turns.lastActiveSession,
+      queue,
+      deliveries,
+      log,
+      transcripts
+    }
+    return agent
+  })
+
+export type { CronJob } from "./CronJobs.js"
+export type { HeartbeatOptions } from "./Heartbeat.js"
+export { cronSession }

@@ -1,0 +1,104 @@
+/**
+ * Running an agent as a program's main: graceful shutdown on SIGTERM / SIGINT.
+ *
+ * `runMain` installs the signal handlers and runs a program; the first SIGTERM or SIGINT
+ * completes `main.signal` (the program then stops taking input and shuts down); a second one
+ * exits at once with 128 + the signal's number (130 for SIGINT, 143 for SIGTERM). When the
+ * program ends, standard output and standard error are flushed and the process exits with the
+ * program's code (0 by default, 1 after a failure, whose cause goes to standard error).
+ *
+ * `serve` is the usual body: read input until it ends or a signal comes, then `agent.shutdown`
+ * (drain the lanes, let deliveries in flight end, flush the log). What was not delivered stays
+ * in the log and is delivered on the next start.
+ */
+import { Cause, Deferred, Effect, Exit, Fiber, Logger } from "effect"
+import type { Agent, ShutdownReport } from "./Agent.js"
+
+/** The signals that ask for a graceful shutdown. */
+export type ShutdownSignal = "SIGTERM" | "SIGINT"
+
+/** Why the program ended: a signal, or the end of its input. */
+export type StopReason = ShutdownSignal | "eof"
+
+/** What `runMain` gives its program. */
+export interface MainContext {
+  /** Completes with the first SIGTERM or SIGINT. */
+  readonly signal: Effect.Effect<ShutdownSignal>
+  /** The first signal received, if any. */
+  readonly received: () => ShutdownSignal | undefined
+}
+
+/** The exit code of a process ended by `signal` (128 + its number). */
+export const signalExitCode = (signal: ShutdownSignal): number => (signal === "SIGINT" ? 130 : 143)
+
+/**
+ * Runs `program` as the process's main (see the module comment). Effect's loggers write to
+ * standard error, so standard output stays the program's own. Call it once per process.
+ */
+export const runMain = <E>(
+  program: (main: MainContext) => Effect.Effect<number | void, E>,
+  options?: {
+    /** Called (synchronously) before the process exits on a second signal. */
+    readonly onSecondSignal?: (signal: ShutdownSignal) => void
+  }
+): void => {
+  const first = Deferred.makeUnsafe<ShutdownSignal>()
+  let received: ShutdownSignal | undefined
+  const onSignal = (signal: ShutdownSignal) => {
+    if (received === undefined) {
+      received = signal
+      Deferred.doneUnsafe(first, Exit.succeed(signal))
+      return
+    }
+    try {
+      options?.onSecondSignal?.(signal)
+    } finally {
+      process.exit(signalExitCode(signal))
+    }
+  }
+  const onTerm = () => onSignal("SIGTERM")
+  const onInt = () => onSignal("SIGINT")
+  process.on("SIGTERM", onTerm)
+  process.on("SIGINT", onInt)
+
+  const main: MainContext = { signal: Deferred.await(first), received: () => received }
+  const fiber = Effect.runFork(program(main).pipe(Effect.provideService(Logger.LogToStderr, true)))
+  fiber.addObserver((exit) => {
+    let code: number
+    if (Exit.isSuccess(exit)) {
+      code = typeof exit.value === "number" ? exit.value : 0
+    } else if (Cause.hasInterruptsOnly(exit.cause)) {
+      code = received === undefined ? 1 : signalExitCode(received)
+    } else {
+      process.stderr.write(`${Cause.pretty(exit.cause)}\n`)
+      code = 1
+    }
+    exitAfterFlush(code)
+  })
+}
+
+/** Exits once what was written to standard output and standard error has been handed to the OS. */
+export const exitAfterFlush = (code: number): void => {
+  process.exitCode = code
+  process.stdout.write("", () => process.stderr.write("", () => process.exit(code)))
+}
+
+/**
+ * Reads input (`input` runs until the input ends) until it ends or the first signal comes; then
+ * stops the input (interrupting it), shuts the agent down and reports why and how it went.
+ */
+export const serve = <E, R>(options: {
+  readonly agent: Agent
+  readonly main: MainContext
+  readonly input: Effect.Effect<void, E, R>
+}): Effect.Effect<{ readonly reason: StopReason; readonly report: ShutdownReport }, E, R> =>
+  Effect.gen(function*() {
+    const input = yield* Effect.forkChild(options.input)
+    const reason: StopReason = yield* Effect.raceFirst(
+      Effect.as(Fiber.join(input), "eof" as const),
+      options.main.signal
+    )
+    yield* Fiber.interrupt(input)
+    const report = yield* options.agent.shutdown
+    return { reason, report }
+  })

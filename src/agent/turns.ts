@@ -1,0 +1,265 @@
+/**
+ * The turns of an agent: accepting user messages, running user / heartbeat / cron turns, and
+ * finishing on start what a crash interrupted. `Agent.make` wires this to the queue and the log.
+ *
+ * Coalescing: per session at most one turn is owed and not started (a "batch"). A message is
+ * journaled under the session's transcript lock, and in the same critical section it joins the
+ * waiting batch or creates one; a turn, under the same lock, marks its batch started and reads the
+ * accepted messages. So every message is answered by exactly the turn whose future `send` returned.
+ */
+import { Deferred, Effect, Exit } from "effect"
+import { AdmissionError, RequestError } from "../queue/index.js"
+import type { CommandQueue } from "../queue/index.js"
+import type { DeliveryQueue } from "../delivery/index.js"
+import type { ReplyBody } from "./Channel.js"
+import { cronSession } from "./CronJobs.js"
+import type { ParsedCronJob } from "./CronJobs.js"
+import type { AgentEvent, TurnResult } from "./events.js"
+import { HEARTBEAT_SESSION, isHeartbeatOk } from "./Heartbeat.js"
+import type { Model } from "./Model.js"
+import { toMessages } from "./Transcripts.js"
+import type { SessionState, TurnKind, TurnRecord, Transcripts } from "./Transcripts.js"
+import type { TurnError } from "./Agent.js"
+
+type TurnFuture = CommandQueue.Future<TurnResult, TurnError>
+
+interface Batch {
+  readonly session: string
+  /** Set when its turn read the accepted messages (or was dropped): nothing may join any more. */
+  started: boolean
+  /** Messages accepted into this batch (to forget them if the queue refuses the turn). */
+  readonly seqs: Array<number>
+  readonly future: Deferred.Deferred<TurnFuture, AdmissionError | RequestError>
+}
+
+interface Deps {
+  readonly model: Model["Service"]
+  readonly queue: CommandQueue.CommandQueue
+  readonly deliveries: DeliveryQueue.DeliveryQueue
+  readonly transcripts: Transcripts
+  readonly channelName: string
+  readonly system: string
+  readonly maxTokens: number
+  readonly defaultSession: string
+  readonly emit: (event: AgentEvent) => void
+}
+
+const errorText = (error: unknown): string =>
+  typeof error === "object" && error !== null && "message" in error ? String((error as { message: unknown }).message) : String(error)
+
+/** The reply body written to the log for a turn record. */
+export const replyBody = (session: string, record: TurnRecord): ReplyBody => ({
+  session,
+  kind: record.kind,
+  text: record.reply,
+  messages: record.kind === "user" ? record.user.length : 1,
+  ...(record.job === undefined ? {} : { job: record.job }),
+  turn: record.n
+})
+
+/** Builds the turn machinery of one agent. */
+export const makeTurns = (deps: Deps) => {
+  const { emit, transcripts } = deps
+  const waiting = new Map<string, Batch>()
+  let lastActive = deps.defaultSession
+  let closed = false
+
+  const release = (batch: Batch) => {
+    batch.started = true
+    if (waiting.get(batch.session) === batch) waiting.delete(batch.session)
+  }
+
+  const enqueueReply = (session: string, record: TurnRecord) =>
+    deps.deliveries.enqueue({
+      channel: deps.channelName,
+      to: record.to,
+      body: replyBody(session, record),
+      idempotencyKey: `reply:${session}#${record.n}`
+    })
+
+  /** A reply recorded before a crash and maybe not logged: log it (once, by its idempotency key). */
+  const flushUnsent = (session: string, state: SessionState) =>
+    state.unsent === undefined
+      ? Effect.void
+      : Effect.andThen(enqueueReply(session, state.unsent), transcripts.markSent(session, state.unsent.n))
+
+  /** Calls the model, records the turn, logs the reply (durable), then marks it logged. */
+  const answer = (turn: {
+    readonly kind: TurnKind
+    readonly session: string
+    readonly state: SessionState
+    readonly user: ReadonlyArray<string>
+    readonly answered: ReadonlyArray<number>
+    readonly job?: string
+    readonly to: () => string
+  }): Effect.Effect<TurnResult, TurnError> => {
+    const { kind, session, state, user } = turn
+    const job = turn.job === undefined ? {} : { job: turn.job }
+    const messages = kind === "user" ? user.length : 1
+    const n = state.nextTurn
+    return Effect.gen(function*() {
+      emit({ type: "turn-started", kind, session, turn: n, messages, ...job })
+      const reply = yield* deps.model.reply({
+        system: deps.system,
+        transcript: toMessages(state, user),
+        maxTokens: deps.maxTokens,
+        onText: (chunk) => emit({ type: "text", kind, session, turn: n, chunk })
+      })
+      if (kind === "heartbeat" && isHeartbeatOk(reply.text)) {
+        const result: TurnResult = { session, kind, turn: n, text: reply.text, messages, suppressed: true }
+        emit({ type: "turn-ended", ...result })
+        emit({ type: "heartbeat", suppressed: true, text: reply.text })
+        return result
+      }
+      const record = yield* transcripts.record(session, {
+        kind,
+        answered: turn.answered,
+        user,
+        reply: reply.text,
+        to: turn.to(),
+        ...job
+      })
+      const entry = yield* enqueueReply(session, record)
+      yield* transcripts.markSent(session, record.n)
+      const result: TurnResult = {
+        session,
+        kind,
+        turn: record.n,
+        text: reply.text,
+        messages,
+        suppressed: false,
+        id: entry.id,
+        ...job
+      }
+      emit({ type: "turn-ended", ...result })
+      if (kind === "heartbeat") emit({ type: "heartbeat", suppressed: false, text: reply.text, id: entry.id })
+      return result
+    }).pipe(
+      Effect.tapError((error) =>
+        Effect.andThen(
+          Effect.sync(() => emit({ type: "turn-failed", kind, session, error: errorText(error) })),
+          kind === "user" ? Effect.void : Effect.logWarning(`switchyard: ${kind} turn of \`${session}\` failed: ${errorText(error)}`)
+        )
+      )
+    )
+  }
+
+  const userTurn = (batch: Batch): Effect.Effect<TurnResult, TurnError> =>
+    Effect.gen(function*() {
+      const session = batch.session
+      const state = yield* transcripts.load(session, () => release(batch))
+      yield* flushUnsent(session, state)
+      if (state.pending.length === 0) {
+        return { session, kind: "user", turn: 0, text: "", messages: 0, suppressed: false } satisfies TurnResult
+      }
+      return yield* answer({
+        kind: "user",
+        session,
+        state,
+        user: state.pending.map((m) => m.text),
+        answered: state.pending.map((m) => m.seq),
+        to: () => session
+      })
+    })
+
+  /** Dispatches the turn of a batch; settles the batch's future with the outcome of `dispatch`. */
+  const dispatchBatch = (batch: Batch) =>
+    Effect.gen(function*() {
+      const exit = yield* Effect.exit(
+        deps.queue.dispatch("main", batch.session, userTurn(batch), {
+          coalesce: true,
+          finalizer: () => Effect.sync(() => release(batch))
+        })
+      )
+      Deferred.doneUnsafe(batch.future, exit)
+      if (Exit.isFailure(exit)) release(batch)
+      return exit
+    })
+
+  const send = (session: string, text: string) =>
+    Effect.gen(function*() {
+      if (typeof session !== "string" || session === "") {
+        return yield* new RequestError({ lane: "main", key: String(session), message: `Expected \`session\` to be a non-empty string, got \`${String(session)}\`` })
+      }
+      if (typeof text !== "string") {
+        return yield* new RequestError({ lane: "main", key: session, message: `Expected \`text\` to be a string, got \`${typeof text}\`` })
+      }
+      if (closed) return yield* new AdmissionError({ lane: "main", key: session, reason: "closed" })
+      const slot: { joined?: Batch; created?: Batch } = {}
+      yield* transcripts.accept(session, [text], (added) => {
+        const current = waiting.get(session)
+        let batch: Batch
+        if (current !== undefined && !current.started) {
+          batch = slot.joined = current
+        } else {
+          batch = slot.created = { session, started: false, seqs: [], future: Deferred.makeUnsafe() }
+          waiting.set(session, batch)
+        }
+        for (const m of added) batch.seqs.push(m.seq)
+      })
+      lastActive = session
+      if (slot.joined !== undefined) return yield* Deferred.await(slot.joined.future)
+      const batch = slot.created!
+      const exit = yield* dispatchBatch(batch)
+      if (Exit.isFailure(exit)) {
+        // Refused: the caller is told so, and the messages are not answered later either.
+        yield* transcripts.drop(session, batch.seqs).pipe(Effect.ignore)
+      }
+      return yield* exit
+    })
+
+  const heartbeatTurn = (prompt: string): Effect.Effect<TurnResult, TurnError> =>
+    Effect.gen(function*() {
+      const state = yield* transcripts.load(HEARTBEAT_SESSION)
+      yield* flushUnsent(HEARTBEAT_SESSION, state)
+      return yield* answer({ kind: "heartbeat", session: HEARTBEAT_SESSION, state, user: [prompt], answered: [], to: () => lastActive })
+    })
+
+  const cronTurn = (job: ParsedCronJob): Effect.Effect<TurnResult, TurnError> =>
+    Effect.gen(function*() {
+      const session = cronSession(job.name)
+      const state = yield* transcripts.load(session)
+      yield* flushUnsent(session, state)
+      return yield* answer({
+        kind: "cron",
+        session,
+        state,
+        user: [job.prompt],
+        answered: [],
+        job: job.name,
+        to: () => job.to ?? lastActive
+      })
+    })
+
+  /** On start: log the replies a crash left unlogged, and dispatch a turn for every session with accepted messages. */
+  const recover = Effect.gen(function*() {
+    const sessions = yield* transcripts.sessions
+    for (const session of sessions) {
+      const state = yield* transcripts.load(session)
+      yield* flushUnsent(session, state)
+      if (state.pending.length > 0) {
+        const batch: Batch = { session, started: false, seqs: [], future: Deferred.makeUnsafe() }
+        waiting.set(session, batch)
+        const exit = yield* dispatchBatch(batch)
+        if (Exit.isFailure(exit)) {
+          yield* Effect.logWarning(`switchyard: cannot answer the accepted messages of \`${session}\` now: ${errorText(exit.cause)}`)
+        }
+      }
+      if (state.unsent !== undefined || state.pending.length > 0) {
+        emit({ type: "recovered", session, messages: state.pending.length, replies: state.unsent === undefined ? 0 : 1 })
+      }
+    }
+  })
+
+  return {
+    send,
+    heartbeatTurn,
+    cronTurn,
+    recover,
+    /** Refuses every later `send` (a shutdown began). */
+    close: () => {
+      closed = true
+    },
+    lastActiveSession: () => lastActive
+  }
+}
