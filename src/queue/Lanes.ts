@@ -61,8 +61,6 @@ class Entry<K> {
   state: typeof QUEUED | typeof RUNNING = QUEUED
   /** Running, and a follow-up activation is owed. */
   owed = false
-  /** `activate` was called for the current activation. */
-  called = false
   /** Why the lanes interrupt the current activation (set once per activation). */
   reason: Reason | undefined = undefined
   prev: Entry<K> | undefined = undefined
@@ -186,11 +184,24 @@ const make = <K, E, R>(
     started: false
   })
 
-  /** Runs `activate(key)` in a Scope of its own; the outcome is taken before the Scope closes. */
-  const runActivate = (e: Entry<K>): Effect.Effect<ActivationExit<K, E>> =>
+  /** Calls `activate(key)`; a throw, or a value that is not an Effect, becomes a defect of the activation. */
+  const callActivate = (key: K): Effect.Effect<unknown, E, Scope.Scope> => {
+    try {
+      const r = activate(key)
+      return Effect.isEffect(r)
+        ? (r as Effect.Effect<unknown, E, Scope.Scope>)
+        : Effect.die(new TypeError(`activate must return an Effect, got ${show(r)}`))
+    } catch (defect) {
+      return Effect.die(defect)
+    }
+  }
+
+  /** Runs the activation's Effect in a Scope of its own; the outcome is taken before the Scope closes. */
+  const runActivate = (e: Entry<K>, work: Effect.Effect<unknown, E, Scope.Scope>): Effect.Effect<ActivationExit<K, E>> =>
     Effect.withFiber((self) => {
       if (e.reason !== undefined) {
-        return Effect.succeed(dropped(e.key, e.reason))
+        // cut short before its fiber first ran: activate was called, its Effect never ran
+        return Effect.succeed({ _tag: "ActivationInterrupted", key: e.key, reason: e.reason, started: true })
       }
       const scope = Scope.makeUnsafe()
       let timer: Fiber.Fiber<void> | undefined
@@ -203,13 +214,6 @@ const make = <K, E, R>(
           })
         ))
       }
-      e.called = true
-      const work = Effect.suspend(() => {
-        const r = activate(e.key)
-        return Effect.isEffect(r)
-          ? (r as Effect.Effect<unknown, E>)
-          : Effect.die(new TypeError(`activate must return an Effect, got ${show(r)}`))
-      })
       return Effect.flatMap(
         Effect.exit(Effect.interruptible(Effect.provideService(work, Scope.Scope, scope))),
         (exit) => {
@@ -230,18 +234,20 @@ const make = <K, E, R>(
     })
 
   /** The whole life of one activation; its fiber is uninterruptible outside `activate`. */
-  const activation = (e: Entry<K>): Effect.Effect<void> =>
+  /** It yields first, so that `wake` never runs an activation and chains of activations never recurse. */
+  const activation = (e: Entry<K>, work: Effect.Effect<unknown, E, Scope.Scope>): Effect.Effect<void> =>
     Effect.andThen(
       Effect.yieldNow,
-      Effect.flatMap(runActivate(e), (exit) => Effect.andThen(report(exit), Effect.sync(() => finish(e))))
+      Effect.flatMap(runActivate(e, work), (exit) => Effect.andThen(report(exit), Effect.sync(() => finish(e))))
     )
 
+  /** Gives `e` a slot: `activate(key)` is called now (so `started` is true from here on), its Effect runs in a fiber. */
   const start = (e: Entry<K>): void => {
     e.state = RUNNING
-    e.called = false
     e.reason = undefined
     running++
-    e.fiber = fork(activation(e), { uninterruptible: true })
+    const work = callActivate(e.key)
+    e.fiber = fork(activation(e, work), { uninterruptible: true })
   }
 
   /** The activation of `e` has ended (Scope closed, `onExit` returned): the key moves on, the slot passes on. */
@@ -309,8 +315,9 @@ const make = <K, E, R>(
         e.owed = false
         waiting--
       }
-      const fiber = e.fiber!
+      const fiber = e.fiber
       if (e.reason === undefined) e.reason = "cancel"
+      if (fiber === undefined) return Effect.void // only from inside activate(key) itself, before its fiber exists
       // May run the activation's end synchronously, right here. From inside its own activation
       // the caller cannot wait for itself: the interruption takes effect when it is interruptible.
       fiber.interruptUnsafe(self.id)
