@@ -1,0 +1,124 @@
+/**
+ * The plain mutable state of one command-queue lane: its tasks, its per-key FIFOs and its counters.
+ * Internal to `src/queue` (not exported from the package). One owner mutates it: the engine.
+ */
+import type { Context, Deferred, Effect, Exit, Fiber } from "effect"
+import type { QueueFailure, Participation } from "./errors.js"
+import type { LaneMetrics } from "./metrics.js"
+import type { Lanes } from "./Lanes.js"
+
+/** A task waits in its key's FIFO. */
+export const WAITING = 0
+/** Its body runs. */
+export const RUNNING = 1
+/** Its body ended; the finalizer and the report run. */
+export const FINISHING = 2
+/** Dropped before it started; the finalizer and the report run. */
+export const DROPPING = 3
+/** Settled: its exit is known and its future completed. */
+export const ENDED = 4
+export type TaskState = typeof WAITING | typeof RUNNING | typeof FINISHING | typeof DROPPING | typeof ENDED
+
+/** The body is an Effect (Effect API) or a function of an AbortSignal (Promise API). */
+export const EFFECT_BODY = 0
+export const PROMISE_BODY = 1
+export type BodyKind = typeof EFFECT_BODY | typeof PROMISE_BODY
+
+/** The per-dispatch options a task keeps (only when given). */
+export interface TaskOptions {
+  readonly coalesce?: boolean | undefined
+  readonly queueTimeoutMs?: number | undefined
+  readonly turnTimeoutMs?: number | undefined
+  readonly finalizer?: ((exit: Exit.Exit<any, any>) => Effect.Effect<void, unknown>) | undefined
+}
+
+/** Called when the task settles (Promise API futures, abort-signal clean-up). */
+export type Listener = (exit: Exit.Exit<unknown, unknown>) => void
+
+/** One admitted task. Linked into its key's FIFO while it waits. */
+export class Task {
+  state: TaskState = WAITING
+  next: Task | undefined = undefined
+  prev: Task | undefined = undefined
+  /** Created lazily, when an Effect caller awaits. */
+  deferred: Deferred.Deferred<any, any> | undefined = undefined
+  exit: Exit.Exit<any, any> | undefined = undefined
+  /** Why the queue stopped it (also its future's failure and its AbortSignal's reason). */
+  stopped: QueueFailure | undefined = undefined
+  startedAt = -1
+  /** The queue-timeout timer while it waits, the turn-timeout timer while it runs. */
+  timer: Fiber.Fiber<unknown, unknown> | undefined = undefined
+  /** The running body: a fiber (Effect body) or an AbortController (Promise body). */
+  handle: Fiber.Fiber<any, any> | AbortController | undefined = undefined
+  /** Promise body: settles the running stage once (late results are dropped). */
+  resume: ((exit: Exit.Exit<any, any>) => void) | undefined = undefined
+  listeners: Listener | Array<Listener> | undefined = undefined
+  constructor(
+    readonly runId: string,
+    readonly lane: LaneState,
+    readonly key: string,
+    readonly generation: number,
+    public body: unknown,
+    readonly kind: BodyKind,
+    public context: Context.Context<never> | undefined,
+    readonly admittedAt: number,
+    readonly options: TaskOptions | undefined
+  ) {}
+}
+
+/** The FIFO of one key's waiting tasks and the task it runs. Deleted from the lane when empty. */
+export class KeyTasks {
+  head: Task | undefined = undefined
+  tail: Task | undefined = undefined
+  running: Task | undefined = undefined
+  /** A `lanes.cancel(key)` is in flight to drop an activation owed for tasks that are gone. */
+  cancelling = false
+
+  push(task: Task): void {
+    task.prev = this.tail
+    if (this.tail === undefined) this.head = task
+    else this.tail.next = task
+    this.tail = task
+  }
+
+  unlink(task: Task): void {
+    if (task.prev === undefined) this.head = task.next
+    else task.prev.next = task.next
+    if (task.next === undefined) this.tail = task.prev
+    else task.next.prev = task.prev
+    task.prev = undefined
+    task.next = undefined
+  }
+
+  /** Whether the key holds no task at all (nothing waits, nothing runs). */
+  get idle(): boolean {
+    return this.head === undefined && this.running === undefined
+  }
+}
+
+/** A lane's resolved limits. */
+export interface ResolvedLimits {
+  readonly concurrent: number
+  readonly queued: number
+  readonly participation: Participation
+  readonly turnTimeoutMs: number | undefined
+  readonly queueTimeoutMs: number | undefined
+  readonly warnAfterMs: number | undefined
+  readonly finalizationTimeoutMs: number
+}
+
+/** One lane: its limits, its keyed lanes, its keys' FIFOs and its counters. */
+export class LaneState {
+  generation = 0
+  /** Tasks admitted and not ended (the ownership bound is `capacity`). */
+  owned = 0
+  running = 0
+  waiting = 0
+  readonly keys = new Map<string, KeyTasks>()
+  readonly capacity: number
+  lanes!: Lanes<string>
+  metrics!: LaneMetrics
+  constructor(readonly name: string, readonly limits: ResolvedLimits) {
+    this.capacity = limits.concurrent + limits.queued
+  }
+}

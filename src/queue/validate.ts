@@ -1,0 +1,152 @@
+/**
+ * Validation of the command queue's options (`LanesConfigInvalid`, with the option's path as
+ * `field`) and of each dispatch (`RequestError`). Messages follow p-queue's tone: what was
+ * expected, what was given.
+ */
+import { LanesConfigInvalid, MAX_QUEUED } from "./errors.js"
+import type { Participation } from "./errors.js"
+import type { ResolvedLimits } from "./lane.js"
+
+/** The lanes every queue has, merged under the caller's `lanes`. */
+export const DEFAULT_LANES: Readonly<Record<string, {
+  readonly concurrent: number
+  readonly queued: number
+  readonly participation: Participation
+  readonly warnAfterMs?: number
+}>> = {
+  main: { concurrent: 4, queued: 64, participation: "blocking", warnAfterMs: 2_000 },
+  heartbeat: { concurrent: 1, queued: 8, participation: "background" },
+  cron: { concurrent: 2, queued: 32, participation: "background" }
+}
+
+export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000
+export const DEFAULT_AUDIT_TIMEOUT_MS = 1_000
+export const DEFAULT_FINALIZATION_TIMEOUT_MS = 5_000
+
+/** `value` as it appears between backticks in a message. */
+export const show = (value: unknown): string => {
+  if (typeof value === "string") return JSON.stringify(value)
+  if (typeof value === "function") return "function"
+  try {
+    return String(value)
+  } catch {
+    return Object.prototype.toString.call(value)
+  }
+}
+
+const expected = (field: string, what: string, value: unknown): string =>
+  `Expected \`${field}\` to be ${what}, got \`${show(value)}\``
+
+const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v)
+const isTimeout = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v > 0
+
+/** The message for a bad timeout, or undefined when `value` is absent or a finite number > 0. */
+export const checkTimeout = (field: string, value: unknown): string | undefined =>
+  value === undefined || isTimeout(value) ? undefined : expected(field, "a finite number greater than 0", value)
+
+/** The resolved options of `CommandQueue.make`. */
+export interface ResolvedOptions {
+  readonly lanes: ReadonlyArray<readonly [string, ResolvedLimits]>
+  readonly drainTimeoutMs: number
+  readonly auditTimeoutMs: number
+  readonly onTaskExit: ((report: any) => unknown) | undefined
+}
+
+const fail = (field: string, message: string) => new LanesConfigInvalid({ field, message })
+
+const resolveLane = (name: string, given: unknown): ResolvedLimits | LanesConfigInvalid => {
+  const path = `lanes.${name}`
+  if (typeof given !== "object" || given === null || Array.isArray(given)) {
+    return fail(path, expected(path, "an object of lane limits", given))
+  }
+  const g = given as Record<string, unknown>
+  const d = DEFAULT_LANES[name]
+  const pick = (field: string): unknown => (g[field] !== undefined ? g[field] : (d as Record<string, unknown> | undefined)?.[field])
+  const concurrent = pick("concurrent")
+  if (!isInt(concurrent) || concurrent < 1) {
+    return fail(`${path}.concurrent`, expected(`${path}.concurrent`, "an integer from 1 and up", concurrent))
+  }
+  const queued = pick("queued")
+  if (!isInt(queued) || queued < 0 || queued > MAX_QUEUED) {
+    return fail(`${path}.queued`, expected(`${path}.queued`, `an integer from 0 through ${MAX_QUEUED}`, queued))
+  }
+  const participation = pick("participation") ?? "blocking"
+  if (participation !== "blocking" && participation !== "background") {
+    return fail(`${path}.participation`, expected(`${path}.participation`, "`blocking` or `background`", participation))
+  }
+  for (const field of ["turnTimeoutMs", "queueTimeoutMs", "warnAfterMs", "finalizationTimeoutMs"]) {
+    const message = checkTimeout(`${path}.${field}`, pick(field))
+    if (message !== undefined) return fail(`${path}.${field}`, message)
+  }
+  return {
+    concurrent,
+    queued,
+    participation,
+    turnTimeoutMs: pick("turnTimeoutMs") as number | undefined,
+    queueTimeoutMs: pick("queueTimeoutMs") as number | undefined,
+    warnAfterMs: pick("warnAfterMs") as number | undefined,
+    finalizationTimeoutMs: (pick("finalizationTimeoutMs") as number | undefined) ?? DEFAULT_FINALIZATION_TIMEOUT_MS
+  }
+}
+
+/** Resolves `CommandQueue.make`'s options over the defaults, or names the first bad one. */
+export const resolveOptions = (options: unknown): ResolvedOptions | LanesConfigInvalid => {
+  if (options === undefined) options = {}
+  if (typeof options !== "object" || options === null || Array.isArray(options)) {
+    return fail("options", expected("options", "an object", options))
+  }
+  const o = options as Record<string, unknown>
+  const lanesGiven = o.lanes === undefined ? {} : o.lanes
+  if (typeof lanesGiven !== "object" || lanesGiven === null || Array.isArray(lanesGiven)) {
+    return fail("lanes", expected("lanes", "an object of lanes by name", lanesGiven))
+  }
+  const names = [...Object.keys(DEFAULT_LANES)]
+  for (const name of Object.keys(lanesGiven)) {
+    if (name.length === 0) return fail("lanes", "Expected every lane name to be a non-empty string, got `\"\"`")
+    if (!names.includes(name)) names.push(name)
+  }
+  const lanes: Array<readonly [string, ResolvedLimits]> = []
+  for (const name of names) {
+    const given = (lanesGiven as Record<string, unknown>)[name]
+    const resolved = resolveLane(name, given === undefined ? {} : given)
+    if (resolved instanceof LanesConfigInvalid) return resolved
+    lanes.push([name, resolved])
+  }
+  const drain = checkTimeout("drainTimeoutMs", o.drainTimeoutMs)
+  if (drain !== undefined) return fail("drainTimeoutMs", drain)
+  const audit = checkTimeout("auditTimeoutMs", o.auditTimeoutMs)
+  if (audit !== undefined) return fail("auditTimeoutMs", audit)
+  if (o.onTaskExit !== undefined && typeof o.onTaskExit !== "function") {
+    return fail("onTaskExit", expected("onTaskExit", "a function when given", o.onTaskExit))
+  }
+  return {
+    lanes,
+    drainTimeoutMs: (o.drainTimeoutMs as number | undefined) ?? DEFAULT_DRAIN_TIMEOUT_MS,
+    auditTimeoutMs: (o.auditTimeoutMs as number | undefined) ?? DEFAULT_AUDIT_TIMEOUT_MS,
+    onTaskExit: o.onTaskExit as ((report: any) => unknown) | undefined
+  }
+}
+
+/** The message for a bad dispatch option, or undefined. */
+export const checkDispatchOptions = (options: unknown): string | undefined => {
+  if (typeof options !== "object" || options === null) return expected("options", "an object", options)
+  const o = options as Record<string, unknown>
+  if (o.coalesce !== undefined && typeof o.coalesce !== "boolean") {
+    return expected("coalesce", "a boolean", o.coalesce)
+  }
+  const qt = checkTimeout("queueTimeoutMs", o.queueTimeoutMs)
+  if (qt !== undefined) return qt
+  const tt = checkTimeout("turnTimeoutMs", o.turnTimeoutMs)
+  if (tt !== undefined) return tt
+  if (o.finalizer !== undefined && typeof o.finalizer !== "function") {
+    return expected("finalizer", "a function when given", o.finalizer)
+  }
+  if (o.signal !== undefined && !(o.signal instanceof AbortSignal)) {
+    return expected("signal", "an AbortSignal when given", o.signal)
+  }
+  return undefined
+}
+
+/** The message for a bad key, or undefined. */
+export const checkKey = (key: unknown): string | undefined =>
+  typeof key === "string" && key.length > 0 ? undefined : expected("key", "a non-empty string", key)
