@@ -3,7 +3,7 @@
  * Time is the TestClock; coordination is Deferreds, never sleeps.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Deferred, Effect, Exit, Fiber, Scope } from "effect"
+import { Cause, Deferred, Effect, Exit, Fiber, Logger, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { DeliveryQueue } from "../../src/delivery/index.js"
 import { DeliveryFailure } from "../../src/delivery/errors.js"
@@ -18,6 +18,15 @@ const waitFor = (cond: () => boolean, rounds?: number) =>
     for (let i = 0; i < (rounds ?? 10_000) && !cond(); i++) yield* Effect.yieldNow
     if (rounds === undefined) assert.isTrue(cond(), "condition reached")
   })
+
+/** Runs `self` with a logger that collects what is logged at Warn level (as text). */
+const withWarnings = <A, E, R>(self: (warnings: Array<string>) => Effect.Effect<A, E, R>) => {
+  const warnings: Array<string> = []
+  const capture = Logger.make((o) => {
+    if (o.logLevel === "Warn") warnings.push((Array.isArray(o.message) ? o.message : [o.message]).map(String).join(" "))
+  })
+  return self(warnings).pipe(Effect.provide(Logger.layer([capture])))
+}
 
 describe("DeliveryQueue lifecycle", () => {
   it.effect("idle waits for due and in-flight work only", () =>
@@ -109,7 +118,7 @@ describe("DeliveryQueue lifecycle", () => {
     }))
 
   it.effect("a failing ack does not lose or reorder the entry", () =>
-    Effect.gen(function*() {
+    withWarnings((warnings) => Effect.gen(function*() {
       const log = makeMemoryLog()
       const seen: Array<unknown> = []
       const q = yield* DeliveryQueue.make({ log, deliver: (e) => Effect.sync(() => seen.push(e.message.body)) })
@@ -130,7 +139,8 @@ describe("DeliveryQueue lifecycle", () => {
       assert.deepStrictEqual(seen, [1, 3, 2], "the entry was delivered once and not again")
       assert.deepStrictEqual(log.acked, [other.id, first.id, second.id])
       assert.deepStrictEqual(yield* q.stats, { pending: 0, dead: 0, inFlight: 0, delivered: 3 })
-    }))
+      assert.strictEqual(warnings.filter((w) => w.includes(`ack of entry ${first.id} failed (io`)).length, 2, warnings.join("\n"))
+    })))
 
   it.effect("a failing attempt record keeps the entry and records it later", () =>
     Effect.gen(function*() {
