@@ -66,6 +66,8 @@ class Entry<K> {
   prev: Entry<K> | undefined = undefined
   next: Entry<K> | undefined = undefined
   fiber: Fiber.Fiber<void> | undefined = undefined
+  /** `wake(key)` for a held key, made on its second wake (see `wake`). */
+  wake: Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> | undefined = undefined
   constructor(readonly key: K) {}
 }
 
@@ -274,31 +276,42 @@ const make = <K, E, R>(
     }
   }
 
-  const wake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> =>
-    Effect.suspend((): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
-      if (closed) return CLOSED
-      const e = entries.get(key)
-      if (e === undefined) {
-        // With a slot free the queue is empty (every freed slot drains it), so the key starts now.
-        if (running < maxConcurrent) {
-          const fresh = new Entry(key)
-          entries.set(key, fresh)
-          start(fresh)
-          return STARTED
-        }
-        if (waiting >= maxQueued) return Effect.fail(new LaneQueueFull({ key, maxQueued }))
+  /** The state transition of one wake; synchronous, O(1), allocates only for a new entry or a failure. */
+  const transition = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
+    if (closed) return CLOSED
+    const e = entries.get(key)
+    if (e === undefined) {
+      // With a slot free the queue is empty (every freed slot drains it), so the key starts now.
+      if (running < maxConcurrent) {
         const fresh = new Entry(key)
         entries.set(key, fresh)
-        enqueue(fresh)
-        waiting++
-        return QUEUED_RESULT
+        start(fresh)
+        return STARTED
       }
-      if (e.state === QUEUED || e.owed) return COALESCED
       if (waiting >= maxQueued) return Effect.fail(new LaneQueueFull({ key, maxQueued }))
-      e.owed = true
+      const fresh = new Entry(key)
+      entries.set(key, fresh)
+      enqueue(fresh)
       waiting++
       return QUEUED_RESULT
-    })
+    }
+    if (e.state === QUEUED || e.owed) return COALESCED
+    if (waiting >= maxQueued) return Effect.fail(new LaneQueueFull({ key, maxQueued }))
+    e.owed = true
+    waiting++
+    return QUEUED_RESULT
+  }
+
+  const makeWake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> =>
+    Effect.suspend(() => transition(key))
+
+  // A key that is held (queued or running) keeps its wake Effect, so that waking it again (the
+  // coalesced case) allocates nothing at all; the Effect looks the key up afresh each time it runs.
+  const wake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
+    const e = entries.get(key)
+    if (e === undefined) return makeWake(key)
+    return e.wake ??= makeWake(key)
+  }
 
   const cancel = (key: K): Effect.Effect<void> =>
     Effect.withFiber((self) => {
