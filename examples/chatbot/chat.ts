@@ -201,7 +201,13 @@ export const runChat = (options: ChatOptions): void => {
       const { reason, report } = yield* serve({
         agent,
         main,
-        input: readInput((line) => handleLine(agent, options, output, line))
+        input: readInput((line) => handleLine(agent, options, output, line)),
+        onStop: (reason) => {
+          // On standard error in every mode: a supervisor (or a test) sees that the drain began.
+          if (reason !== "eof") {
+            process.stderr.write(`switchyard chat: ${reason}: finishing the turns in flight (a second signal exits at once)\n`)
+          }
+        }
       })
       output.event({
         type: "shutdown",

@@ -91,6 +91,8 @@ export const serve = <E, R>(options: {
   readonly agent: Agent
   readonly main: MainContext
   readonly input: Effect.Effect<void, E, R>
+  /** Called once the input is stopped, before the shutdown begins. */
+  readonly onStop?: (reason: StopReason) => void
 }): Effect.Effect<{ readonly reason: StopReason; readonly report: ShutdownReport }, E, R> =>
   Effect.gen(function*() {
     const input = yield* Effect.forkChild(options.input)
@@ -99,6 +101,7 @@ export const serve = <E, R>(options: {
       options.main.signal
     )
     yield* Fiber.interrupt(input)
+    options.onStop?.(reason)
     const report = yield* options.agent.shutdown
     return { reason, report }
   })
