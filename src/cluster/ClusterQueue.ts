@@ -1,0 +1,366 @@
+/**
+ * ClusterQueue: the command queue across processes, on effect/cluster over Postgres.
+ *
+ * `dispatch(lane, key, command)` persists a `Run` message to the entity `<lane>/<key>` and returns
+ * once it is durable; the runner that holds the key's shard runs it in its local `CommandQueue` with
+ * the lane's handler. Tasks cannot cross processes, so a dispatch names a command (a JSON value) and
+ * every runner registers the same handlers per lane. What holds across processes and what does not
+ * is written in docs/cluster.md.
+ */
+import type { PgClient } from "@effect/sql-pg"
+import { Deferred, Duration, Effect, Exit, Option, Schedule } from "effect"
+import type { Scope } from "effect"
+import type { Sharding } from "effect/cluster"
+import * as CommandQueue from "../queue/CommandQueue.js"
+import type { DrainReport, LaneLimits, LaneSnapshot, TaskReport } from "../queue/CommandQueue.js"
+import { AdmissionError, FutureTimeout, LanesConfigInvalid, QueueFailure, RequestError } from "../queue/errors.js"
+import type { Participation } from "../queue/errors.js"
+import * as Generations from "./Generations.js"
+import { notJson } from "./json.js"
+import * as KeyRunner from "./KeyRunner.js"
+import type { LaneHandler } from "./KeyRunner.js"
+import { entityId, KeyEntity } from "./protocol.js"
+import type { WireQueueFailure, WireTaskDefect, WireTaskFailed } from "./protocol.js"
+
+export type { ClusterTask, LaneHandler } from "./KeyRunner.js"
+
+/** Options of {@link make}. Lane limits apply per runner (each runner's local queue). */
+export interface ClusterQueueOptions {
+  /** Merged over the default lanes `main`, `heartbeat`, `cron`, as for `CommandQueue.make`. Every runner must use the same lanes. */
+  readonly lanes?: Readonly<Record<string, Partial<LaneLimits>>>
+  /** The handler of each lane this runner runs. Every runner must register the same ones. */
+  readonly handlers: Readonly<Record<string, LaneHandler>>
+  /** This runner's name in membership and reports; default a random id. */
+  readonly member?: string
+  /** Table prefix of the generation tables; default `switchyard`. */
+  readonly prefix?: string
+  readonly drainTimeoutMs?: number
+  readonly auditTimeoutMs?: number
+  /** Called on the runner that ran the task, once per task (see `CommandQueue`). */
+  readonly onTaskExit?: (report: TaskReport) => Effect.Effect<void> | void
+  /** How long `restartLane` waits for the other runners to apply the new generation; default 30_000. */
+  readonly restartTimeoutMs?: number
+}
+
+/** The handle of a dispatched command. `admission` is always `"queued"`: accepted into the key's durable mailbox. */
+export interface ClusterFuture<A, E> {
+  /** Unique in the cluster; re-sending a dispatch with the same `runId` joins this run. */
+  readonly runId: string
+  readonly lane: string
+  readonly key: string
+  /** The lane's cluster generation at admission. */
+  readonly generation: number
+  readonly admission: "queued"
+  readonly await: Effect.Effect<A, E | QueueFailure>
+  readonly poll: Effect.Effect<Option.Option<Exit.Exit<A, E | QueueFailure>>>
+  readonly awaitTimeout: (timeout: Duration.Input) => Effect.Effect<A, E | QueueFailure | FutureTimeout>
+  /** Drops the run if it waits, interrupts it if it runs, wherever it is; returns once its outcome is known. */
+  readonly cancel: Effect.Effect<void>
+}
+
+/** Options of one cluster dispatch. */
+export interface ClusterDispatchOptions {
+  readonly coalesce?: boolean
+  readonly queueTimeoutMs?: number
+  readonly turnTimeoutMs?: number
+  /** The run's id; a client's message id makes a retried dispatch join the first one. Default a random UUID. */
+  readonly runId?: string
+}
+
+/** The cluster queue of one process (a runner). */
+export interface ClusterQueue {
+  readonly member: string
+  readonly dispatch: <A = unknown, E = unknown>(
+    lane: string,
+    key: string,
+    command: unknown,
+    options?: ClusterDispatchOptions
+  ) => Effect.Effect<ClusterFuture<A, E>, AdmissionError | RequestError>
+  /** Makes every run of `lane` stale in the whole cluster; returns once every live runner applied it (or `restartTimeoutMs`). */
+  readonly restartLane: (lane: string) => Effect.Effect<number, RequestError>
+  readonly restartAll: Effect.Effect<void>
+  readonly generation: (lane: string) => Effect.Effect<number, RequestError>
+  /** Cancels every run of the key on the runner that holds it. */
+  readonly cancel: (lane: string, key: string) => Effect.Effect<void, RequestError>
+  /** Closes this process' admission, waits for the futures it dispatched, then fails the rest `closed`. */
+  readonly drain: (options?: { readonly timeoutMs?: number }) => Effect.Effect<DrainReport>
+  /** This runner's lanes (running and waiting here), with the cluster generation. */
+  readonly snapshot: Effect.Effect<ReadonlyArray<LaneSnapshot>>
+  /** Live members of the cluster and the generations they applied. */
+  readonly members: Effect.Effect<ReadonlyArray<{ readonly member: string; readonly seenAgoMs: number; readonly applied: Record<string, number> }>>
+  /** Counters of this process: dispatched, settled by outcome, outstanding futures. */
+  readonly counters: Effect.Effect<Readonly<Record<string, number>>>
+}
+
+const DEFAULT_LANES: Record<string, LaneLimits> = {
+  main: { concurrent: 4, queued: 64, participation: "blocking", warnAfterMs: 2_000 },
+  heartbeat: { concurrent: 1, queued: 8, participation: "background" },
+  cron: { concurrent: 2, queued: 32, participation: "background" }
+}
+
+interface Outstanding {
+  readonly lane: string
+  readonly key: string
+  readonly runId: string
+  readonly deferred: Deferred.Deferred<unknown, unknown>
+  readonly cancel: Effect.Effect<void>
+}
+
+/**
+ * Starts the cluster queue on this runner for the Scope's lifetime: the local lanes, the shared
+ * generations, and the key entity. Closing the Scope drains this process' dispatches, then the
+ * local lanes (runs that did not finish are replayed on another runner), then leaves.
+ */
+export const make = (
+  options: ClusterQueueOptions
+): Effect.Effect<ClusterQueue, LanesConfigInvalid, Sharding.Sharding | PgClient.PgClient | Scope.Scope> =>
+  Effect.gen(function*() {
+    const member = options.member ?? `runner-${crypto.randomUUID().slice(0, 8)}`
+    const lanes: Record<string, Partial<LaneLimits>> = {}
+    for (const [name, limits] of Object.entries(DEFAULT_LANES)) lanes[name] = limits
+    for (const [name, limits] of Object.entries(options.lanes ?? {})) lanes[name] = { ...lanes[name], ...limits }
+    for (const name of Object.keys(lanes)) {
+      if (name.length === 0 || name.includes("/")) {
+        return yield* new LanesConfigInvalid({ field: `lanes.${name}`, message: `Expected a lane name without \`/\`, got \`${name}\`` })
+      }
+    }
+    const restartTimeoutMs = options.restartTimeoutMs ?? 30_000
+    const participation = (lane: string): Participation => lanes[lane]?.participation ?? "blocking"
+
+    const local = yield* CommandQueue.make({
+      lanes,
+      ...(options.drainTimeoutMs === undefined ? {} : { drainTimeoutMs: options.drainTimeoutMs }),
+      ...(options.auditTimeoutMs === undefined ? {} : { auditTimeoutMs: options.auditTimeoutMs }),
+      ...(options.onTaskExit === undefined ? {} : { onTaskExit: options.onTaskExit })
+    })
+    const generations = yield* Generations.make({
+      member,
+      ...(options.prefix === undefined ? {} : { prefix: options.prefix }),
+      apply: (lane) => (lane in lanes ? Effect.asVoid(Effect.ignore(local.restartLane(lane))) : Effect.void)
+    }).pipe(Effect.orDie)
+    yield* KeyRunner.register({
+      local,
+      generations,
+      handlers: options.handlers,
+      participation,
+      queueTimeoutMs: (lane) => lanes[lane]?.queueTimeoutMs
+    })
+    const makeClient = yield* KeyEntity.client
+    const scope = yield* Effect.scope
+
+    const counters: Record<string, number> = { dispatched: 0, succeeded: 0, failed: 0, queueFailures: 0, defects: 0 }
+    const outstanding = new Map<string, Outstanding>()
+    const outstandingPerLane = new Map<string, number>()
+    let draining: Deferred.Deferred<DrainReport> | undefined
+
+    const check = (lane: string, key: string, command: unknown, o: ClusterDispatchOptions | undefined): RequestError | undefined => {
+      const bad = (message: string) => new RequestError({ lane, key, message })
+      if (!(lane in lanes)) return bad(`Expected \`lane\` to be one of ${Object.keys(lanes).map((l) => `\`${l}\``).join(", ")}, got \`${lane}\``)
+      if (typeof key !== "string" || key.length === 0) return bad("Expected `key` to be a non-empty string, got `" + String(key) + "`")
+      const notJsonReason = notJson(command, "command")
+      if (notJsonReason !== undefined) return bad(`Expected \`command\` to be a JSON value: ${notJsonReason}`)
+      for (const field of ["queueTimeoutMs", "turnTimeoutMs"] as const) {
+        const v = o?.[field]
+        if (v !== undefined && !(Number.isFinite(v) && v > 0)) return bad(`Expected \`${field}\` to be a finite number above 0, got \`${v}\``)
+      }
+      if (o?.runId !== undefined && (typeof o.runId !== "string" || o.runId.length === 0 || o.runId.length > 200)) {
+        return bad(`Expected \`runId\` to be a string of 1 to 200 characters, got \`${String(o.runId)}\``)
+      }
+      return undefined
+    }
+
+    /** Maps the reply of a run onto the future's outcome. */
+    const settleFrom = (lane: string, key: string, runId: string, exit: Exit.Exit<unknown, unknown>): Exit.Exit<unknown, unknown> => {
+      if (Exit.isSuccess(exit)) {
+        counters.succeeded++
+        return exit
+      }
+      const failure = exit.cause.reasons.find((r) => r._tag === "Fail")
+      if (failure !== undefined && failure._tag === "Fail") {
+        const e = failure.error as WireQueueFailure | WireTaskFailed | WireTaskDefect
+        if (e._tag === "QueueFailure") {
+          counters.queueFailures++
+          return Exit.fail(new QueueFailure({ ...e, runId, lane, key }))
+        }
+        if (e._tag === "TaskDefect") {
+          counters.defects++
+          const error = new Error(e.message)
+          error.name = e.name
+          return Exit.die(error)
+        }
+        counters.failed++
+        return Exit.fail(e.error)
+      }
+      counters.defects++
+      return exit
+    }
+
+    const settle = (o: Outstanding, exit: Exit.Exit<unknown, unknown>) =>
+      Effect.suspend(() => {
+        if (outstanding.get(o.runId) === o) {
+          outstanding.delete(o.runId)
+          outstandingPerLane.set(o.lane, (outstandingPerLane.get(o.lane) ?? 1) - 1)
+        }
+        return Deferred.done(o.deferred, exit)
+      })
+
+    // Errors of the cluster transport while the message is durable: waiting again is right.
+    const transient = (e: unknown) => {
+      const tag = (e as { _tag?: string })?._tag
+      return tag === "MailboxFull" || tag === "PersistenceError" || tag === "EntityNotAssignedToRunner" ||
+        tag === "AlreadyProcessingMessage" || tag === "RunnerUnavailable"
+    }
+
+    const dispatch = <A, E>(lane: string, key: string, command: unknown, o?: ClusterDispatchOptions) =>
+      Effect.gen(function*() {
+        const bad = check(lane, key, command, o)
+        if (bad !== undefined) return yield* bad
+        if (draining !== undefined) return yield* new AdmissionError({ lane, key, reason: "closed" })
+        const limits = lanes[lane]
+        const bound = (limits.concurrent ?? 1) + (limits.queued ?? 0)
+        if ((outstandingPerLane.get(lane) ?? 0) >= bound && o?.coalesce !== true) {
+          return yield* new AdmissionError({ lane, key, reason: "full" })
+        }
+        const runId = o?.runId ?? crypto.randomUUID()
+        const generation = generations.current(lane)
+        const client = makeClient(entityId(lane, key))
+        const payload = {
+          runId,
+          lane,
+          key,
+          generation,
+          command,
+          admittedAt: Date.now(),
+          coalesce: o?.coalesce === true,
+          ...(o?.queueTimeoutMs === undefined ? {} : { queueTimeoutMs: o.queueTimeoutMs }),
+          ...(o?.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: o.turnTimeoutMs })
+        }
+        // Durable once this returns: saved in the message table and the key's runner notified.
+        yield* client.Run(payload, { discard: true }).pipe(
+          Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
+          Effect.orDie
+        )
+        counters.dispatched++
+        const deferred = Deferred.makeUnsafe<unknown, unknown>()
+        let settled: Exit.Exit<unknown, unknown> | undefined
+        const cancel = Effect.gen(function*() {
+          yield* client.Cancel({ runId }).pipe(
+            Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
+            Effect.ignore
+          )
+          yield* Effect.exit(Deferred.await(deferred))
+        })
+        const entry: Outstanding = { lane, key, runId, deferred, cancel }
+        outstanding.set(runId, entry)
+        outstandingPerLane.set(lane, (outstandingPerLane.get(lane) ?? 0) + 1)
+        // The same runId joins the durable run (deduplicated by its primary key) and waits for its reply.
+        yield* client.Run(payload).pipe(
+          Effect.retry({ while: transient, schedule: Schedule.spaced("200 millis") }),
+          Effect.exit,
+          Effect.flatMap((exit) => {
+            settled = settleFrom(lane, key, runId, exit)
+            return settle(entry, settled)
+          }),
+          Effect.forkIn(scope)
+        )
+        const future: ClusterFuture<A, E> = {
+          runId,
+          lane,
+          key,
+          generation,
+          admission: "queued",
+          await: Deferred.await(deferred) as Effect.Effect<A, E | QueueFailure>,
+          poll: Effect.sync(() => Option.fromUndefinedOr(settled) as Option.Option<Exit.Exit<A, E | QueueFailure>>),
+          awaitTimeout: (timeout) =>
+            (Deferred.await(deferred) as Effect.Effect<A, E | QueueFailure>).pipe(
+              Effect.timeoutOrElse({
+                duration: timeout,
+                orElse: () => Effect.fail(new FutureTimeout({ runId, timeoutMs: Duration.toMillis(Duration.fromInputUnsafe(timeout)) }))
+              })
+            ),
+          cancel
+        }
+        return future
+      })
+
+    const knownLane = (lane: string) =>
+      lane in lanes ? Effect.void : Effect.fail(new RequestError({ lane, key: "", message: `Unknown lane \`${lane}\`` }))
+
+    const restartLane = (lane: string) =>
+      Effect.gen(function*() {
+        yield* knownLane(lane)
+        const generation = yield* Effect.orDie(generations.bump(lane))
+        const all = yield* Effect.orDie(generations.awaitApplied(lane, generation, restartTimeoutMs))
+        if (!all) {
+          yield* Effect.logWarning(`restartLane(${lane}): not every runner applied generation ${generation} within ${restartTimeoutMs} ms`)
+        }
+        return generation
+      })
+
+    const drain = (o?: { readonly timeoutMs?: number }): Effect.Effect<DrainReport> =>
+      Effect.suspend(() => {
+        if (draining !== undefined) return Deferred.await(draining)
+        const done = Deferred.makeUnsafe<DrainReport>()
+        draining = done
+        const timeoutMs = o?.timeoutMs ?? options.drainTimeoutMs ?? 30_000
+        const before = [...outstanding.values()]
+        return Effect.gen(function*() {
+          const all = Effect.forEach(before, (x) => Effect.exit(Deferred.await(x.deferred)), { concurrency: "unbounded", discard: true })
+          const finished = yield* all.pipe(
+            Effect.as(true),
+            Effect.timeoutOrElse({ duration: Duration.millis(timeoutMs), orElse: () => Effect.succeed(false) })
+          )
+          let canceled = 0
+          if (!finished) {
+            yield* Effect.forEach([...outstanding.values()], (x) =>
+              Effect.gen(function*() {
+                // Stop it where it runs; its future fails `closed` whatever the runner answers.
+                yield* x.cancel.pipe(Effect.timeoutOrElse({ duration: Duration.seconds(5), orElse: () => Effect.void }))
+                const exit = yield* Deferred.poll(x.deferred)
+                if (Option.isNone(exit) || Exit.isFailure(yield* Effect.exit(exit.value))) {
+                  canceled++
+                  yield* settle(x, Exit.fail(new QueueFailure({
+                    runId: x.runId,
+                    lane: x.lane,
+                    key: x.key,
+                    participation: participation(x.lane),
+                    stage: "queued",
+                    reason: "closed"
+                  })))
+                }
+              }), { concurrency: "unbounded", discard: true })
+          }
+          const report: DrainReport = { completed: before.length - canceled, canceled, timedOut: !finished }
+          yield* Deferred.succeed(done, report)
+          return report
+        })
+      })
+
+    // Closing: this process' dispatches first, then the local lanes (unfinished runs are replayed elsewhere).
+    yield* Effect.addFinalizer(() =>
+      Effect.andThen(drain(), Effect.asVoid(local.drain()))
+    )
+
+    const queue: ClusterQueue = {
+      member,
+      dispatch,
+      restartLane,
+      restartAll: Effect.asVoid(Effect.forEach(Object.keys(lanes), (l) => Effect.orDie(restartLane(l)), { discard: true })),
+      generation: (lane) => Effect.as(knownLane(lane), generations.current(lane)),
+      cancel: (lane, key) =>
+        Effect.gen(function*() {
+          yield* knownLane(lane)
+          if (key.length === 0) return yield* new RequestError({ lane, key, message: "Expected `key` to be a non-empty string, got ``" })
+          yield* makeClient(entityId(lane, key)).CancelKey({ lane, key }).pipe(
+            Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
+            Effect.orDie
+          )
+        }),
+      drain,
+      snapshot: Effect.map(local.snapshot, (lanesNow) =>
+        lanesNow.map((l) => ({ ...l, generation: generations.current(l.lane), draining: l.draining || draining !== undefined }))),
+      members: Effect.orDie(generations.members),
+      counters: Effect.sync(() => ({ ...counters, outstanding: outstanding.size }))
+    }
+    return queue
+  })

@@ -1,0 +1,209 @@
+/**
+ * The runner side of the cluster queue: the behaviour of one key entity (`<lane>/<key>`).
+ *
+ * effect/cluster keeps each entity on exactly one runner at a time (shard locks in Postgres) and hands
+ * it the key's messages in order. The behaviour takes them from its mailbox one by one and admits each
+ * `Run` into this runner's local `CommandQueue` (so lane limits, timeouts, coalescing, cancel and
+ * reports are the single-process ones), then replies with the task's outcome. When the entity stops
+ * (its shard moves, the runner shuts down) every local task of the key is canceled first, and runs
+ * that did not finish get no reply: the cluster replays them on the key's next runner.
+ */
+import { Cause, Clock, Effect, Exit, Option, Queue, Schedule } from "effect"
+import type { Scope } from "effect"
+import type { Sharding } from "effect/cluster"
+import type * as Envelope from "effect/cluster/Envelope"
+import { Layer } from "effect"
+import type { CommandQueue } from "../queue/CommandQueue.js"
+import type { Future } from "../queue/Future.js"
+import type { Participation } from "../queue/errors.js"
+import type { Generations } from "./Generations.js"
+import { KeyEntity } from "./protocol.js"
+import type { Cancel, CancelKey, Run, WireQueueFailure, WireTaskDefect } from "./protocol.js"
+
+/** What a lane handler gets: the command as sent (a JSON value) and where it runs. */
+export interface ClusterTask {
+  readonly runId: string
+  readonly lane: string
+  readonly key: string
+  /** The lane's cluster generation at admission. */
+  readonly generation: number
+  readonly command: unknown
+  /** Epoch ms when the cluster accepted it. */
+  readonly admittedAt: number
+}
+
+/** Runs one command of a lane. Success and failure values cross processes as JSON. */
+export type LaneHandler = (task: ClusterTask) => Effect.Effect<unknown, unknown>
+
+/** What the behaviour needs from the queue it belongs to. */
+export interface KeyRunnerOptions {
+  readonly local: CommandQueue
+  readonly generations: Generations
+  readonly handlers: Readonly<Record<string, LaneHandler>>
+  readonly participation: (lane: string) => Participation
+  readonly queueTimeoutMs: (lane: string) => number | undefined
+}
+
+type Rpcs = typeof Run | typeof Cancel | typeof CancelKey
+type Req = Envelope.Request<Rpcs>
+
+/** Most canceled run ids remembered per key before their `Run` arrives (oldest forgotten first). */
+const MAX_EARLY_CANCELS = 1_000
+
+/** Registers the key entity on this runner for the Scope's lifetime. */
+export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, Sharding.Sharding | Scope.Scope> =>
+  Effect.asVoid(Layer.build(KeyEntity.toLayerQueue(
+    (mailbox, replier) =>
+      Effect.gen(function*() {
+        const { local, generations, handlers } = options
+        const runs = new Map<string, Future<unknown, unknown>>()
+        const earlyCancels = new Set<string>()
+        let stopping = false
+
+        const reply = (request: Req, exit: Exit.Exit<unknown, unknown>) =>
+          stopping ? Effect.void : replier.complete(request as any, exit as any)
+        const failWith = (request: Req, p: typeof Run.payloadSchema.Type, stage: WireQueueFailure["stage"], reason: WireQueueFailure["reason"]) =>
+          reply(request, Exit.fail({
+            _tag: "QueueFailure",
+            runId: p.runId,
+            lane: p.lane,
+            key: p.key,
+            participation: options.participation(p.lane),
+            stage,
+            reason
+          } satisfies WireQueueFailure))
+
+        /** The local outcome as the cluster reply; `undefined` when the run must be left for the next runner. */
+        const toReply = (p: typeof Run.payloadSchema.Type, exit: Exit.Exit<unknown, unknown>): Exit.Exit<unknown, unknown> | undefined => {
+          if (Exit.isSuccess(exit)) return exit
+          const failure = Cause.findErrorOption(exit.cause)
+          if (Option.isSome(failure)) {
+            const e = failure.value as { _tag?: string; stage?: WireQueueFailure["stage"]; reason?: WireQueueFailure["reason"] }
+            if (e !== null && typeof e === "object" && e._tag === "QueueFailure" && e.reason !== undefined && e.stage !== undefined) {
+              // closed: this runner drains; the run goes to the key's next runner instead of failing.
+              if (e.reason === "closed") return undefined
+              return Exit.fail({
+                _tag: "QueueFailure",
+                runId: p.runId,
+                lane: p.lane,
+                key: p.key,
+                participation: options.participation(p.lane),
+                stage: e.stage,
+                reason: e.reason
+              } satisfies WireQueueFailure)
+            }
+            return Exit.fail({ _tag: "TaskFailed", error: failure.value })
+          }
+          if (Cause.hasInterruptsOnly(exit.cause)) return undefined
+          const defect = exit.cause.reasons.find((r) => r._tag === "Die")
+          const d = defect !== undefined && defect._tag === "Die" ? defect.defect : Cause.squash(exit.cause)
+          return Exit.fail({
+            _tag: "TaskDefect",
+            name: d instanceof Error ? d.name : "Defect",
+            message: d instanceof Error ? d.message : String(d)
+          } satisfies WireTaskDefect)
+        }
+
+        const onRun = (request: Req, p: typeof Run.payloadSchema.Type) =>
+          Effect.gen(function*() {
+            if (earlyCancels.delete(p.runId)) return yield* failWith(request, p, "queued", "canceled")
+            let generation = generations.current(p.lane)
+            if (p.generation > generation) {
+              generation = yield* Effect.orElseSucceed(generations.refresh(p.lane), () => generation)
+            }
+            if (p.generation < generation) return yield* failWith(request, p, "queued", "stale")
+            const handler = handlers[p.lane]
+            if (handler === undefined) {
+              return yield* reply(request, Exit.fail({
+                _tag: "TaskDefect",
+                name: "Error",
+                message: `This runner has no handler for lane \`${p.lane}\``
+              } satisfies WireTaskDefect))
+            }
+            const now = yield* Clock.currentTimeMillis
+            const queueTimeout = p.queueTimeoutMs ?? options.queueTimeoutMs(p.lane)
+            const remaining = queueTimeout === undefined ? undefined : p.admittedAt + queueTimeout - now
+            if (remaining !== undefined && remaining <= 0) return yield* failWith(request, p, "queued", "timeout")
+            const task = handler({
+              runId: p.runId,
+              lane: p.lane,
+              key: p.key,
+              generation: p.generation,
+              command: p.command,
+              admittedAt: p.admittedAt
+            })
+            const admitted = yield* local.dispatch(p.lane, p.key, task, {
+              ...(p.coalesce ? { coalesce: true } : {}),
+              ...(remaining === undefined ? {} : { queueTimeoutMs: Math.max(1, Math.round(remaining)) }),
+              ...(p.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: p.turnTimeoutMs })
+            }).pipe(
+              // full: this runner holds `concurrent + queued` of the lane; the run waits in the key's mailbox.
+              Effect.retry({
+                while: (e) => e._tag === "AdmissionError" && e.reason === "full",
+                schedule: Schedule.spaced("20 millis")
+              }),
+              Effect.result
+            )
+            if (admitted._tag === "Failure") {
+              const e = admitted.failure
+              // closed: the runner drains; no reply, so the run is replayed on the key's next runner.
+              if (e._tag === "AdmissionError") return
+              return yield* reply(request, Exit.fail({ _tag: "TaskDefect", name: "RequestError", message: e.message } satisfies WireTaskDefect))
+            }
+            const future = admitted.success
+            runs.set(p.runId, future)
+            yield* Effect.exit(future.await).pipe(
+              Effect.flatMap((exit) => {
+                if (runs.get(p.runId) === future) runs.delete(p.runId)
+                const out = toReply(p, exit)
+                return out === undefined ? Effect.void : reply(request, out)
+              }),
+              Effect.forkChild
+            )
+          })
+
+        const onCancel = (request: Req, runId: string) => {
+          const future = runs.get(runId)
+          if (future === undefined) {
+            if (earlyCancels.size >= MAX_EARLY_CANCELS) earlyCancels.delete(earlyCancels.values().next().value!)
+            earlyCancels.add(runId)
+            return reply(request, Exit.void)
+          }
+          return Effect.forkChild(Effect.andThen(future.cancel, reply(request, Exit.void)))
+        }
+
+        const loop = Effect.gen(function*() {
+          while (true) {
+            const request = (yield* Queue.take(mailbox)) as Req
+            switch (request.tag) {
+              case "Run":
+                yield* onRun(request, request.payload as typeof Run.payloadSchema.Type)
+                break
+              case "Cancel":
+                yield* onCancel(request, (request.payload as { runId: string }).runId)
+                break
+              case "CancelKey": {
+                const p = request.payload as { lane: string; key: string }
+                yield* Effect.forkChild(Effect.andThen(
+                  Effect.ignore(local.cancel(p.lane, p.key)),
+                  reply(request, Exit.void)
+                ))
+                break
+              }
+            }
+          }
+        })
+
+        return yield* loop.pipe(
+          Effect.onInterrupt(() =>
+            Effect.suspend(() => {
+              // Stop answering: whatever did not end goes to the key's next runner. Cancel first, so
+              // no task of this key still runs here when the next runner starts it.
+              stopping = true
+              return Effect.forEach([...runs.values()], (f) => f.cancel, { concurrency: "unbounded", discard: true })
+            })
+          )
+        ) as Effect.Effect<never>
+      }),
+    { maxIdleTime: "1 minute" }
+  )))

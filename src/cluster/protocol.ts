@@ -1,0 +1,65 @@
+/**
+ * The wire protocol of the cluster queue: one entity per lane and key (`<lane>/<key>`), whose
+ * persisted `Run` messages are the key's queue, and the failures that cross processes.
+ */
+import { Schema } from "effect"
+import { ClusterSchema, Entity } from "effect/cluster"
+import { Rpc } from "effect/rpc"
+
+/** A `QueueFailure` as it crosses processes. */
+export const WireQueueFailure = Schema.TaggedStruct("QueueFailure", {
+  runId: Schema.String,
+  lane: Schema.String,
+  key: Schema.String,
+  participation: Schema.Literals(["blocking", "background"]),
+  stage: Schema.Literals(["queued", "running"]),
+  reason: Schema.Literals(["canceled", "timeout", "closed", "stale"])
+})
+export type WireQueueFailure = typeof WireQueueFailure.Type
+
+/** The handler's own failure (a JSON value), as it crosses processes. */
+export const WireTaskFailed = Schema.TaggedStruct("TaskFailed", { error: Schema.Unknown })
+export type WireTaskFailed = typeof WireTaskFailed.Type
+
+/**
+ * A defect of the handler, as it crosses processes. (A defect reply would make effect/cluster restart
+ * the entity and replay the run; a defect of the task is an outcome, not a reason to run it again.)
+ */
+export const WireTaskDefect = Schema.TaggedStruct("TaskDefect", { message: Schema.String, name: Schema.String })
+export type WireTaskDefect = typeof WireTaskDefect.Type
+
+/** Runs one command on the key's runner. Persisted: it survives the runner; `runId` dedupes re-sends. */
+export const Run = Rpc.make("Run", {
+  payload: {
+    runId: Schema.String,
+    lane: Schema.String,
+    key: Schema.String,
+    generation: Schema.Number,
+    command: Schema.Unknown,
+    admittedAt: Schema.Number,
+    coalesce: Schema.Boolean,
+    queueTimeoutMs: Schema.optional(Schema.Number),
+    turnTimeoutMs: Schema.optional(Schema.Number)
+  },
+  success: Schema.Unknown,
+  error: Schema.Union([WireQueueFailure, WireTaskFailed, WireTaskDefect]),
+  primaryKey: (p) => p.runId
+}).annotate(ClusterSchema.Persisted, true)
+
+/** Cancels one run: drops it if it waits, interrupts it if it runs; replies once it ended. */
+export const Cancel = Rpc.make("Cancel", {
+  payload: { runId: Schema.String },
+  success: Schema.Void
+})
+
+/** Cancels every run of the key on its runner; replies once they ended. */
+export const CancelKey = Rpc.make("CancelKey", {
+  payload: { lane: Schema.String, key: Schema.String },
+  success: Schema.Void
+})
+
+/** The key entity: its id is `<lane>/<key>`. */
+export const KeyEntity = Entity.make("switchyard/Key", [Run, Cancel, CancelKey])
+
+/** The entity id of a lane and key. */
+export const entityId = (lane: string, key: string): string => `${lane}/${key}`
