@@ -14,7 +14,7 @@ import { AdmissionError, FutureTimeout, QueueFailure, RequestError } from "./err
 import type { QueueFailureReason, QueueFailureStage } from "./errors.js"
 import type { Admission, FutureOps } from "./Future.js"
 import { FutureImpl } from "./Future.js"
-import type { BodyKind, TaskOptions } from "./lane.js"
+import type { BodyKind, Listener, TaskOptions } from "./lane.js"
 import { DROPPING, EFFECT_BODY, ENDED, FINISHING, KeyTasks, LaneState, RUNNING, Task, WAITING } from "./lane.js"
 import { createLanes } from "./Lanes.js"
 import { LaneMetrics } from "./metrics.js"
@@ -31,6 +31,14 @@ const isThenable = (u: unknown): u is PromiseLike<unknown> =>
 /** A finalizer's own failure joins the task's Cause as a defect: it never adds a typed error. */
 const asDefects = (cause: Cause.Cause<unknown>): Cause.Cause<never> =>
   Cause.fromReasons(cause.reasons.map((r) => (Cause.isFailReason(r) ? Cause.makeDieReason(r.error) : r))) as Cause.Cause<never>
+
+const callListener = (listener: Listener, exit: Exit.Exit<unknown, unknown>): void => {
+  try {
+    listener(exit)
+  } catch {
+    // a listener is the queue's own code (Promise futures, signal clean-up); it must not break settling
+  }
+}
 
 const engines = new WeakMap<object, Engine>()
 /** The engine behind a queue made by `CommandQueue.make`. @internal */
@@ -150,7 +158,7 @@ export class Engine implements FutureOps {
     }
     if (this.draining) return Effect.fail(new AdmissionError({ lane: laneName, key, reason: "closed" }))
     let ks = lane.keys.get(key)
-    if (options?.coalesce === true && ks !== undefined && ks.tail !== undefined) {
+    if (!preCanceled && options?.coalesce === true && ks !== undefined && ks.tail !== undefined) {
       return Effect.succeed(wrap(ks.tail, "coalesced"))
     }
     if (!preCanceled && lane.owned >= lane.capacity) {
@@ -176,7 +184,8 @@ export class Engine implements FutureOps {
       lane.waiting--
       const failure = this.failure(task, "queued", "canceled")
       task.stopped = failure
-      return Effect.as(Effect.uninterruptible(this.complete(task, Exit.fail(failure))), wrap(task, "queued"))
+      this.fork(this.complete(task, Exit.fail(failure)))
+      return Effect.succeed(wrap(task, "queued"))
     }
     if (ks === undefined) {
       ks = new KeyTasks()
@@ -467,6 +476,15 @@ export class Engine implements FutureOps {
     }
   }
 
+  /** Calls `listener` when the task settles (at once if it has). */
+  addListener(task: Task, listener: Listener): void {
+    if (task.exit !== undefined) return listener(task.exit)
+    const l = task.listeners
+    if (l === undefined) task.listeners = listener
+    else if (typeof l === "function") task.listeners = [l, listener]
+    else l.push(listener)
+  }
+
   settle(task: Task, exit: Exit.Exit<any, any>): void {
     task.state = ENDED
     task.exit = exit
@@ -476,8 +494,8 @@ export class Engine implements FutureOps {
     const listeners = task.listeners
     if (listeners !== undefined) {
       task.listeners = undefined
-      if (typeof listeners === "function") listeners(exit)
-      else for (const l of listeners) l(exit)
+      if (typeof listeners === "function") callListener(listeners, exit)
+      else for (const l of listeners) callListener(l, exit)
     }
     this.live--
     if (this.live === 0 && this.idle !== undefined) {

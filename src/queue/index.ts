@@ -11,3 +11,5 @@ export type {
   TaskReport
 } from "./CommandQueue.js"
 export type { Admission, Future } from "./Future.js"
+export { createCommandQueue } from "./promise.js"
+export type { AsyncCommandQueue, AsyncDispatchOptions, AsyncFuture, AsyncPoll } from "./promise.js"

@@ -1,0 +1,210 @@
+/**
+ * `createCommandQueue`: the command queue for code that does not use Effect. A thin skin over
+ * `CommandQueue.make` (same engine, same rules): one Scope owned by the queue, synchronous
+ * refusals, an AbortSignal per task, and never an unhandled rejection.
+ */
+import { Cause, Context, Effect, Exit, Scope } from "effect"
+import * as CommandQueue from "./CommandQueue.js"
+import type { CommandQueueOptions, DrainReport, LaneSnapshot } from "./CommandQueue.js"
+import type { Engine } from "./engine.js"
+import { engineOf } from "./engine.js"
+import { FutureTimeout, RequestError } from "./errors.js"
+import type { Admission } from "./Future.js"
+import { PROMISE_BODY } from "./lane.js"
+import type { Task } from "./lane.js"
+import { show } from "./validate.js"
+
+/** The options of one Promise-API dispatch. */
+export interface AsyncDispatchOptions {
+  /** Join a task of this key that waits and has not started, instead of adding one. */
+  readonly coalesce?: boolean
+  readonly queueTimeoutMs?: number
+  readonly turnTimeoutMs?: number
+  /** Aborting it cancels the task as `cancel()` does; already aborted: the future fails `canceled` at once. */
+  readonly signal?: AbortSignal
+}
+
+/** What `poll()` sees. */
+export type AsyncPoll<A> =
+  | { readonly status: "pending" }
+  | { readonly status: "success"; readonly value: A }
+  | { readonly status: "failure"; readonly error: unknown }
+
+/** The future of a Promise-API task. */
+export interface AsyncFuture<A> {
+  readonly runId: string
+  readonly lane: string
+  readonly key: string
+  readonly generation: number
+  readonly admission: Admission
+  /** Resolves with the task's value; rejects with what it threw, or a `QueueFailure`. Never an unhandled rejection. */
+  readonly result: Promise<A>
+  /** The outcome if settled; never waits. */
+  poll(): AsyncPoll<A>
+  /** As `result`, but rejects `FutureTimeout` after `timeoutMs`; the task goes on. */
+  wait(timeoutMs: number): Promise<A>
+  /** Drops the task if it waits, aborts it if it runs; resolves once it ended. An ended task keeps its outcome. */
+  cancel(): Promise<void>
+}
+
+/** The command queue for Promise code; see `CommandQueue.CommandQueue` for each rule. */
+export interface AsyncCommandQueue {
+  /** Admits `task`, or throws `AdmissionError` / `RequestError` synchronously. `task` gets an AbortSignal aborted (with the `QueueFailure` as reason) when the queue stops it. */
+  dispatch<A>(
+    lane: string,
+    key: string,
+    task: (signal: AbortSignal) => A | Promise<A>,
+    options?: AsyncDispatchOptions
+  ): AsyncFuture<A>
+  restartLane(lane: string): Promise<number>
+  restartAll(): Promise<void>
+  /** Throws `RequestError` for an unknown lane. */
+  generation(lane: string): number
+  cancel(lane: string, key: string): Promise<void>
+  snapshot(): ReadonlyArray<LaneSnapshot>
+  drain(options?: { readonly timeoutMs?: number }): Promise<DrainReport>
+  /** Drains with the default deadline, then releases everything. Idempotent. */
+  close(): Promise<void>
+}
+
+const noop = () => {}
+const PENDING: AsyncPoll<never> = { status: "pending" }
+const EMPTY = Context.empty() as Context.Context<never>
+
+/** What a rejected `result` carries: the task's own error or throw, a `QueueFailure`, or a defect. */
+const errorOf = (cause: Cause.Cause<unknown>): unknown => Cause.squash(cause)
+
+/** Runs an Effect; rejects with its error itself (not a wrapper). */
+const run = <A, E>(effect: Effect.Effect<A, E>): Promise<A> =>
+  Effect.runPromiseExit(effect).then((exit) => (Exit.isSuccess(exit) ? exit.value : Promise.reject(errorOf(exit.cause))))
+
+class AsyncFutureImpl<A> implements AsyncFuture<A> {
+  #result: Promise<A> | undefined = undefined
+  constructor(readonly task: Task, readonly admission: Admission, private readonly engine: Engine) {}
+  get runId(): string {
+    return this.task.runId
+  }
+  get lane(): string {
+    return this.task.lane.name
+  }
+  get key(): string {
+    return this.task.key
+  }
+  get generation(): number {
+    return this.task.generation
+  }
+  get result(): Promise<A> {
+    if (this.#result === undefined) {
+      const exit = this.task.exit
+      this.#result = exit !== undefined
+        ? (Exit.isSuccess(exit) ? Promise.resolve(exit.value as A) : Promise.reject(errorOf(exit.cause)))
+        : new Promise<A>((resolve, reject) => {
+          this.engine.addListener(this.task, (e) => (Exit.isSuccess(e) ? resolve(e.value as A) : reject(errorOf(e.cause))))
+        })
+      this.#result.catch(noop)
+    }
+    return this.#result
+  }
+  poll(): AsyncPoll<A> {
+    const exit = this.task.exit
+    if (exit === undefined) return PENDING
+    return Exit.isSuccess(exit) ? { status: "success", value: exit.value as A } : { status: "failure", error: errorOf(exit.cause) }
+  }
+  wait(timeoutMs: number): Promise<A> {
+    if (typeof timeoutMs !== "number" || Number.isNaN(timeoutMs) || timeoutMs < 0) {
+      const error = new RequestError({
+        lane: this.lane,
+        key: this.key,
+        message: `Expected \`timeoutMs\` to be a number from 0 and up, got \`${show(timeoutMs)}\``
+      })
+      const rejected = Promise.reject(error)
+      rejected.catch(noop)
+      return rejected
+    }
+    const p = new Promise<A>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new FutureTimeout({ runId: this.runId, timeoutMs })), timeoutMs)
+      this.result.then(
+        (value) => {
+          clearTimeout(timer)
+          resolve(value)
+        },
+        (error) => {
+          clearTimeout(timer)
+          reject(error)
+        }
+      )
+    })
+    p.catch(noop)
+    return p
+  }
+  cancel(): Promise<void> {
+    return run(this.engine.cancelTask(this.task))
+  }
+}
+
+class AsyncQueue implements AsyncCommandQueue {
+  #closing: Promise<void> | undefined = undefined
+  readonly #wrap = (task: Task, admission: Admission) => new AsyncFutureImpl<any>(task, admission, this.engine)
+  constructor(private readonly queue: CommandQueue.CommandQueue, private readonly engine: Engine, private readonly scope: Scope.Closeable) {}
+
+  dispatch<A>(
+    lane: string,
+    key: string,
+    task: (signal: AbortSignal) => A | Promise<A>,
+    options?: AsyncDispatchOptions
+  ): AsyncFuture<A> {
+    const signal = options?.signal
+    const aborted = signal instanceof AbortSignal && signal.aborted
+    const exit = Effect.runSyncExit(
+      this.engine.dispatch(lane, key, task, PROMISE_BODY, options, EMPTY, aborted, this.#wrap)
+    )
+    if (Exit.isFailure(exit)) throw errorOf(exit.cause)
+    const future = exit.value as AsyncFutureImpl<A>
+    if (signal instanceof AbortSignal && !aborted && future.task.exit === undefined) {
+      const t = future.task
+      const onAbort = () => {
+        Effect.runFork(this.engine.cancelTask(t))
+      }
+      signal.addEventListener("abort", onAbort, { once: true })
+      this.engine.addListener(t, () => signal.removeEventListener("abort", onAbort))
+    }
+    return future
+  }
+  restartLane(lane: string): Promise<number> {
+    return run(this.queue.restartLane(lane))
+  }
+  restartAll(): Promise<void> {
+    return run(this.queue.restartAll)
+  }
+  generation(lane: string): number {
+    const l = this.engine.byName.get(lane)
+    if (l === undefined) throw this.engine.unknownLane(lane, "")
+    return l.generation
+  }
+  cancel(lane: string, key: string): Promise<void> {
+    return run(this.queue.cancel(lane, key))
+  }
+  snapshot(): ReadonlyArray<LaneSnapshot> {
+    return this.engine.snapshotUnsafe()
+  }
+  drain(options?: { readonly timeoutMs?: number }): Promise<DrainReport> {
+    return run(this.queue.drain(options))
+  }
+  close(): Promise<void> {
+    return (this.#closing ??= run(Scope.close(this.scope, Exit.void)))
+  }
+}
+
+/**
+ * Makes a command queue for Promise code (same options as `CommandQueue.make`); rejects with
+ * `LanesConfigInvalid` when a limit is bad. Call `close()` to drain it and release everything.
+ */
+export const createCommandQueue = async (options?: CommandQueueOptions): Promise<AsyncCommandQueue> => {
+  const scope = Scope.makeUnsafe()
+  const exit = await Effect.runPromiseExit(Scope.provide(scope)(CommandQueue.make(options)))
+  if (Exit.isFailure(exit)) {
+    await Effect.runPromise(Scope.close(scope, exit))
+    throw errorOf(exit.cause)
+  }
+  return new AsyncQueue(exit.value, engineOf(exit.value), scope)
+}
