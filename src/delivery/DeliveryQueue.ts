@@ -49,7 +49,11 @@ export interface Stats {
 
 /** A running delivery queue over a `DeliveryLog`. */
 export interface DeliveryQueue {
-  /** Appends the message to the log and returns once it is durable; delivery happens in the background. */
+  /**
+   * Appends the message to the log and returns once it is durable; delivery happens in the background.
+   * Not interruptible once started (an appended entry is always scheduled); entries are scheduled in
+   * the order `enqueue` was called.
+   */
   readonly enqueue: (message: OutboundMessage) => Effect.Effect<DeliveryEntry, DeliveryLogError>
   /** Puts the dead entry `id` (or every dead entry) back to pending with attempts 0; returns how many. */
   readonly retryDead: (id?: string) => Effect.Effect<number, DeliveryLogError>
@@ -330,16 +334,41 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
       return scheduleHead(held.insert(entry))
     }
 
-    const enqueue = (message: OutboundMessage): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
+    // Appends are admitted in the order enqueue was called (a ticket each), whatever order the log's
+    // completions resume in: the log takes appends in call order, so admission follows seq order.
+    let nextTicket = 0
+    let releasedTicket = 0
+    const arrived = new Map<number, DeliveryEntry | undefined>()
+    const release = (ticket: number, entry: DeliveryEntry | undefined): Effect.Effect<void> => {
+      arrived.set(ticket, entry)
+      if (ticket !== releasedTicket) return Effect.void
+      const ready: Array<DeliveryEntry> = []
+      while (arrived.has(releasedTicket)) {
+        const e = arrived.get(releasedTicket)
+        arrived.delete(releasedTicket++)
+        if (e !== undefined) ready.push(e)
+      }
+      return Effect.forEach(ready, admit, { discard: true })
+    }
+
+    /** Appends; returns the entry for the caller and the entry to schedule (none for a duplicate that is not pending). */
+    const append = (message: OutboundMessage): Effect.Effect<readonly [DeliveryEntry, DeliveryEntry | undefined], DeliveryLogError> =>
       Effect.flatMap(log.append(message), (entry) => {
-        if (held.byId.has(entry.id)) return Effect.succeed(entry)
-        if (message.idempotencyKey === undefined) return Effect.as(admit(entry), entry)
+        if (held.byId.has(entry.id) || message.idempotencyKey === undefined) return Effect.succeed([entry, entry] as const)
         // A duplicate key returns an existing entry that may be acked or dead: schedule only what the log holds as pending.
-        return Effect.flatMap(log.get(entry.id), (current) =>
-          Option.isSome(current) && current.value.status === "pending"
-            ? Effect.as(admit(current.value), entry)
-            : Effect.succeed(entry))
+        return Effect.map(log.get(entry.id), (current) =>
+          [entry, Option.isSome(current) && current.value.status === "pending" ? current.value : undefined] as const)
       })
+
+    const enqueue = (message: OutboundMessage): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
+      // Not interruptible: an entry that reached the log is always scheduled, never left for the next start.
+      Effect.uninterruptible(Effect.suspend(() => {
+        const ticket = nextTicket++
+        return append(message).pipe(
+          Effect.onExit((exit) => release(ticket, Exit.isSuccess(exit) ? exit.value[1] : undefined)),
+          Effect.map(([entry]) => entry)
+        )
+      }))
 
     const requeueOne = (entry: DeliveryEntry): Effect.Effect<number, DeliveryLogError> =>
       Effect.gen(function*() {

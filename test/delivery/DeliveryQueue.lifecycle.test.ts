@@ -224,6 +224,42 @@ describe("DeliveryQueue lifecycle", () => {
       assert.deepStrictEqual(yield* q.stats, { pending: 0, dead: 1, inFlight: 0, delivered: 2 })
     }))
 
+  it.effect("concurrent enqueues are scheduled in call order even when the log completes them out of order", () =>
+    Effect.gen(function*() {
+      const log = makeMemoryLog()
+      const seen: Array<unknown> = []
+      const q = yield* DeliveryQueue.make({ log, deliver: (e) => Effect.sync(() => seen.push(e.message.body)) })
+      const hold = log.hold("append")
+      const first = yield* Effect.forkChild(q.enqueue(msg("a", 1)))
+      yield* Deferred.await(hold.reached)
+      const second = yield* q.enqueue(msg("a", 2)) // its append completes while the first one is held
+      yield* q.idle
+      assert.deepStrictEqual(seen, [], "the second entry waits for the first, which is not scheduled yet")
+      yield* hold.release
+      const firstEntry = yield* Fiber.join(first)
+      assert.isBelow(firstEntry.seq, second.seq)
+      yield* q.idle
+      assert.deepStrictEqual(seen, [1, 2])
+    }))
+
+  it.effect("enqueue is not interruptible: one interrupted mid-append still appends and schedules its entry", () =>
+    Effect.gen(function*() {
+      const log = makeMemoryLog()
+      const seen: Array<unknown> = []
+      const q = yield* DeliveryQueue.make({ log, deliver: (e) => Effect.sync(() => seen.push(e.message.body)) })
+      const hold = log.hold("append")
+      const fiber = yield* Effect.forkChild(q.enqueue(msg("a", 1)))
+      yield* Deferred.await(hold.reached)
+      const interrupting = yield* Effect.forkChild(Fiber.interrupt(fiber))
+      yield* waitFor(() => false, 50) // the interrupt arrives while the append is held
+      assert.isUndefined(interrupting.pollUnsafe(), "interrupt waits for the enqueue to finish")
+      yield* hold.release
+      yield* Fiber.join(interrupting)
+      yield* q.idle
+      assert.deepStrictEqual(seen, [1])
+      assert.strictEqual(log.acked.length, 1)
+    }))
+
   it.effect("an enqueue with the idempotency key of a pending entry is not delivered twice", () =>
     Effect.gen(function*() {
       const log = makeMemoryLog()

@@ -155,10 +155,11 @@ export const makeMemoryLog = (): MemoryLog => {
         }
         const checked = check(message)
         if (typeof checked !== "number") return Effect.fail(checked)
-        const id = `m-${seq + 1}`
+        // Like the file log, seq is taken when the call is made (in call order), even if it completes later.
+        const s = ++seq
+        const id = `m-${s}`
         return lift("append", { op: "append", id, message }, () => {
-          const s = ++seq
-          const entry: DeliveryEntry = { id: `m-${s}`, seq: s, message, enqueuedAt: now, attempts: 0, status: "pending" }
+          const entry: DeliveryEntry = { id, seq: s, message, enqueuedAt: now, attempts: 0, status: "pending" }
           live.set(entry.id, entry)
           if (message.idempotencyKey !== undefined) keys.set(message.idempotencyKey, entry)
           return entry
