@@ -220,14 +220,16 @@ const make = <K, E, R>(
         Effect.exit(Effect.interruptible(Effect.provideService(work, Scope.Scope, scope))),
         (exit) => {
           if (timer !== undefined) timer.interruptUnsafe()
+          // why the lanes cut it short, if they did, as of the moment activate ended (not later)
+          const reason = e.reason
           return Effect.map(Effect.exit(Scope.close(scope, exit)), (closing): ActivationExit<K, E> => {
             if (Exit.isSuccess(exit)) {
               return Exit.isSuccess(closing)
                 ? { _tag: "ActivationSucceeded", key: e.key, value: exit.value }
                 : { _tag: "ActivationFailed", key: e.key, cause: closing.cause as Cause.Cause<E> }
             }
-            if (e.reason !== undefined && Cause.hasInterrupts(exit.cause)) {
-              return { _tag: "ActivationInterrupted", key: e.key, reason: e.reason, started: true }
+            if (reason !== undefined && Cause.hasInterrupts(exit.cause)) {
+              return { _tag: "ActivationInterrupted", key: e.key, reason, started: true }
             }
             return { _tag: "ActivationFailed", key: e.key, cause: exit.cause }
           })
@@ -235,8 +237,10 @@ const make = <K, E, R>(
       )
     })
 
-  /** The whole life of one activation; its fiber is uninterruptible outside `activate`. */
-  /** It yields first, so that `wake` never runs an activation and chains of activations never recurse. */
+  /**
+   * The whole life of one activation; its fiber is uninterruptible outside `activate`. It yields
+   * first, so that `wake` never runs an activation and chains of activations never recurse.
+   */
   const activation = (e: Entry<K>, work: Effect.Effect<unknown, E, Scope.Scope>): Effect.Effect<void> =>
     Effect.andThen(
       Effect.yieldNow,
@@ -330,12 +334,15 @@ const make = <K, E, R>(
       }
       const fiber = e.fiber
       if (e.reason === undefined) e.reason = "cancel"
-      if (fiber === undefined) return Effect.void // only from inside activate(key) itself, before its fiber exists
-      // May run the activation's end synchronously, right here. From inside its own activation
-      // the caller cannot wait for itself: the interruption takes effect when it is interruptible.
-      fiber.interruptUnsafe(self.id)
-      const wait = fiber === self ? Effect.void : Effect.asVoid(Fiber.await(fiber))
-      return owed ? Effect.andThen(Effect.uninterruptible(report(dropped(key, "cancel"))), wait) : wait
+      const dropReport = owed ? Effect.uninterruptible(report(dropped(key, "cancel"))) : Effect.void
+      if (fiber === undefined) return dropReport // only from inside activate(key) itself, before its fiber exists
+      if (fiber === self) {
+        // From inside its own activation the caller cannot wait for itself: the report comes
+        // first, then the interruption, which takes effect once the activation is interruptible.
+        return Effect.andThen(dropReport, Effect.sync(() => self.interruptUnsafe(self.id)))
+      }
+      fiber.interruptUnsafe(self.id) // may run the activation's end synchronously, right here
+      return Effect.andThen(dropReport, Effect.asVoid(Fiber.await(fiber)))
     })
 
   /** The running activations' fibers, except the caller's own (it cannot wait for itself). */
@@ -372,15 +379,14 @@ const make = <K, E, R>(
       if (e.reason === undefined) e.reason = "close"
       if (e.fiber !== undefined) fibers.push(e.fiber)
     }
-    for (const f of fibers) f.interruptUnsafe(self.id)
+    const others = fibers.filter((f) => f !== self)
+    for (const f of others) f.interruptUnsafe(self.id)
     const reports = Effect.uninterruptible(
       Effect.forEach(drops, (key) => report(dropped(key, "close")), { discard: true })
     )
-    const others = fibers.filter((f) => f !== self)
-    return Effect.andThen(
-      reports,
-      Effect.asVoid(Fiber.awaitAll(others))
-    )
+    // From inside an activation the caller cannot wait for itself: it is interrupted last.
+    const last = others.length === fibers.length ? Effect.void : Effect.sync(() => self.interruptUnsafe(self.id))
+    return Effect.andThen(reports, Effect.andThen(Fiber.awaitAll(others), last))
   })
 
   const stats = Effect.sync(() => ({ running, waiting, keys: entries.size }))

@@ -374,3 +374,118 @@ describe("Lanes: onExit", () => {
       ])
     }))
 })
+
+describe("Lanes: races", () => {
+  it.effect("a wake while cancel waits for the activation to end owes a follow-up, and it runs", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1 })
+      const gate = yield* Deferred.make<void>()
+      probe.finalGates.set("a", gate)
+      yield* lanes.wake("a")
+      yield* probe.started("a")
+      const cancel = yield* Effect.forkChild(lanes.cancel("a"))
+      yield* probe.until(() => probe.count("closing:a") === 1)
+      expect(yield* lanes.wake("a")).toBe("queued")
+      probe.finalGates.delete("a")
+      yield* Deferred.succeed(gate, undefined)
+      yield* Fiber.join(cancel)
+      yield* probe.started("a", 2)
+      yield* probe.release("a")
+      yield* idle(lanes)
+      expect(probe.exits.map((e) => e._tag)).toEqual(["ActivationInterrupted", "ActivationSucceeded"])
+    }))
+
+  it.effect("a timeout that falls due while the Scope closes leaves a success reported as a success", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1, turnTimeoutMs: 1_000 })
+      const gate = yield* Deferred.make<void>()
+      probe.finalGates.set("a", gate)
+      yield* lanes.wake("a")
+      yield* probe.started("a")
+      yield* TestClock.adjust(500)
+      yield* probe.release("a", "in time")
+      yield* probe.until(() => probe.count("closing:a") === 1)
+      yield* TestClock.adjust(5_000)
+      yield* Deferred.succeed(gate, undefined)
+      yield* probe.exited("a")
+      expect(probe.exits).toEqual([{ _tag: "ActivationSucceeded", key: "a", value: "in time" }])
+    }))
+
+  it.effect("cancel of a key whose activation has not run yet reports it interrupted (started, activate called)", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1 })
+      expect(yield* lanes.wake("a")).toBe("started")
+      yield* lanes.cancel("a") // before the activation's fiber first ran
+      expect(probe.exits).toEqual([{ _tag: "ActivationInterrupted", key: "a", reason: "cancel", started: true }])
+      expect(probe.count("start:a")).toBe(0)
+      expect(yield* lanes.stats).toEqual({ running: 0, waiting: 0, keys: 0 })
+    }))
+
+  it.effect("cancel from inside the key's own activation reports its dropped follow-up too", () =>
+    Effect.gen(function*() {
+      const exits: Array<ActivationExit<string, never>> = []
+      const ref: { lanes?: { wake: (k: string) => Effect.Effect<unknown, unknown>; cancel: (k: string) => Effect.Effect<void> } } = {}
+      const done = yield* Deferred.make<void>()
+      const lanes = yield* createLanes<string>({
+        maxConcurrent: 1,
+        activate: (key) =>
+          Effect.gen(function*() {
+            yield* Effect.orDie(ref.lanes!.wake(key)) // owes a follow-up
+            yield* ref.lanes!.cancel(key)
+            yield* Effect.never
+          }),
+        onExit: (exit) =>
+          Effect.suspend(() => {
+            exits.push(exit)
+            return exits.length === 2 ? Deferred.succeed(done, undefined) : Effect.void
+          })
+      })
+      ref.lanes = lanes
+      yield* lanes.wake("a")
+      yield* Deferred.await(done)
+      yield* idle(lanes)
+      expect(exits).toContainEqual({ _tag: "ActivationInterrupted", key: "a", reason: "cancel", started: false })
+      expect(exits).toContainEqual({ _tag: "ActivationInterrupted", key: "a", reason: "cancel", started: true })
+    }))
+
+  it.effect("close from inside an activation reports every dropped entry and does not wait for itself", () =>
+    Effect.gen(function*() {
+      const exits: Array<ActivationExit<string, never>> = []
+      const ref: { close?: Effect.Effect<void> } = {}
+      const lanes = yield* createLanes<string>({
+        maxConcurrent: 2,
+        activate: (key) => (key === "closer" ? Effect.andThen(ref.close!, Effect.never) : Effect.never),
+        onExit: (exit) => {
+          exits.push(exit)
+        }
+      })
+      ref.close = lanes.close
+      yield* lanes.wake("other")
+      yield* lanes.wake("closer")
+      yield* lanes.wake("q1")
+      yield* lanes.wake("q2")
+      yield* idle(lanes)
+      expect(exits).toHaveLength(4)
+      expect(exits).toContainEqual({ _tag: "ActivationInterrupted", key: "closer", reason: "close", started: true })
+      expect(exits).toContainEqual({ _tag: "ActivationInterrupted", key: "other", reason: "close", started: true })
+      expect(exits).toContainEqual({ _tag: "ActivationInterrupted", key: "q1", reason: "close", started: false })
+      expect(exits).toContainEqual({ _tag: "ActivationInterrupted", key: "q2", reason: "close", started: false })
+    }))
+
+  it.effect("close from inside onExit does not deadlock", () =>
+    Effect.gen(function*() {
+      const ref: { close?: Effect.Effect<void> } = {}
+      const exits: Array<string> = []
+      const lanes = yield* createLanes<string>({
+        maxConcurrent: 1,
+        activate: () => Effect.void,
+        onExit: (exit) => Effect.andThen(Effect.sync(() => exits.push(`${exit.key}:${exit._tag}`)), exit.key === "a" ? ref.close! : Effect.void)
+      })
+      ref.close = lanes.close
+      yield* lanes.wake("a")
+      yield* lanes.wake("b")
+      yield* idle(lanes)
+      expect(exits).toEqual(["a:ActivationSucceeded", "b:ActivationInterrupted"])
+      expect(yield* Effect.flip(lanes.wake("c"))).toBeInstanceOf(LanesClosed)
+    }))
+})
