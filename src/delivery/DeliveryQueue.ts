@@ -13,7 +13,7 @@ import { createLanes } from "../queue/index.js"
 import type { ActivationExit } from "../queue/index.js"
 import { backoffDelay, failureOf, LOG_RETRY_MS, resolvePolicy, TURN_BATCH } from "./deliveryPolicy.js"
 import { DeliveryFailure, DeliveryLogError } from "./errors.js"
-import { dueAt, Recipients } from "./recipients.js"
+import { CallOrder, dueAt, Recipients } from "./recipients.js"
 import type { Node, Recipient } from "./recipients.js"
 import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "./types.js"
 import { WakeHeap } from "./WakeHeap.js"
@@ -334,23 +334,9 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
       return scheduleHead(held.insert(entry))
     }
 
-    // Appends are admitted in the order enqueue was called (a ticket each), whatever order the log's
-    // completions resume in: the log takes appends in call order, so admission follows seq order.
-    let nextTicket = 0
-    let releasedTicket = 0
-    const arrived = new Map<number, DeliveryEntry | undefined>()
-    const release = (ticket: number, entry: DeliveryEntry | undefined): Effect.Effect<void> => {
-      arrived.set(ticket, entry)
-      if (ticket !== releasedTicket) return Effect.void
-      const ready: Array<DeliveryEntry> = []
-      while (arrived.has(releasedTicket)) {
-        const e = arrived.get(releasedTicket)
-        arrived.delete(releasedTicket++)
-        if (e !== undefined) ready.push(e)
-      }
-      return Effect.forEach(ready, admit, { discard: true })
-    }
-
+    // Appends are admitted in the order enqueue was called, whatever order the log's completions resume
+    // in: the log takes appends in call order, so admission follows seq order.
+    const callOrder = new CallOrder<DeliveryEntry>()
     /** Appends; returns the entry for the caller and the entry to schedule (none for a duplicate that is not pending). */
     const append = (message: OutboundMessage): Effect.Effect<readonly [DeliveryEntry, DeliveryEntry | undefined], DeliveryLogError> =>
       Effect.flatMap(log.append(message), (entry) => {
@@ -363,9 +349,11 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     const enqueue = (message: OutboundMessage): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
       // Not interruptible: an entry that reached the log is always scheduled, never left for the next start.
       Effect.uninterruptible(Effect.suspend(() => {
-        const ticket = nextTicket++
+        const ticket = callOrder.take()
         return append(message).pipe(
-          Effect.onExit((exit) => release(ticket, Exit.isSuccess(exit) ? exit.value[1] : undefined)),
+          Effect.onExit((exit) =>
+            Effect.forEach(callOrder.settle(ticket, Exit.isSuccess(exit) ? exit.value[1] : undefined), admit, { discard: true })
+          ),
           Effect.map(([entry]) => entry)
         )
       }))

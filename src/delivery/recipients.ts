@@ -2,7 +2,8 @@
  * The delivery queue's in-memory view of pending entries: one FIFO per recipient `(channel, to)`,
  * singly linked and kept in `seq` order, plus an index by id. Internal to `DeliveryQueue`; plain
  * mutable state owned by one queue. Appending in seq order is O(1); only an entry put back by
- * `retryDead` (older than the tail) walks the list.
+ * `retryDead` (older than the tail) walks the list. `CallOrder` admits appended entries in the order
+ * `enqueue` was called.
  */
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 
@@ -92,5 +93,32 @@ export class Recipients {
   /** Forgets `rec` if it holds nothing (an idle recipient keeps no state). */
   release(rec: Recipient): void {
     if (rec.head === undefined && !rec.awake && this.byKey.get(rec.key) === rec) this.byKey.delete(rec.key)
+  }
+}
+
+/**
+ * Hands out tickets in call order and releases settled values in ticket order: a value settled early
+ * waits until every earlier ticket has settled (with a value, or with none when its call failed).
+ */
+export class CallOrder<A> {
+  private next = 0
+  private released = 0
+  private readonly settled = new Map<number, A | undefined>()
+
+  take(): number {
+    return this.next++
+  }
+
+  /** Settles `ticket`; returns the values now released, in ticket order. */
+  settle(ticket: number, value: A | undefined): ReadonlyArray<A> {
+    this.settled.set(ticket, value)
+    if (ticket !== this.released) return []
+    const ready: Array<A> = []
+    while (this.settled.has(this.released)) {
+      const v = this.settled.get(this.released)
+      this.settled.delete(this.released++)
+      if (v !== undefined) ready.push(v)
+    }
+    return ready
   }
 }
