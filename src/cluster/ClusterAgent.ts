@@ -1,0 +1,129 @@
+/**
+ * The agent's turns as cluster lane handlers. A turn reads the session's transcript from Postgres,
+ * calls the Model, stores the exchange, and appends the reply to the Postgres outbox (idempotent by
+ * run id, so a turn replayed on another runner after a crash never enqueues its reply twice) before
+ * it returns. Every turn is also recorded in `<prefix>_turns` (session, runner, start, end), which is
+ * what `/status` and the multi-process test read.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Clock, Effect } from "effect"
+import type { Model as ModelService } from "../agent/Model.js"
+import { Model } from "../agent/Model.js"
+import type { ClusterTask, LaneHandler } from "./KeyRunner.js"
+import type { PgDeliveryLog } from "./PgDeliveryLog.js"
+
+/** A user message for the `main` lane; the key is the session. */
+export interface MessageCommand {
+  readonly type: "message"
+  readonly session: string
+  readonly text: string
+}
+
+/** A cron run for the `cron` lane; the key is the job's name. */
+export interface CronCommand {
+  readonly type: "cron"
+  readonly job: string
+  readonly prompt: string
+  /** Recipient of the reply; default the job's session. */
+  readonly to?: string
+  /** The due time (epoch ms). */
+  readonly dueAt: number
+}
+
+/** What a turn returns to its future. */
+export interface TurnResult {
+  readonly text: string
+  readonly deliveryId: string
+  readonly runner: string
+}
+
+/** Options of {@link handlers}. */
+export interface ClusterAgentOptions {
+  readonly member: string
+  readonly outbox: PgDeliveryLog
+  /** The channel name written into outbound messages; default `"console"`. */
+  readonly channel?: string
+  readonly system?: string
+  readonly maxTokens?: number
+  /** Turns of history a model call sees; default 20. */
+  readonly historyLimit?: number
+  /** Table prefix; default `switchyard`. */
+  readonly prefix?: string
+}
+
+/** Creates the agent tables when missing (transcripts, turn records). */
+export const migrate = (prefix = "switchyard") =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    yield* sql.withTransaction(Effect.gen(function*() {
+      yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`switchyard-migrate:${prefix}:agent`}))`
+      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_transcripts (
+        id bigserial PRIMARY KEY, session text NOT NULL, run_id text NOT NULL, role text NOT NULL, content text NOT NULL,
+        UNIQUE (run_id, role))`)
+      yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${prefix}_transcripts_session ON ${prefix}_transcripts (session, id)`)
+      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_turns (
+        id bigserial PRIMARY KEY, session text NOT NULL, runner text NOT NULL, run_id text NOT NULL,
+        started_at bigint NOT NULL, ended_at bigint NOT NULL)`)
+    }))
+  })
+
+/** The lane handlers of the agent: `main` answers user messages, `cron` runs cron jobs. */
+export const handlers = (
+  options: ClusterAgentOptions
+): Effect.Effect<Record<string, LaneHandler>, never, PgClient.PgClient | ModelService> =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const model = yield* Model
+    const prefix = options.prefix ?? "switchyard"
+    const historyLimit = options.historyLimit ?? 20
+    const channel = options.channel ?? "console"
+    const system = options.system ?? "You are a helpful assistant."
+    const maxTokens = options.maxTokens ?? 1024
+
+    const turn = (task: ClusterTask, session: string, text: string, to: string, kind: "user" | "cron", job?: string) =>
+      Effect.gen(function*() {
+        const startedAt = yield* Clock.currentTimeMillis
+        const history = yield* sql.unsafe<{ readonly role: "user" | "assistant"; readonly content: string }>(
+          `SELECT role, content FROM (SELECT id, role, content FROM ${prefix}_transcripts WHERE session = $1
+           ORDER BY id DESC LIMIT $2) t ORDER BY id`,
+          [session, historyLimit * 2]
+        )
+        const reply = yield* model.reply({
+          system,
+          transcript: [...history.map((h) => ({ role: h.role, content: h.content })), { role: "user", content: text }],
+          maxTokens
+        })
+        yield* sql.withTransaction(Effect.gen(function*() {
+          yield* sql.unsafe(
+            `INSERT INTO ${prefix}_transcripts (session, run_id, role, content) VALUES ($1, $2, 'user', $3), ($1, $2, 'assistant', $4)
+             ON CONFLICT (run_id, role) DO NOTHING`,
+            [session, task.runId, text, reply.text]
+          )
+        }))
+        const entry = yield* options.outbox.append({
+          channel,
+          to,
+          body: { session, kind, text: reply.text, messages: 1, ...(job === undefined ? {} : { job }) },
+          idempotencyKey: `reply:${task.runId}`
+        })
+        const endedAt = yield* Clock.currentTimeMillis
+        yield* sql.unsafe(
+          `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at) VALUES ($1, $2, $3, $4, $5)`,
+          [session, options.member, task.runId, startedAt, endedAt]
+        )
+        return { text: reply.text, deliveryId: entry.id, runner: options.member } satisfies TurnResult
+      }).pipe(Effect.mapError((e) => ({ _tag: e._tag, message: e.message })))
+
+    return {
+      main: (task) => {
+        const c = task.command as MessageCommand
+        return turn(task, task.key, String(c.text), task.key, "user")
+      },
+      cron: (task) => {
+        const c = task.command as CronCommand
+        const session = `cron:${c.job}`
+        return turn(task, session, String(c.prompt), c.to ?? session, "cron", c.job)
+      },
+      heartbeat: (task) => turn(task, "heartbeat", String((task.command as { prompt?: string }).prompt ?? "Heartbeat"), "heartbeat", "user")
+    }
+  })

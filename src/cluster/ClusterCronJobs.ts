@@ -1,0 +1,61 @@
+/**
+ * Cron jobs once per due time across the cluster, on effect/cluster's `ClusterCron`: each due time is
+ * one persisted message to one entity, so exactly one runner fires it (again only if that runner
+ * dies while firing). Firing dispatches a run on lane `cron`, keyed by the job, coalescing, with a
+ * run id made of the job and the due time (so even a replayed firing adds no second run).
+ * Every firing is recorded in `<prefix>_cron_firings` (job, due time, runner, count).
+ */
+import { PgClient } from "@effect/sql-pg"
+import { DateTime, Effect, Layer } from "effect"
+import { ClusterCron } from "effect/cluster"
+import type { Sharding } from "effect/cluster"
+import type { ParsedCronJob } from "../agent/CronJobs.js"
+import type { ClusterQueue } from "./ClusterQueue.js"
+
+/** Creates the firing record table when missing. */
+export const migrate = (prefix = "switchyard") =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_cron_firings (
+      job text NOT NULL, due_at bigint NOT NULL, runner text NOT NULL, fired integer NOT NULL DEFAULT 1,
+      PRIMARY KEY (job, due_at))`)
+  })
+
+/** Registers every job with the cluster for the layer's lifetime. */
+export const layer = (
+  jobs: ReadonlyArray<ParsedCronJob>,
+  queue: ClusterQueue,
+  options: { readonly prefix?: string } = {}
+): Layer.Layer<never, never, Sharding.Sharding | PgClient.PgClient> => {
+  const prefix = options.prefix ?? "switchyard"
+  const layers = jobs.map((job) =>
+      ClusterCron.make({
+        name: `switchyard-${job.name}`,
+        cron: job.cron,
+        // A due time missed by more than this (no runner alive) is skipped rather than run late.
+        skipIfOlderThan: "1 minute",
+        execute: Effect.gen(function*() {
+          const sql = yield* PgClient.PgClient
+          const due = DateTime.toEpochMillis(yield* ClusterCron.CurrentScheduledTime)
+          yield* sql.unsafe(
+            `INSERT INTO ${prefix}_cron_firings (job, due_at, runner) VALUES ($1, $2, $3)
+             ON CONFLICT (job, due_at) DO UPDATE SET fired = ${prefix}_cron_firings.fired + 1`,
+            [job.name, due, queue.member]
+          )
+          yield* queue.dispatch("cron", job.name, {
+            type: "cron",
+            job: job.name,
+            prompt: job.prompt,
+            ...(job.to === undefined ? {} : { to: job.to }),
+            dueAt: due
+          }, { coalesce: true, runId: `cron:${job.name}:${due}` }).pipe(
+            Effect.catch((e) => Effect.logWarning(`Cron job ${job.name} not dispatched: ${e.message}`))
+          )
+        }).pipe(Effect.orDie)
+      })
+  )
+  return layers.reduce<Layer.Layer<never, never, Sharding.Sharding | PgClient.PgClient>>(
+    (all, one) => Layer.merge(all, one),
+    Layer.empty
+  )
+}

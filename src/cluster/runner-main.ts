@@ -1,0 +1,85 @@
+/**
+ * `npm run runner -- --postgres <url> --port <n> [options]`: one runner of a switchyard cluster.
+ * Start several against the same Postgres (different ports); see docs/cluster.md.
+ * Prints one JSON line `{"type":"ready",...}` on standard output once it takes messages.
+ * SIGTERM / SIGINT: stop the ingress, drain, leave the cluster, exit 0.
+ */
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import { Command, InvalidArgumentError } from "commander"
+import { Effect } from "effect"
+import type { CronJob } from "../agent/CronJobs.js"
+import { parseCronFlag } from "../agent/CronJobs.js"
+import * as Postgres from "./Postgres.js"
+import * as Runner from "./Runner.js"
+
+const integer = (name: string, min: number) => (value: string): number => {
+  const n = Number(value)
+  if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`Expected \`${name}\` to be an integer from ${min} and up, got \`${value}\``)
+  return n
+}
+
+const program = new Command("runner")
+  .description("One runner of a switchyard cluster (effect/cluster over Postgres) with an HTTP ingress")
+  .option("--postgres <url>", "Postgres URL shared by every runner (or SWITCHYARD_POSTGRES)", process.env.SWITCHYARD_POSTGRES)
+  .requiredOption("--port <n>", "HTTP ingress port", integer("--port", 1))
+  .option("--cluster-port <n>", "runner-to-runner port (default: --port + 1000)", integer("--cluster-port", 1))
+  .option("--host <host>", "address to listen on and to be reached at", "127.0.0.1")
+  .option("--name <name>", "runner name (default runner-<port>)")
+  .option("--latency <ms>", "scripted model latency", integer("--latency", 0), 300)
+  .option("--offline", "use the scripted model even when ANTHROPIC_API_KEY is set")
+  .option("--cron <expr|prompt>", "a cron job, repeatable (named cron-1, cron-2, ...)", (v: string, all: Array<string>) => [...all, v], [] as Array<string>)
+  .option("--outbox <file>", "deliver replies as JSON lines appended to <file> instead of printing them")
+  .option("--drain-timeout <ms>", "drain deadline on shutdown", integer("--drain-timeout", 1), 10_000)
+  .option("--shards <n>", "shards per group; the same on every runner", integer("--shards", 1), 64)
+  .option("--main-concurrent <n>", "turns at once per runner on lane main", integer("--main-concurrent", 1))
+  .parse(process.argv)
+
+const opts = program.opts<{
+  postgres?: string
+  port: number
+  clusterPort?: number
+  host: string
+  name?: string
+  latency: number
+  offline?: boolean
+  cron: Array<string>
+  outbox?: string
+  drainTimeout: number
+  shards: number
+  mainConcurrent?: number
+}>()
+
+if (opts.postgres === undefined || opts.postgres === "") program.error("Expected `--postgres <url>` (or SWITCHYARD_POSTGRES), got nothing")
+const jobs: Array<CronJob> = []
+opts.cron.forEach((value, i) => {
+  const job = parseCronFlag(value, i + 1)
+  if (typeof job === "string") program.error(job)
+  else jobs.push(job)
+})
+const apiKey = process.env.ANTHROPIC_API_KEY
+const options: Runner.RunnerOptions = {
+  postgres: opts.postgres!,
+  port: opts.port,
+  host: opts.host,
+  latencyMs: opts.latency,
+  cron: jobs,
+  drainTimeoutMs: opts.drainTimeout,
+  shardsPerGroup: opts.shards,
+  ...(opts.clusterPort === undefined ? {} : { clusterPort: opts.clusterPort }),
+  ...(opts.name === undefined ? {} : { name: opts.name }),
+  ...(opts.outbox === undefined ? {} : { outboxFile: opts.outbox }),
+  ...(apiKey && !opts.offline ? { anthropic: { apiKey } } : {}),
+  ...(opts.mainConcurrent === undefined ? {} : { lanes: { main: { concurrent: opts.mainConcurrent } } })
+}
+
+Effect.scoped(Effect.gen(function*() {
+  const runner = yield* Runner.start(options)
+  process.stdout.write(JSON.stringify({
+    type: "ready",
+    name: runner.name,
+    http: opts.port,
+    cluster: opts.clusterPort ?? opts.port + 1000,
+    postgres: Postgres.redactUrl(options.postgres)
+  }) + "\n")
+  return yield* Effect.never
+})).pipe(NodeRuntime.runMain)
