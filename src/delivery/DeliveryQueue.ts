@@ -8,7 +8,7 @@
  * recipient cannot starve the others); a head waiting for its backoff is woken by a single timer
  * (a min-heap on the Effect `Clock`, so `TestClock` drives it).
  */
-import { Clock, Deferred, Effect, Exit, Option, Random, Scope } from "effect"
+import { Cause, Clock, Deferred, Effect, Exit, Option, Random, Scope } from "effect"
 import { createLanes } from "../queue/index.js"
 import type { ActivationExit } from "../queue/index.js"
 import { backoffDelay, failureOf, LOG_RETRY_MS, resolvePolicy, TURN_BATCH } from "./deliveryPolicy.js"
@@ -16,7 +16,7 @@ import { DeliveryFailure, DeliveryLogError } from "./errors.js"
 import { CallOrder, dueAt, Recipients } from "./recipients.js"
 import type { Node, Recipient } from "./recipients.js"
 import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "./types.js"
-import { WakeHeap } from "./WakeHeap.js"
+import { makeTimer } from "./WakeHeap.js"
 
 /** Options of {@link make}. Defaults: `concurrency` 8, `attemptTimeoutMs` 30 s, `backoffMs` 5 s, 25 s, 2 min, 10 min, `jitter` 0.2, `maxAttempts` 5. */
 export interface Options {
@@ -93,18 +93,11 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     let drained: Deferred.Deferred<void> | undefined
     let idleWaiters: Array<Deferred.Deferred<void>> = []
 
-    // ---- timer: a min-heap of recipient wakes, one fiber sleeping until the earliest ----
-    const heap = new WakeHeap<Recipient>()
-    let timerSignal = Deferred.makeUnsafe<void>()
-    let timerTarget = Infinity
-    const scheduleWake = (rec: Recipient, at: number) => {
-      if (rec.wakeAt !== undefined && rec.wakeAt <= at) return
-      rec.wakeAt = at
-      heap.push(at, rec)
-      if (at < timerTarget) Deferred.doneUnsafe(timerSignal, Effect.void)
-    }
+    // ---- timer: one fiber sleeping until the earliest recipient wake ----
+    const timer = makeTimer<Recipient>(now, (rec) => wakeRec(rec), () => checkIdle())
+    const scheduleWake = timer.schedule
 
-    const isIdle = () => closed || (awakeCount === 0 && (heap.size === 0 || heap.peek()!.at > now()))
+    const isIdle = () => closed || (awakeCount === 0 && !timer.hasDue())
     const checkIdle = () => {
       if (idleWaiters.length > 0 && isIdle()) {
         const waiters = idleWaiters
@@ -270,28 +263,7 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
       Scope.provide(internalScope)
     )
 
-    const timerLoop = Effect.gen(function*() {
-      for (;;) {
-        const t = now()
-        while (heap.size > 0 && heap.peek()!.at <= t) {
-          const { at, value: rec } = heap.pop()!
-          if (rec.wakeAt !== at) continue // superseded by an earlier wake
-          rec.wakeAt = undefined
-          yield* wakeRec(rec)
-        }
-        checkIdle()
-        timerSignal = Deferred.makeUnsafe<void>()
-        const next = heap.peek()
-        if (next === undefined) {
-          timerTarget = Infinity
-          yield* Deferred.await(timerSignal)
-        } else {
-          timerTarget = next.at
-          yield* Effect.raceFirst(Effect.sleep(timerTarget - t), Deferred.await(timerSignal))
-        }
-      }
-    })
-    yield* Effect.forkIn(timerLoop, internalScope)
+    yield* Effect.forkIn(timer.run, internalScope)
 
     // ---- shutdown: stop new attempts, let those in flight end, close the lanes, flush ----
     yield* Effect.addFinalizer(() =>
@@ -358,31 +330,39 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
         )
       }))
 
-    const requeueOne = (entry: DeliveryEntry): Effect.Effect<number, DeliveryLogError> =>
+    /**
+     * Requeues dead entries in the log, overlapping the calls (they share group commits), then schedules
+     * the ones that succeeded, in seq order, so a recipient's older entry never starts after a newer one.
+     * Fails with the first error after scheduling what did succeed.
+     */
+    const requeue = (dead: ReadonlyArray<DeliveryEntry>): Effect.Effect<number, DeliveryLogError> =>
       Effect.gen(function*() {
-        yield* log.requeue(entry.id)
-        const fresh = yield* log.get(entry.id)
-        const pendingEntry: DeliveryEntry = Option.isSome(fresh) && fresh.value.status === "pending"
-          ? fresh.value
-          : { ...entry, status: "pending", attempts: 0 }
-        yield* admit(pendingEntry)
-        return 1
+        const exits = yield* Effect.forEach(dead, (entry) =>
+          Effect.exit(Effect.flatMap(log.requeue(entry.id), () => log.get(entry.id))), { concurrency: 64 })
+        let count = 0
+        let failure: Cause.Cause<DeliveryLogError> | undefined
+        for (let i = 0; i < dead.length; i++) {
+          const exit = exits[i]
+          if (Exit.isFailure(exit)) {
+            failure ??= exit.cause
+            continue
+          }
+          count++
+          const fresh = exit.value
+          yield* admit(Option.isSome(fresh) && fresh.value.status === "pending" ? fresh.value : { ...dead[i], status: "pending", attempts: 0 })
+        }
+        return failure === undefined ? count : yield* Effect.failCause(failure)
       })
 
     const retryDead = (id?: string): Effect.Effect<number, DeliveryLogError> =>
       id === undefined
-        ? Effect.gen(function*() {
-          const dead = yield* log.dead
-          let count = 0
-          for (const entry of dead) count += yield* requeueOne(entry)
-          return count
-        })
+        ? Effect.flatMap(log.dead, (dead) => requeue([...dead].sort((a, b) => a.seq - b.seq)))
         : Effect.gen(function*() {
           const found = yield* log.get(id)
           if (Option.isNone(found)) {
             return yield* new DeliveryLogError({ reason: "unknown-id", message: `Expected \`id\` to name an entry of the log, got \`${id}\`` })
           }
-          return found.value.status === "dead" ? yield* requeueOne(found.value) : 0
+          return found.value.status === "dead" ? yield* requeue([found.value]) : 0
         })
 
     const idle: Effect.Effect<void> = Effect.suspend(() => {

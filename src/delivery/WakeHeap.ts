@@ -1,8 +1,9 @@
 /**
  * WakeHeap — a binary min-heap of `(at, value)` wake-ups, earliest first. Internal to the delivery
  * queue: one timer fiber sleeps until the earliest wake instead of one sleeping fiber per recipient.
- * push and pop are O(log n); stale entries are the caller's to skip.
+ * push and pop are O(log n); stale entries are skipped by `makeTimer`.
  */
+import { Deferred, Effect } from "effect"
 
 /** One scheduled wake: `value` is due at `at` (epoch ms). */
 export interface Wake<A> {
@@ -58,4 +59,53 @@ export class WakeHeap<A> {
     }
     return top
   }
+}
+
+/** Something the timer wakes; `wakeAt` is the time of its one live wake (earlier ones supersede later ones). */
+export interface Wakeable {
+  wakeAt: number | undefined
+}
+
+/** A single timer over a {@link WakeHeap}: `schedule` a wake, `run` the fiber that fires them. */
+export interface Timer<A extends Wakeable> {
+  /** Wakes `value` at `at` unless it already has a wake at or before `at`. */
+  readonly schedule: (value: A, at: number) => void
+  /** A wake is due now and has not fired yet. */
+  readonly hasDue: () => boolean
+  /** Fires due wakes (`onDue`, then `afterPass` once per pass) and sleeps on the Effect `Clock` until the next. Never ends. */
+  readonly run: Effect.Effect<never>
+}
+
+/** Makes a {@link Timer}: one fiber sleeping until the earliest wake, re-armed when an earlier one is scheduled. */
+export const makeTimer = <A extends Wakeable>(
+  now: () => number,
+  onDue: (value: A) => Effect.Effect<void>,
+  afterPass: () => void
+): Timer<A> => {
+  const heap = new WakeHeap<A>()
+  let signal = Deferred.makeUnsafe<void>()
+  let target = Infinity
+  const schedule = (value: A, at: number) => {
+    if (value.wakeAt !== undefined && value.wakeAt <= at) return
+    value.wakeAt = at
+    heap.push(at, value)
+    if (at < target) Deferred.doneUnsafe(signal, Effect.void)
+  }
+  const run = Effect.gen(function*() {
+    for (;;) {
+      const t = now()
+      while (heap.size > 0 && heap.peek()!.at <= t) {
+        const { at, value } = heap.pop()!
+        if (value.wakeAt !== at) continue // superseded by an earlier wake
+        value.wakeAt = undefined
+        yield* onDue(value)
+      }
+      afterPass()
+      signal = Deferred.makeUnsafe<void>()
+      const next = heap.peek()
+      target = next === undefined ? Infinity : next.at
+      yield* next === undefined ? Deferred.await(signal) : Effect.raceFirst(Effect.sleep(target - t), Deferred.await(signal))
+    }
+  })
+  return { schedule, hasDue: () => heap.size > 0 && heap.peek()!.at <= now(), run }
 }

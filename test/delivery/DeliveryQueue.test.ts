@@ -309,6 +309,23 @@ describe("DeliveryQueue", () => {
       assert.strictEqual(yield* blocked.retryDead(pending.id), 0)
     }))
 
+  it.effect("retryDead() requeues every dead entry of a recipient and delivers them in seq order", () =>
+    Effect.gen(function*() {
+      const log = makeMemoryLog()
+      let accept = false
+      const rec = recorder(() => (accept ? Effect.void : fail("blocked", true)))
+      const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver })
+      const entries: Array<DeliveryEntry> = []
+      for (let i = 0; i < 6; i++) entries.push(yield* q.enqueue(msg("a", i)))
+      yield* q.idle
+      assert.strictEqual((yield* log.dead).length, 6)
+      accept = true
+      assert.strictEqual(yield* q.retryDead(), 6)
+      yield* q.idle
+      assert.deepStrictEqual(rec.succeeded.map((r) => r.seq), entries.map((e) => e.seq))
+      assert.deepStrictEqual(yield* q.stats, { pending: 0, dead: 0, inFlight: 0, delivered: 6 })
+    }))
+
   it.effect("retryDead puts an entry back in seq order ahead of later entries waiting for backoff", () =>
     Effect.gen(function*() {
       const log = makeMemoryLog()
