@@ -50,11 +50,13 @@ export const encode = (lsn: number, kind: Kind, payload: string, payloadBytes: n
   return buf
 }
 
-/** A record read back. `payload` is a view into the reader's buffer. */
+/** A record read back: its payload is `buf[start, end)` (the reader's buffer, valid until its next read). */
 export interface Decoded {
   readonly lsn: number
   readonly kind: Kind
-  readonly payload: Buffer
+  readonly buf: Buffer
+  readonly start: number
+  readonly end: number
   readonly bytes: number
 }
 
@@ -86,7 +88,7 @@ export const decodeAt = (
   if (crc32(buf.subarray(at + 4, end)) !== buf.readUInt32BE(at)) return "bad-crc"
   if (!isKind(kind)) return "bad-kind"
   const lsn = buf.readUInt32BE(at + 8) * TWO_32 + buf.readUInt32BE(at + 12)
-  return { lsn, kind, payload: buf.subarray(at + HEADER_BYTES, end), bytes: HEADER_BYTES + len }
+  return { lsn, kind, buf, start: at + HEADER_BYTES, end, bytes: HEADER_BYTES + len }
 }
 
 /** The human wording of an `Invalid`. */

@@ -53,7 +53,7 @@ export interface Recovered {
 
 const parse = (d: Decoded, path: string, offset: number): any => {
   try {
-    return JSON.parse(d.payload.toString("utf8"))
+    return JSON.parse(d.buf.toString("utf8", d.start, d.end))
   } catch {
     throw new CorruptLog(path, offset, "a record whose payload is not JSON (its CRC-32 is valid)")
   }
@@ -63,7 +63,7 @@ const applyLogRecord = (state: LogState, d: Decoded, path: string, offset: numbe
   const p = parse(d, path, offset)
   switch (d.kind) {
     case Kind.append:
-      state.applyAppend(p as AppendPayload, d.bytes, true)
+      state.replayAppend(p as AppendPayload, d.bytes)
       return
     case Kind.attempt:
       state.applyAttempt(p as AttemptPayload)

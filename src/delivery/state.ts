@@ -87,6 +87,14 @@ export class LogState {
     return entry
   }
 
+  /** Replay of an append record: the parsed payload object becomes the entry (one allocation less per entry). */
+  replayAppend(p: AppendPayload, bytes: number): void {
+    const entry = p as { -readonly [K in keyof DeliveryEntry]: DeliveryEntry[K] }
+    entry.attempts = 0
+    entry.status = "pending"
+    this.insert(entry, bytes, true)
+  }
+
   /** A snapshot entry: the full state of a pending or dead entry. */
   applyEntry(entry: DeliveryEntry, bytes: number): void {
     this.insert(entry, bytes, true)
