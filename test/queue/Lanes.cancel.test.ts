@@ -307,6 +307,24 @@ describe("Lanes: onExit", () => {
       if (d._tag === "ActivationFailed") expect(Cause.hasDies(d.cause)).toBe(true)
     }))
 
+  it.effect("an activation that interrupts itself is ActivationFailed: ActivationInterrupted means the lanes cut it short", () =>
+    Effect.gen(function*() {
+      const exits: Array<ActivationExit<string, never>> = []
+      const lanes = yield* createLanes<string>({
+        maxConcurrent: 1,
+        activate: () => Effect.interrupt,
+        onExit: (exit) => {
+          exits.push(exit)
+        }
+      })
+      yield* lanes.wake("a")
+      yield* idle(lanes)
+      expect(exits).toHaveLength(1)
+      const exit = exits[0]!
+      expect(exit._tag).toBe("ActivationFailed")
+      if (exit._tag === "ActivationFailed") expect(Cause.hasInterruptsOnly(exit.cause)).toBe(true)
+    }))
+
   it.effect("a defect raised by onExit (a throw or Effect.die) is logged as a warning and changes nothing else", () =>
     Effect.gen(function*() {
       const logs: Array<string> = []
