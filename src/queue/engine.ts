@@ -17,9 +17,18 @@ import { FutureImpl } from "./Future.js"
 import type { BodyKind, Listener, TaskOptions } from "./lane.js"
 import { DROPPING, EFFECT_BODY, ENDED, FINISHING, KeyTasks, LaneState, RUNNING, Task, WAITING } from "./lane.js"
 import { createLanes } from "./Lanes.js"
+import type { WakeResult } from "./Lanes.js"
 import { LaneMetrics } from "./metrics.js"
 import type { ResolvedOptions } from "./validate.js"
 import { checkDispatchOptions, checkKey, show } from "./validate.js"
+
+/** `admit` left the key idle: the caller must wake it. */
+export const WAKE = "wake" as const
+
+/** What a task that declares no parameter gets: it cannot look at a signal, so none is made for it. */
+const NO_SIGNAL = new AbortController().signal
+/** What a part of a task's end returns when it finished synchronously (compared by identity). */
+const VOID: Effect.Effect<void> = Effect.void
 
 let runSeq = 0
 /** Unique within the process, cheap: a counter. */
@@ -34,7 +43,8 @@ const asDefects = (cause: Cause.Cause<unknown>): Cause.Cause<never> =>
 
 const callListener = (listener: Listener, exit: Exit.Exit<unknown, unknown>): void => {
   try {
-    listener(exit)
+    if (typeof listener === "function") listener(exit)
+    else listener.settled(exit)
   } catch {
     // a listener is the queue's own code (Promise futures, signal clean-up); it must not break settling
   }
@@ -61,7 +71,6 @@ export class Engine implements FutureOps {
   idle: Deferred.Deferred<void> | undefined = undefined
   drainCompleted = 0
   drainCanceled = 0
-  readonly wrapFuture = (task: Task, admission: Admission) => new FutureImpl<any, any>(task, admission, this)
 
   constructor(readonly context: Context.Context<never>, readonly options: ResolvedOptions) {
     this.fork = Effect.runForkWith(context)
@@ -96,9 +105,7 @@ export class Engine implements FutureOps {
     const engine = this
     return {
       dispatch: (lane, key, task, options) =>
-        Effect.withFiber((fiber) =>
-          engine.dispatch(lane, key, task, EFFECT_BODY, options as TaskOptions | undefined, fiber.context, false, engine.wrapFuture)
-        ) as any,
+        Effect.withFiber((fiber) => engine.dispatch(lane, key, task, options as TaskOptions | undefined, fiber.context)) as any,
       restartLane: (lane) => engine.restartLane(lane),
       restartAll: Effect.asVoid(Effect.forEach(engine.all, (lane) => engine.restartLane(lane.name), {
         concurrency: "unbounded",
@@ -133,37 +140,45 @@ export class Engine implements FutureOps {
   // ---------------------------------------------------------------------------------------------
   // Admission
 
-  /** Admits a task (or joins one, with coalesce) and wraps it with `wrap`. Synchronous but for the wake. */
-  dispatch<F>(
+  /**
+   * How the last `admit` took its task: `started`/`queued`/`coalesced`, or `WAKE` when the key was
+   * idle and the caller must now run `lanes.wake(key)` and pass its result to `woke`. A field, not
+   * a returned pair, so that admission allocates nothing but the task.
+   */
+  admission: Admission | typeof WAKE = "queued"
+
+  /**
+   * Validates and admits a task synchronously (or joins a waiting one, with coalesce). Returns the
+   * task, or the refusal as a value. No Effect runs here: the hot path of both skins.
+   */
+  admit(
     laneName: string,
     key: string,
     body: unknown,
     kind: BodyKind,
     options: TaskOptions | undefined,
-    context: Context.Context<never>,
-    preCanceled: boolean,
-    wrap: (task: Task, admission: Admission) => F
-  ): Effect.Effect<F, AdmissionError | RequestError> {
+    context: Context.Context<never> | undefined,
+    preCanceled: boolean
+  ): Task | AdmissionError | RequestError {
     const lane = this.byName.get(laneName)
-    if (lane === undefined) return Effect.fail(this.unknownLane(laneName, key))
+    if (lane === undefined) return this.unknownLane(laneName, key)
     const badKey = checkKey(key)
-    if (badKey !== undefined) return Effect.fail(new RequestError({ lane: laneName, key: String(key), message: badKey }))
+    if (badKey !== undefined) return new RequestError({ lane: laneName, key: String(key), message: badKey })
     if (options !== undefined) {
       const bad = checkDispatchOptions(options)
-      if (bad !== undefined) return Effect.fail(new RequestError({ lane: laneName, key, message: bad }))
+      if (bad !== undefined) return new RequestError({ lane: laneName, key, message: bad })
     }
     if (kind === EFFECT_BODY ? !Effect.isEffect(body) : typeof body !== "function") {
       const what = kind === EFFECT_BODY ? "an Effect" : "a function"
-      return Effect.fail(new RequestError({ lane: laneName, key, message: `Expected \`task\` to be ${what}, got \`${show(body)}\`` }))
+      return new RequestError({ lane: laneName, key, message: `Expected \`task\` to be ${what}, got \`${show(body)}\`` })
     }
-    if (this.draining) return Effect.fail(new AdmissionError({ lane: laneName, key, reason: "closed" }))
+    if (this.draining) return new AdmissionError({ lane: laneName, key, reason: "closed" })
     let ks = lane.keys.get(key)
     if (!preCanceled && options?.coalesce === true && ks !== undefined && ks.tail !== undefined) {
-      return Effect.succeed(wrap(ks.tail, "coalesced"))
+      this.admission = "coalesced"
+      return ks.tail
     }
-    if (!preCanceled && lane.owned >= lane.capacity) {
-      return Effect.fail(new AdmissionError({ lane: laneName, key, reason: "full" }))
-    }
+    if (!preCanceled && lane.owned >= lane.capacity) return new AdmissionError({ lane: laneName, key, reason: "full" })
     const task = new Task(
       nextRunId(),
       lane,
@@ -178,6 +193,7 @@ export class Engine implements FutureOps {
     lane.owned++
     lane.waiting++
     this.live++
+    this.admission = "queued"
     if (preCanceled) {
       // Never enters a FIFO: it fails `canceled` (stage queued) now, finalizer and report included.
       task.state = DROPPING
@@ -185,7 +201,7 @@ export class Engine implements FutureOps {
       const failure = this.failure(task, "queued", "canceled")
       task.stopped = failure
       this.fork(this.complete(task, Exit.fail(failure)))
-      return Effect.succeed(wrap(task, "queued"))
+      return task
     }
     if (ks === undefined) {
       ks = new KeyTasks()
@@ -195,21 +211,49 @@ export class Engine implements FutureOps {
     if (ks.head !== task || ks.running !== undefined || ks.cancelling) {
       // The key runs or owes an activation already; the one that ends next asks for a follow-up.
       this.armQueueTimer(task)
-      return Effect.succeed(wrap(task, "queued"))
+    } else {
+      this.admission = WAKE
     }
-    return Effect.matchEffect(lane.lanes.wake(key), {
-      onFailure: () => {
-        ks.unlink(task)
-        if (ks.idle && !ks.cancelling) lane.keys.delete(key)
-        lane.owned--
-        lane.waiting--
-        this.live--
-        return Effect.fail(new AdmissionError({ lane: laneName, key, reason: "closed" }))
-      },
-      onSuccess: (woke) => {
-        if (woke !== "started") this.armQueueTimer(task)
-        return Effect.succeed(wrap(task, woke === "started" ? "started" : "queued"))
-      }
+    return task
+  }
+
+  /** The key of `task` was woken: its admission. */
+  woke(task: Task, result: WakeResult): Admission {
+    if (result === "started") return "started"
+    this.armQueueTimer(task)
+    return "queued"
+  }
+
+  /** The wake failed (the lanes closed): the task was never admitted. */
+  wakeFailed(task: Task): AdmissionError {
+    const lane = task.lane
+    const ks = lane.keys.get(task.key)
+    if (ks !== undefined) {
+      ks.unlink(task)
+      if (ks.idle && !ks.cancelling) lane.keys.delete(task.key)
+    }
+    task.state = ENDED
+    lane.owned--
+    lane.waiting--
+    this.live--
+    return new AdmissionError({ lane: lane.name, key: task.key, reason: "closed" })
+  }
+
+  /** `admit` for the Effect API: the wake, when needed, runs in the caller's fiber. */
+  dispatch(
+    laneName: string,
+    key: string,
+    body: Effect.Effect<any, any, any>,
+    options: TaskOptions | undefined,
+    context: Context.Context<never>
+  ): Effect.Effect<FutureImpl<any, any>, AdmissionError | RequestError> {
+    const task = this.admit(laneName, key, body, EFFECT_BODY, options, context, false)
+    if (!(task instanceof Task)) return Effect.fail(task)
+    const admission = this.admission
+    if (admission !== WAKE) return Effect.succeed(new FutureImpl(task, admission, this))
+    return Effect.matchEffect(task.lane.lanes.wake(key), {
+      onFailure: () => Effect.fail(this.wakeFailed(task)),
+      onSuccess: (result) => Effect.succeed(new FutureImpl(task, this.woke(task, result), this))
     })
   }
 
@@ -254,7 +298,10 @@ export class Engine implements FutureOps {
     lane.metrics.waited(waited)
     const turnMs = task.options?.turnTimeoutMs ?? lane.limits.turnTimeoutMs
     const body = task.kind === EFFECT_BODY ? this.startEffect(task, turnMs) : this.startPromise(task, turnMs)
-    const main = Effect.flatMap(body, (exit) => this.finish(lane, key, task, exit))
+    // A body that ended synchronously is finished without another step.
+    const main: Effect.Effect<void> = Exit.isExit(body)
+      ? this.finish(lane, key, task, body)
+      : Effect.flatMap(body as Effect.Effect<Exit.Exit<any, any>>, (exit) => this.finish(lane, key, task, exit))
     const warnAfter = lane.limits.warnAfterMs
     if (warnAfter === undefined || waited <= warnAfter) return main
     return Effect.andThen(
@@ -269,30 +316,47 @@ export class Engine implements FutureOps {
     return this.fork(Effect.andThen(Effect.sleep(ms), Effect.sync(() => this.stop(task, "timeout"))))
   }
 
-  startEffect(task: Task, turnMs: number | undefined): Effect.Effect<Exit.Exit<any, any>> {
+  /** Forks the body in the caller's context; its exit if it ended synchronously, else an Effect of it. */
+  startEffect(task: Task, turnMs: number | undefined): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> {
     const body = task.body as Effect.Effect<any, any>
     task.body = undefined
     const fiber = Effect.runForkWith(task.context!)(body)
     task.handle = fiber
-    if (fiber.pollUnsafe() !== undefined) return Fiber.await(fiber)
-    // Stopped while its first synchronous steps ran (it cancelled itself, say).
-    if (task.stopped !== undefined) fiber.interruptUnsafe()
-    else if (turnMs !== undefined) task.timer = this.turnTimer(task, turnMs)
+    const exit = fiber.pollUnsafe()
+    if (exit !== undefined) return exit
+    // Stopped while its first synchronous steps ran (they woke a fiber that cancelled it, say).
+    if (task.stopped !== undefined) {
+      fiber.interruptUnsafe()
+      const interrupted = fiber.pollUnsafe()
+      if (interrupted !== undefined) return interrupted
+    } else if (turnMs !== undefined) {
+      task.timer = this.turnTimer(task, turnMs)
+    }
+    // Not done: this is a callback, never an Exit (so `runNext` cannot take it for one).
     return Fiber.await(fiber)
   }
 
-  startPromise(task: Task, turnMs: number | undefined): Effect.Effect<Exit.Exit<any, any>> {
+  /**
+   * Calls the function with its AbortSignal (made only for a function that declares a parameter:
+   * `signal => ...`; one that declares none cannot see it). Its exit if it returned a plain value
+   * or threw, else an Effect of the promise's outcome, or of the queue's stop, whichever is first.
+   */
+  startPromise(task: Task, turnMs: number | undefined): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> {
     const fn = task.body as (signal: AbortSignal) => unknown
     task.body = undefined
-    const controller = new AbortController()
-    task.handle = controller
+    let signal = NO_SIGNAL
+    if (fn.length > 0) {
+      const controller = new AbortController()
+      task.handle = controller
+      signal = controller.signal
+    }
     let out: unknown
     try {
-      out = fn(controller.signal)
+      out = fn(signal)
     } catch (error) {
-      return Effect.succeed(Exit.fail(error))
+      return Exit.fail(error)
     }
-    if (!isThenable(out)) return Effect.succeed(Exit.succeed(out))
+    if (!isThenable(out)) return Exit.succeed(out)
     if (turnMs !== undefined) task.timer = this.turnTimer(task, turnMs)
     const promise = out
     return Effect.callback<Exit.Exit<any, any>>((resume) => {
@@ -318,11 +382,11 @@ export class Engine implements FutureOps {
     const failure = this.failure(task, "running", reason)
     task.stopped = failure
     const handle = task.handle
-    if (handle instanceof AbortController) {
-      handle.abort(failure)
+    if (task.kind === EFFECT_BODY) {
+      ;(handle as Fiber.Fiber<unknown, unknown> | undefined)?.interruptUnsafe()
+    } else {
+      ;(handle as AbortController | undefined)?.abort(failure)
       task.resume?.(Exit.fail(failure))
-    } else if (handle !== undefined) {
-      handle.interruptUnsafe()
     }
   }
 
@@ -338,13 +402,15 @@ export class Engine implements FutureOps {
     if (task.stopped !== undefined && Exit.isFailure(exit) && Cause.hasInterrupts(exit.cause)) {
       final = Exit.fail(task.stopped)
     }
-    return Effect.andThen(this.complete(task, final), Effect.suspend(() => this.afterRun(lane, key)))
+    const rest = this.complete(task, final)
+    if (rest === VOID) return this.afterRun(lane, key)
+    return Effect.andThen(rest, Effect.suspend(() => this.afterRun(lane, key)))
   }
 
   /** Still inside the activation: if the key has more tasks, a follow-up is owed (it queues at the tail). */
   afterRun(lane: LaneState, key: string): Effect.Effect<void> {
     const ks = lane.keys.get(key)
-    if (ks === undefined || ks.head === undefined || ks.running !== undefined || ks.cancelling) return Effect.void
+    if (ks === undefined || ks.head === undefined || ks.running !== undefined || ks.cancelling) return VOID
     return this.wakeKey(lane, key, ks)
   }
 
@@ -426,13 +492,13 @@ export class Engine implements FutureOps {
   }
 
   conclude(task: Task, exit: Exit.Exit<any, any>): Effect.Effect<void> {
-    const now = this.clock.currentTimeMillisUnsafe()
     this.release(task, exit)
     const onTaskExit = this.options.onTaskExit
     if (onTaskExit === undefined) {
       this.settle(task, exit)
-      return Effect.void
+      return VOID
     }
+    const now = this.clock.currentTimeMillisUnsafe()
     const started = task.startedAt >= 0
     const report: TaskReport = {
       runId: task.runId,
@@ -478,11 +544,11 @@ export class Engine implements FutureOps {
 
   /** Calls `listener` when the task settles (at once if it has). */
   addListener(task: Task, listener: Listener): void {
-    if (task.exit !== undefined) return listener(task.exit)
+    if (task.exit !== undefined) return callListener(listener, task.exit)
     const l = task.listeners
     if (l === undefined) task.listeners = listener
-    else if (typeof l === "function") task.listeners = [l, listener]
-    else l.push(listener)
+    else if (Array.isArray(l)) l.push(listener)
+    else task.listeners = [l, listener]
   }
 
   settle(task: Task, exit: Exit.Exit<any, any>): void {
@@ -494,8 +560,8 @@ export class Engine implements FutureOps {
     const listeners = task.listeners
     if (listeners !== undefined) {
       task.listeners = undefined
-      if (typeof listeners === "function") callListener(listeners, exit)
-      else for (const l of listeners) callListener(l, exit)
+      if (Array.isArray(listeners)) for (const l of listeners) callListener(l, exit)
+      else callListener(listeners, exit)
     }
     this.live--
     if (this.live === 0 && this.idle !== undefined) {

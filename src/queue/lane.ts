@@ -33,7 +33,7 @@ export interface TaskOptions {
 }
 
 /** Called when the task settles (Promise API futures, abort-signal clean-up). */
-export type Listener = (exit: Exit.Exit<unknown, unknown>) => void
+export type Listener = ((exit: Exit.Exit<unknown, unknown>) => void) | { readonly settled: (exit: Exit.Exit<unknown, unknown>) => void }
 
 /** One admitted task. Linked into its key's FIFO while it waits. */
 export class Task {

@@ -3,15 +3,14 @@
  * `CommandQueue.make` (same engine, same rules): one Scope owned by the queue, synchronous
  * refusals, an AbortSignal per task, and never an unhandled rejection.
  */
-import { Cause, Context, Effect, Exit, Scope } from "effect"
+import { Cause, Effect, Exit, Scope } from "effect"
 import * as CommandQueue from "./CommandQueue.js"
 import type { CommandQueueOptions, DrainReport, LaneSnapshot } from "./CommandQueue.js"
 import type { Engine } from "./engine.js"
-import { engineOf } from "./engine.js"
+import { engineOf, WAKE } from "./engine.js"
 import { FutureTimeout, RequestError } from "./errors.js"
 import type { Admission } from "./Future.js"
-import { PROMISE_BODY } from "./lane.js"
-import type { Task } from "./lane.js"
+import { PROMISE_BODY, Task } from "./lane.js"
 import { show } from "./validate.js"
 
 /** The options of one Promise-API dispatch. */
@@ -69,7 +68,6 @@ export interface AsyncCommandQueue {
 
 const noop = () => {}
 const PENDING: AsyncPoll<never> = { status: "pending" }
-const EMPTY = Context.empty() as Context.Context<never>
 
 /** What a rejected `result` carries: the task's own error or throw, a `QueueFailure`, or a defect. */
 const errorOf = (cause: Cause.Cause<unknown>): unknown => Cause.squash(cause)
@@ -80,6 +78,8 @@ const run = <A, E>(effect: Effect.Effect<A, E>): Promise<A> =>
 
 class AsyncFutureImpl<A> implements AsyncFuture<A> {
   #result: Promise<A> | undefined = undefined
+  #resolve: ((a: A) => void) | undefined = undefined
+  #reject: ((e: unknown) => void) | undefined = undefined
   constructor(readonly task: Task, readonly admission: Admission, private readonly engine: Engine) {}
   get runId(): string {
     return this.task.runId
@@ -96,14 +96,30 @@ class AsyncFutureImpl<A> implements AsyncFuture<A> {
   get result(): Promise<A> {
     if (this.#result === undefined) {
       const exit = this.task.exit
-      this.#result = exit !== undefined
-        ? (Exit.isSuccess(exit) ? Promise.resolve(exit.value as A) : Promise.reject(errorOf(exit.cause)))
-        : new Promise<A>((resolve, reject) => {
-          this.engine.addListener(this.task, (e) => (Exit.isSuccess(e) ? resolve(e.value as A) : reject(errorOf(e.cause))))
+      if (exit !== undefined) {
+        this.#result = Exit.isSuccess(exit) ? Promise.resolve(exit.value as A) : Promise.reject(errorOf(exit.cause))
+        this.#result.catch(noop)
+      } else {
+        this.#result = new Promise<A>((resolve, reject) => {
+          this.#resolve = resolve
+          this.#reject = reject
         })
-      this.#result.catch(noop)
+        this.engine.addListener(this.task, this)
+      }
     }
     return this.#result
+  }
+  /** Called by the engine when the task settles. */
+  settled(exit: Exit.Exit<unknown, unknown>): void {
+    if (Exit.isSuccess(exit)) {
+      this.#resolve!(exit.value as A)
+    } else {
+      // Handled before it rejects: a result nobody awaits never raises an unhandled rejection.
+      this.#result!.catch(noop)
+      this.#reject!(errorOf(exit.cause))
+    }
+    this.#resolve = undefined
+    this.#reject = undefined
   }
   poll(): AsyncPoll<A> {
     const exit = this.task.exit
@@ -144,7 +160,6 @@ class AsyncFutureImpl<A> implements AsyncFuture<A> {
 
 class AsyncQueue implements AsyncCommandQueue {
   #closing: Promise<void> | undefined = undefined
-  readonly #wrap = (task: Task, admission: Admission) => new AsyncFutureImpl<any>(task, admission, this.engine)
   constructor(private readonly queue: CommandQueue.CommandQueue, private readonly engine: Engine, private readonly scope: Scope.Closeable) {}
 
   dispatch<A>(
@@ -153,20 +168,24 @@ class AsyncQueue implements AsyncCommandQueue {
     task: (signal: AbortSignal) => A | Promise<A>,
     options?: AsyncDispatchOptions
   ): AsyncFuture<A> {
+    const engine = this.engine
     const signal = options?.signal
     const aborted = signal instanceof AbortSignal && signal.aborted
-    const exit = Effect.runSyncExit(
-      this.engine.dispatch(lane, key, task, PROMISE_BODY, options, EMPTY, aborted, this.#wrap)
-    )
-    if (Exit.isFailure(exit)) throw errorOf(exit.cause)
-    const future = exit.value as AsyncFutureImpl<A>
-    if (signal instanceof AbortSignal && !aborted && future.task.exit === undefined) {
-      const t = future.task
+    const admitted = engine.admit(lane, key, task, PROMISE_BODY, options, undefined, aborted)
+    if (!(admitted instanceof Task)) throw admitted
+    let admission = engine.admission
+    if (admission === WAKE) {
+      const woke = Effect.runSyncExit(admitted.lane.lanes.wake(key))
+      if (Exit.isFailure(woke)) throw engine.wakeFailed(admitted)
+      admission = engine.woke(admitted, woke.value)
+    }
+    const future = new AsyncFutureImpl<A>(admitted, admission, engine)
+    if (signal instanceof AbortSignal && !aborted && admitted.exit === undefined) {
       const onAbort = () => {
-        Effect.runFork(this.engine.cancelTask(t))
+        Effect.runFork(engine.cancelTask(admitted))
       }
       signal.addEventListener("abort", onAbort, { once: true })
-      this.engine.addListener(t, () => signal.removeEventListener("abort", onAbort))
+      engine.addListener(admitted, () => signal.removeEventListener("abort", onAbort))
     }
     return future
   }

@@ -1,0 +1,152 @@
+/**
+ * CommandQueue: (1) dispatch + await of no-op tasks over 1_000 keys, concurrency 4, through the
+ * Promise API and the Effect API, side by side with p-queue 10 and fastq (concurrency 4);
+ * (2) heap bytes retained per waiting task, beside p-queue. `npm run bench -- command-queue`
+ */
+import fastq from "fastq"
+import PQueue from "p-queue"
+import { Effect, Exit, Scope } from "effect"
+import { CommandQueue, createCommandQueue } from "../src/queue/index.js"
+import type { AsyncFuture } from "../src/queue/index.js"
+import { heapUsed, opsPerSecond, ratio, table } from "./lib.js"
+
+const BATCH = 10_000 // at most `concurrent + queued` tasks may be owned at once: 4 + 10_000
+const KEYS = 1_000
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
+const MIN_MS = Number(process.env.BENCH_MS ?? 1_000)
+
+const noop = (i: number) => i
+
+// ---------------------------------------------------------------------------------------------
+// (1) throughput
+
+const pQueueRun = async () => {
+  const q = new PQueue({ concurrency: 4 })
+  return () => {
+    const all: Array<Promise<unknown>> = []
+    for (let i = 0; i < BATCH; i++) all.push(q.add(() => noop(i)))
+    return Promise.all(all).then(() => undefined)
+  }
+}
+
+const fastqRun = async () => {
+  const q = fastq.promise((i: number) => Promise.resolve(noop(i)), 4)
+  return () => {
+    const all: Array<Promise<unknown>> = []
+    for (let i = 0; i < BATCH; i++) all.push(q.push(i))
+    return Promise.all(all).then(() => undefined)
+  }
+}
+
+const lanes = { bench: { concurrent: 4, queued: BATCH } }
+
+const promiseApiRun = async () => {
+  const q = await createCommandQueue({ lanes })
+  const keys = Array.from({ length: KEYS }, (_, i) => `key-${i}`)
+  return () => {
+    const all: Array<Promise<unknown>> = []
+    for (let i = 0; i < BATCH; i++) all.push(q.dispatch("bench", keys[i % KEYS]!, () => noop(i)).result)
+    return Promise.all(all).then(() => undefined)
+  }
+}
+
+const effectApiRun = async () => {
+  const scope = Scope.makeUnsafe()
+  const q = await Effect.runPromise(Scope.provide(scope)(CommandQueue.make({ lanes })))
+  const keys = Array.from({ length: KEYS }, (_, i) => `key-${i}`)
+  const batch = Effect.gen(function*() {
+    const futures: Array<CommandQueue.Future<number, never>> = []
+    for (let i = 0; i < BATCH; i++) futures.push(yield* q.dispatch("bench", keys[i % KEYS]!, Effect.sync(() => noop(i))))
+    for (const f of futures) yield* f.await
+  })
+  return () => Effect.runPromise(batch)
+}
+
+const throughput = async () => {
+  const peers: ReadonlyArray<readonly [string, () => Promise<() => Promise<void>>]> = [
+    ["p-queue 10 (concurrency 4)", pQueueRun],
+    ["fastq (concurrency 4)", fastqRun],
+    ["switchyard Promise API (1_000 keys, concurrent 4)", promiseApiRun],
+    ["switchyard Effect API (1_000 keys, concurrent 4)", effectApiRun]
+  ]
+  const best = new Map<string, number>()
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [name, make] of peers) {
+      const fn = await make()
+      const ops = await opsPerSecond(BATCH, fn, MIN_MS)
+      best.set(name, Math.max(best.get(name) ?? 0, ops))
+    }
+  }
+  const pq = best.get(peers[0]![0])!
+  table(`dispatch + await of no-op tasks, batches of ${BATCH.toLocaleString("en-US")}, best of ${ROUNDS} rounds`, peers.map(([name]) => ({
+    name,
+    "tasks/s": best.get(name)!,
+    "vs p-queue": ratio(best.get(name)!, pq)
+  })))
+}
+
+// ---------------------------------------------------------------------------------------------
+// (2) bytes retained per waiting task
+
+const WAITING = 100_000
+const LANES = 10 // each lane holds at most 10_000 waiting tasks
+
+const retainedPQueue = async () => {
+  const q = new PQueue({ concurrency: 4 })
+  const block = new Promise<void>(() => {})
+  for (let i = 0; i < 4; i++) void q.add(() => block)
+  const before = heapUsed()
+  const held: Array<Promise<unknown>> = []
+  for (let i = 0; i < WAITING; i++) held.push(q.add(() => noop(i)))
+  const after = heapUsed()
+  const perTask = (after - before) / WAITING
+  q.clear()
+  held.length = 0
+  return perTask
+}
+
+const retainedSwitchyard = async (keysPerLane: number, takeResult: boolean) => {
+  const laneNames = Array.from({ length: LANES }, (_, i) => `l${i}`)
+  const q = await createCommandQueue({
+    lanes: Object.fromEntries(laneNames.map((name) => [name, { concurrent: 1, queued: WAITING / LANES }]))
+  })
+  const block = new Promise<void>(() => {})
+  for (const name of laneNames) q.dispatch(name, "blocker", () => block)
+  const keys = Array.from({ length: keysPerLane }, (_, i) => `key-${i}`)
+  const before = heapUsed()
+  const held: Array<AsyncFuture<number>> = []
+  const results: Array<Promise<number>> = []
+  for (let i = 0; i < WAITING; i++) {
+    const f = q.dispatch(laneNames[i % LANES]!, keys[Math.floor(i / LANES) % keysPerLane]!, () => noop(i))
+    held.push(f)
+    if (takeResult) results.push(f.result)
+  }
+  const after = heapUsed()
+  const perTask = (after - before) / WAITING
+  held.length = 0
+  results.length = 0
+  await q.drain({ timeoutMs: 0 })
+  return perTask
+}
+
+const retained = async () => {
+  const pq = await retainedPQueue()
+  const rows = [
+    { name: `p-queue 10, ${WAITING.toLocaleString("en-US")} queued tasks (promises held)`, "bytes/task": pq, "vs p-queue": "1.00x" }
+  ]
+  const variants: ReadonlyArray<readonly [string, number, boolean]> = [
+    ["switchyard, 1 key per lane, futures held", 1, false],
+    ["switchyard, 1_000 keys per lane, futures held", 1_000, false],
+    ["switchyard, 1_000 keys per lane, futures and .result held", 1_000, true],
+    ["switchyard, a key per task, futures and .result held", WAITING / LANES, true]
+  ]
+  for (const [name, keys, takeResult] of variants) {
+    const bytes = await retainedSwitchyard(keys, takeResult)
+    rows.push({ name: `${name} (${WAITING.toLocaleString("en-US")} waiting)`, "bytes/task": bytes, "vs p-queue": ratio(bytes, pq) })
+  }
+  table("heap retained per waiting task (lower is better; goal <= 0.50x p-queue)", rows)
+}
+
+await throughput()
+await retained()
+void Exit
