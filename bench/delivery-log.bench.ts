@@ -236,13 +236,14 @@ const main = async () => {
     gc()
     const t2 = now()
     const db2 = openSqlite("replay.db")
-    let rows = 0
-    for (const r of db2.prepare("SELECT seq, id, enqueued_at, message FROM outbox ORDER BY seq").iterate() as Iterable<{ message: string }>) {
-      JSON.parse(r.message)
-      rows++
+    // Build the same in-memory state a store needs (id -> entry), as our open does.
+    const state = new Map<string, unknown>()
+    const rows = db2.prepare("SELECT seq, id, enqueued_at, message FROM outbox ORDER BY seq")
+    for (const r of rows.iterate() as Iterable<{ seq: number; id: string; enqueued_at: number; message: string }>) {
+      state.set(r.id, { id: r.id, seq: r.seq, enqueuedAt: r.enqueued_at, message: JSON.parse(r.message), attempts: 0, status: "pending" })
     }
     db2.close()
-    if (rows !== N) throw new Error("sqlite rows")
+    if (state.size !== N) throw new Error("sqlite rows")
     replays.push({ ours, sqlite: now() - t2 })
   }
   const best = (xs: Array<number>) => Math.min(...xs)
@@ -251,7 +252,7 @@ const main = async () => {
   const bytes = fs.readdirSync(dir).reduce((s, f) => s + fs.statSync(join(dir, f)).size, 0)
   table(`Replay on open: ${N.toLocaleString("en-US")} entries (${(bytes / 1e6).toFixed(1)} MB), best of 3`, [
     { name: "DeliveryLog.open (recovery + state)", "ms": ourMs, "entries/s": (N / ourMs) * 1000, "vs sqlite": ratio(sqlMs, ourMs) },
-    { name: "better-sqlite3: SELECT all + JSON.parse", "ms": sqlMs, "entries/s": (N / sqlMs) * 1000, "vs sqlite": "1.00x" }
+    { name: "better-sqlite3: SELECT all into an id -> entry Map", "ms": sqlMs, "entries/s": (N / sqlMs) * 1000, "vs sqlite": "1.00x" }
   ])
   console.log(
     `goals: group commit ${ratio(b.appends / b.seconds, base.appends / base.seconds)} the naive log (goal >= 20x); ` +

@@ -27,7 +27,7 @@ describe("DeliveryLog crash safety (SIGKILL)", () => {
     }
     assert.isAbove(model.appended.size, 40, "the children did append")
     assert.isAbove(model.acked.size, 10, "the children did ack")
-  })
+  }, 120_000)
 
   const steps: ReadonlyArray<CompactionStep> = [
     "checkpointed",
@@ -49,5 +49,5 @@ describe("DeliveryLog crash safety (SIGKILL)", () => {
       await check(dir, model)
     }
     assert.isAbove(model.appended.size, 40)
-  })
+  }, 120_000)
 })

@@ -114,5 +114,5 @@ describe("DeliveryLog against a model", () => {
         }),
         { numRuns: 60 }
       )
-    ))
+    ), 120_000)
 })

@@ -67,7 +67,7 @@ describe("DeliveryLog recovery", () => {
         cuts++
       }
       assert.isAbove(cuts, 100)
-    }))
+    }), 120_000)
 
   it.effect("after a torn tail was cut the log goes on: new appends survive the next re-open", () =>
     Effect.gen(function* () {
@@ -157,7 +157,7 @@ describe("DeliveryLog recovery", () => {
         assert.deepStrictEqual(snapshotFiles(d), before, "open changed nothing on disk")
         fs.rmSync(d, { recursive: true })
       }
-    }))
+    }), 120_000)
 
   it.effect("a flipped byte in a snapshot is corruption too", () =>
     Effect.gen(function* () {
