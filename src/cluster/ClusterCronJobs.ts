@@ -32,7 +32,9 @@ export const layer = (
       ClusterCron.make({
         name: `switchyard-${job.name}`,
         cron: job.cron,
-        // A due time missed by more than this (no runner alive) is skipped rather than run late.
+        // Each next due time is computed from the previous one, so a slow firing or a moving shard makes
+        // a run late, never skipped; one missed by more than a minute (no runner alive) is skipped.
+        calculateNextRunFromPrevious: true,
         skipIfOlderThan: "1 minute",
         execute: Effect.gen(function*() {
           const sql = yield* PgClient.PgClient

@@ -47,6 +47,13 @@ export interface KeyRunnerOptions {
 type Rpcs = typeof Run | typeof Cancel | typeof CancelKey
 type Req = Envelope.Request<Rpcs>
 
+const isCanceled = (exit: Exit.Exit<unknown, unknown>): boolean =>
+  Exit.isFailure(exit) &&
+  exit.cause.reasons.some((r) =>
+    r._tag === "Fail" && (r.error as { _tag?: string; reason?: string })._tag === "QueueFailure" &&
+    (r.error as { reason?: string }).reason === "canceled"
+  )
+
 /** Most canceled run ids remembered per key before their `Run` arrives (oldest forgotten first). */
 const MAX_EARLY_CANCELS = 1_000
 
@@ -58,10 +65,11 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
         const { local, generations, handlers } = options
         const runs = new Map<string, Future<unknown, unknown>>()
         const earlyCancels = new Set<string>()
+        // Runs this entity canceled itself because it stops (not because a caller asked).
+        const stoppedRuns = new Set<string>()
         let stopping = false
 
-        const reply = (request: Req, exit: Exit.Exit<unknown, unknown>) =>
-          stopping ? Effect.void : replier.complete(request as any, exit as any)
+        const reply = (request: Req, exit: Exit.Exit<unknown, unknown>) => replier.complete(request as any, exit as any)
         const failWith = (request: Req, p: typeof Run.payloadSchema.Type, stage: WireQueueFailure["stage"], reason: WireQueueFailure["reason"]) =>
           reply(request, Exit.fail({
             _tag: "QueueFailure",
@@ -156,7 +164,10 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
               Effect.flatMap((exit) => {
                 if (runs.get(p.runId) === future) runs.delete(p.runId)
                 const out = toReply(p, exit)
-                return out === undefined ? Effect.void : reply(request, out)
+                // A run canceled because the entity stops gets no reply: the key's next runner runs it.
+                // Any other outcome (also one reached while stopping) is the answer, saved as usual.
+                if (out === undefined || (stoppedRuns.has(p.runId) && isCanceled(out))) return Effect.void
+                return reply(request, out)
               }),
               Effect.forkChild
             )
@@ -200,7 +211,12 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
               // Stop answering: whatever did not end goes to the key's next runner. Cancel first, so
               // no task of this key still runs here when the next runner starts it.
               stopping = true
-              return Effect.forEach([...runs.values()], (f) => f.cancel, { concurrency: "unbounded", discard: true })
+              const live = [...runs.entries()]
+              for (const [runId] of live) stoppedRuns.add(runId)
+              return Effect.forEach(live, ([, f]) => f.cancel, { concurrency: "unbounded", discard: true }).pipe(
+                // let the awaiters of runs that ended by themselves send their answers
+                Effect.andThen(Effect.yieldNow)
+              )
             })
           )
         ) as Effect.Effect<never>

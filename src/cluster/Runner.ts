@@ -49,6 +49,11 @@ export interface RunnerOptions {
   readonly shardsPerGroup?: number
   /** Table prefix of switchyard's own tables; default `switchyard`. */
   readonly prefix?: string
+  /**
+   * Bound on one delivery attempt, default 10_000. A runner's claim on an outbox entry lasts this plus
+   * one second, which is also how long entries claimed by a runner that died wait before another delivers them.
+   */
+  readonly deliveryTimeoutMs?: number
 }
 
 /** A running runner. */
@@ -87,7 +92,14 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
         path: options.outboxFile,
         format: (entry) => ({ id: entry.id, to: entry.message.to, body: entry.message.body, by: name })
       })
-    const delivery = yield* ClusterDelivery.make({ log: outbox, deliver: channel.send, owner: name })
+    const attemptTimeoutMs = options.deliveryTimeoutMs ?? 10_000
+    const delivery = yield* ClusterDelivery.make({
+      log: outbox,
+      deliver: channel.send,
+      owner: name,
+      attemptTimeoutMs,
+      leaseMs: attemptTimeoutMs + 1_000
+    })
     const handlers = yield* provide(ClusterAgent.handlers({ member: name, outbox, prefix, channel: channel.name })).pipe(
       Effect.provideService(Model, model.mapUnsafe.get(Model.key))
     )

@@ -31,6 +31,7 @@ const program = new Command("runner")
   .option("--outbox <file>", "deliver replies as JSON lines appended to <file> instead of printing them")
   .option("--drain-timeout <ms>", "drain deadline on shutdown", integer("--drain-timeout", 1), 10_000)
   .option("--shards <n>", "shards per group; the same on every runner", integer("--shards", 1), 64)
+  .option("--delivery-timeout <ms>", "bound on one delivery attempt (a dead runner's claims wait this + 1 s)", integer("--delivery-timeout", 1), 10_000)
   .option("--main-concurrent <n>", "turns at once per runner on lane main", integer("--main-concurrent", 1))
   .parse(process.argv)
 
@@ -47,6 +48,7 @@ const opts = program.opts<{
   drainTimeout: number
   shards: number
   mainConcurrent?: number
+  deliveryTimeout: number
 }>()
 
 if (opts.postgres === undefined || opts.postgres === "") program.error("Expected `--postgres <url>` (or SWITCHYARD_POSTGRES), got nothing")
@@ -65,6 +67,7 @@ const options: Runner.RunnerOptions = {
   cron: jobs,
   drainTimeoutMs: opts.drainTimeout,
   shardsPerGroup: opts.shards,
+  deliveryTimeoutMs: opts.deliveryTimeout,
   ...(opts.clusterPort === undefined ? {} : { clusterPort: opts.clusterPort }),
   ...(opts.name === undefined ? {} : { name: opts.name }),
   ...(opts.outbox === undefined ? {} : { outboxFile: opts.outbox }),

@@ -1,0 +1,159 @@
+/**
+ * Cluster: messages per second through three runners against one, and the latency a turn adds on
+ * the cluster against the single-process CommandQueue. Needs Postgres (127.0.0.1:5432, or
+ * SWITCHYARD_TEST_PG); each run uses a database of its own, dropped afterwards.
+ *
+ * Every runner is a real process (`src/cluster/runner-main.ts`, scripted model, `--latency 20`);
+ * a message is `POST /sessions/:id/messages?wait=...` to a random runner and counts when its reply
+ * comes back. The single-process row runs the same 20 ms task through `CommandQueue.dispatch` +
+ * `await` in this process.
+ */
+import { Effect } from "effect"
+import { spawn } from "node:child_process"
+import type { ChildProcess } from "node:child_process"
+import * as fs from "node:fs"
+import * as net from "node:net"
+import * as os from "node:os"
+import * as path from "node:path"
+import * as Postgres from "../src/cluster/Postgres.js"
+import { CommandQueue } from "../src/queue/index.js"
+import { ratio, table } from "./lib.js"
+
+const ADMIN = process.env.SWITCHYARD_TEST_PG ?? "postgres://postgres@127.0.0.1:5432/test"
+const LATENCY = 20
+const SESSIONS = 50
+const MESSAGES = Number(process.env.CLUSTER_BENCH_MESSAGES ?? 600)
+const CONCURRENCY = 48
+const LATENCY_SAMPLES = 40
+const root = path.resolve(import.meta.dirname, "..")
+
+const freePort = (): Promise<number> =>
+  new Promise((resolve) => {
+    const s = net.createServer()
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port
+      s.close(() => resolve(port))
+    })
+  })
+
+const admin = <A>(f: (sql: any) => Effect.Effect<A, any>) => Effect.runPromise(Postgres.withClient(ADMIN, f))
+
+const reachable = async () => {
+  try {
+    await admin((sql) => sql`SELECT 1`)
+    return true
+  } catch {
+    return false
+  }
+}
+
+const startRunner = (url: string, port: number, clusterPort: number, outbox: string) =>
+  new Promise<ChildProcess>((resolve, reject) => {
+    const child = spawn(process.execPath, [
+      "--import", "tsx", "src/cluster/runner-main.ts", "--postgres", url, "--port", String(port),
+      "--cluster-port", String(clusterPort), "--latency", String(LATENCY), "--outbox", outbox,
+      "--shards", "32", "--main-concurrent", "8", "--drain-timeout", "2000"
+    ], { cwd: root, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ANTHROPIC_API_KEY: "" } })
+    const timer = setTimeout(() => reject(new Error("runner not ready in 60 s")), 60_000)
+    child.stdout!.on("data", (d: Buffer) => {
+      if (d.toString().includes(`"type":"ready"`)) {
+        clearTimeout(timer)
+        resolve(child)
+      }
+    })
+  })
+
+const post = async (port: number, session: string, text: string) => {
+  const t = performance.now()
+  const res = await fetch(`http://127.0.0.1:${port}/sessions/${session}/messages?wait=60000`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ text })
+  })
+  const body = (await res.json()) as { reply?: unknown }
+  if (res.status === 429) return undefined
+  if (res.status !== 200 || body.reply === undefined) throw new Error(`status ${res.status}: ${JSON.stringify(body)}`)
+  return performance.now() - t
+}
+
+const percentile = (xs: Array<number>, p: number) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s[Math.min(s.length - 1, Math.floor(p * s.length))]
+}
+
+/** Throughput and one-at-a-time latency through `runners` runner processes. */
+const cluster = async (runners: number) => {
+  const name = `sy_bench_${process.pid}_${runners}`
+  await admin((sql) => sql.unsafe(`DROP DATABASE IF EXISTS ${name}`))
+  await admin((sql) => sql.unsafe(`CREATE DATABASE ${name}`))
+  const u = new URL(ADMIN)
+  u.pathname = `/${name}`
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-"))
+  const children: Array<ChildProcess> = []
+  const ports: Array<number> = []
+  try {
+    for (let i = 0; i < runners; i++) {
+      const port = await freePort()
+      ports.push(port)
+      children.push(await startRunner(u.toString(), port, await freePort(), path.join(dir, "outbox.jsonl")))
+    }
+    // Let the shard assignment settle, then warm up every runner.
+    for (let i = 0; i < 3 * runners; i++) await post(ports[i % runners], `warm${i}`, "warm")
+    const latencies: Array<number> = []
+    for (let i = 0; i < LATENCY_SAMPLES; i++) latencies.push((await post(ports[i % runners], `lat${i % 5}`, "hi"))!)
+    let next = 0
+    let busy = 0
+    const start = performance.now()
+    await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
+      while (next < MESSAGES) {
+        const i = next++
+        while ((await post(ports[Math.floor(Math.random() * runners)], `s${i % SESSIONS}`, `m${i}`)) === undefined) busy++
+      }
+    }))
+    const seconds = (performance.now() - start) / 1000
+    return { perSecond: MESSAGES / seconds, p50: percentile(latencies, 0.5), p95: percentile(latencies, 0.95), busy }
+  } finally {
+    for (const c of children) c.kill("SIGTERM")
+    await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(undefined) : c.once("exit", r)))))
+    await admin((sql) => sql.unsafe(`DROP DATABASE IF EXISTS ${name}`))
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+/** The same 20 ms task through the single-process queue: one at a time, and 600 over 50 keys. */
+const single = () =>
+  Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+    const q = yield* CommandQueue.make({ lanes: { main: { concurrent: 8, queued: 10_000 } } })
+    const task = Effect.sleep(`${LATENCY} millis`)
+    const latencies: Array<number> = []
+    for (let i = 0; i < LATENCY_SAMPLES; i++) {
+      const t = performance.now()
+      yield* (yield* q.dispatch("main", `lat${i % 5}`, task)).await
+      latencies.push(performance.now() - t)
+    }
+    const start = performance.now()
+    const futures = []
+    for (let i = 0; i < MESSAGES; i++) futures.push(yield* q.dispatch("main", `s${i % SESSIONS}`, task))
+    for (const f of futures) yield* f.await
+    const seconds = (performance.now() - start) / 1000
+    return { perSecond: MESSAGES / seconds, p50: percentile(latencies, 0.5), p95: percentile(latencies, 0.95) }
+  })))
+
+if (!(await reachable())) {
+  console.log(`Postgres not reachable at ${Postgres.redactUrl(ADMIN)}: cluster benchmark skipped\n`)
+} else {
+  const local = await single()
+  const one = await cluster(1)
+  const three = await cluster(3)
+  table(`Cluster throughput: ${MESSAGES} messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${LATENCY} ms scripted turn, lane main concurrent 8 per runner`, [
+    { name: "single-process CommandQueue (same 20 ms task)", "messages/s": local.perSecond, "vs 1 runner": ratio(local.perSecond, one.perSecond) },
+    { name: "cluster, 1 runner", "messages/s": one.perSecond, "vs 1 runner": "1.00x" },
+    { name: "cluster, 3 runners", "messages/s": three.perSecond, "vs 1 runner": ratio(three.perSecond, one.perSecond) }
+  ])
+  table(`Turn latency one message at a time (POST ... ?wait to reply), ${LATENCY_SAMPLES} samples`, [
+    { name: "single-process CommandQueue", "p50 ms": local.p50, "p95 ms": local.p95, "added p50 ms": 0 },
+    { name: "cluster, 1 runner", "p50 ms": one.p50, "p95 ms": one.p95, "added p50 ms": one.p50 - local.p50 },
+    { name: "cluster, 3 runners", "p50 ms": three.p50, "p95 ms": three.p95, "added p50 ms": three.p50 - local.p50 }
+  ])
+  console.log(`(429 backpressure retries: 1 runner ${one.busy}, 3 runners ${three.busy}; load average ${os.loadavg().map((l) => l.toFixed(1)).join(" ")})\n`)
+}

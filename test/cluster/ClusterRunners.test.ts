@@ -1,0 +1,248 @@
+/**
+ * The multi-process test of cluster.md: three runner processes on loopback sharing one Postgres,
+ * 50 sessions, messages sent to random runners, one runner killed with SIGKILL in the middle of the
+ * load, and a cron job due every second. Every turn is recorded by the runner that ran it
+ * (`switchyard_turns`: session, runner, start, end); the assertions read that table.
+ *
+ * `npm test` runs 300 messages; `npm run test:cluster` runs the full 1000.
+ */
+import { Effect } from "effect"
+import { spawn } from "node:child_process"
+import type { ChildProcess } from "node:child_process"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import * as Postgres from "../../src/cluster/Postgres.js"
+import { freshDatabase, postgresAvailable } from "./pg.js"
+import { freePort } from "./support.js"
+
+const up = await postgresAvailable("test/cluster/ClusterRunners.test.ts")
+const FULL = process.env.SWITCHYARD_CLUSTER_FULL === "1"
+const MESSAGES = FULL ? 1000 : 300
+const SESSIONS = 50
+const RUNNERS = 3
+const LATENCY_MS = 20
+const root = path.resolve(import.meta.dirname, "../..")
+
+interface Runner {
+  readonly name: string
+  readonly port: number
+  readonly child: ChildProcess
+  alive: boolean
+  readonly log: Array<string>
+}
+
+/** A seeded PRNG (mulberry32), so a failing run can be replayed. */
+const prng = (seed: number) => () => {
+  seed = (seed + 0x6d2b79f5) | 0
+  let t = Math.imul(seed ^ (seed >>> 15), 1 | seed)
+  t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
+  return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+}
+
+const startRunner = (url: string, port: number, clusterPort: number, outbox: string): Promise<Runner> =>
+  new Promise((resolve, reject) => {
+    const name = `r${port}`
+    const child = spawn(process.execPath, [
+      "--import", "tsx", "src/cluster/runner-main.ts",
+      "--postgres", url, "--port", String(port), "--cluster-port", String(clusterPort), "--name", name,
+      "--latency", String(LATENCY_MS), "--outbox", outbox, "--shards", "32", "--main-concurrent", "8",
+      "--drain-timeout", "2000", "--delivery-timeout", "2000", "--cron", "* * * * * *|tick"
+    ], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ANTHROPIC_API_KEY: "" } })
+    const runner: Runner = { name, port, child, alive: true, log: [] }
+    const timer = setTimeout(() => reject(new Error(`${name} not ready in 30 s:\n${runner.log.join("")}`)), 30_000)
+    child.stdout!.on("data", (d: Buffer) => {
+      runner.log.push(d.toString())
+      if (d.toString().includes(`"type":"ready"`)) {
+        clearTimeout(timer)
+        resolve(runner)
+      }
+    })
+    child.stderr!.on("data", (d: Buffer) => runner.log.push(d.toString()))
+    child.once("exit", () => {
+      runner.alive = false
+    })
+  })
+
+const query = <A extends object>(url: string, text: string, params: ReadonlyArray<unknown> = []) =>
+  Effect.runPromise(Postgres.withClient(url, (sql) => sql.unsafe<A>(text, params)))
+
+/** Polls `check` until it returns true or `ms` pass (a deadline on a condition, not a hopeful sleep). */
+const until = async (what: string, ms: number, check: () => Promise<boolean>) => {
+  const deadline = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
+describe.skipIf(!up)("three runner processes on one Postgres", () => {
+  let db: { url: string; drop: () => Promise<void> } | undefined
+  const runners: Array<Runner> = []
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-cluster-"))
+  const outbox = path.join(dir, "outbox.jsonl")
+
+  beforeAll(async () => {
+    db = await freshDatabase("runners")
+    const ports = await Promise.all(Array.from({ length: RUNNERS * 2 }, () => freePort()))
+    // One at a time: the first creates the tables, the others find them.
+    for (let i = 0; i < RUNNERS; i++) runners.push(await startRunner(db.url, ports[2 * i], ports[2 * i + 1], outbox))
+  }, 120_000)
+
+  afterAll(async () => {
+    for (const r of runners) if (r.alive) r.child.kill("SIGKILL")
+    await Promise.all(runners.map((r) => (r.alive ? new Promise((res) => r.child.once("exit", res)) : undefined)))
+    await db?.drop()
+    fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
+  it(`${MESSAGES} messages of ${SESSIONS} sessions to random runners, one SIGKILLed mid-load: every accepted message answered once per turn record, no two turns of a session overlap, cron once per second`, async () => {
+    const random = prng(42)
+    const accepted = new Map<string, { session: string; via: string }>()
+    const victim = runners[0]
+    const killAt = Math.floor(MESSAGES * 0.4)
+    let sent = 0
+    let killedAt = 0
+    let refusedByDead = 0
+    let busy = 0
+    const t0 = Date.now()
+
+    const send = async (i: number) => {
+      const session = `s${Math.floor(random() * SESSIONS)}`
+      const id = `m${i}`
+      // A refused or cut request is sent again, with the same id, to another live runner: the id makes
+      // the retry join the first run if that one was in fact accepted.
+      for (let attempt = 0; attempt < 20; attempt++) {
+        const live = runners.filter((r) => r.alive)
+        const r = live[Math.floor(random() * live.length)]
+        try {
+          const res = await fetch(`http://127.0.0.1:${r.port}/sessions/${session}/messages`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify({ text: `hello ${i}`, id })
+          })
+          const body = (await res.json()) as { runId?: string }
+          if (res.status === 202 && body.runId) {
+            accepted.set(body.runId, { session, via: r.name })
+            return
+          }
+          if (res.status === 429) {
+            // backpressure: this runner holds as many unanswered dispatches as its lane allows
+            busy++
+            attempt--
+            await new Promise((w) => setTimeout(w, 25))
+            continue
+          }
+          throw new Error(`status ${res.status}: ${JSON.stringify(body)}`)
+        } catch (e) {
+          if (r === victim && !victim.alive) refusedByDead++
+          else if (attempt > 3) throw e
+        }
+      }
+      throw new Error(`message ${id} never accepted`)
+    }
+
+    // 24 senders at a time; the victim dies once `killAt` messages went out.
+    let next = 0
+    const sender = async () => {
+      while (next < MESSAGES) {
+        const i = next++
+        if (i === killAt) {
+          victim.child.kill("SIGKILL")
+          victim.alive = false
+          killedAt = Date.now()
+        }
+        await send(i)
+        sent++
+      }
+    }
+    await Promise.all(Array.from({ length: 24 }, sender))
+    const sentAt = Date.now()
+    expect(sent).toBe(MESSAGES)
+    expect(accepted.size).toBe(MESSAGES)
+
+    // Every accepted message gets its turn (replayed on another runner when its runner died).
+    const runIds = [...accepted.keys()]
+    await until("every accepted message to be answered", 90_000, async () => {
+      const rows = await query<{ n: number }>(db!.url, `SELECT count(DISTINCT run_id)::float8 AS n FROM switchyard_turns WHERE run_id = ANY($1)`, [runIds])
+      return Number(rows[0].n) === runIds.length
+    })
+    const answeredAt = Date.now()
+    // ... and its reply delivered from the shared outbox.
+    await until("every reply to be delivered", 60_000, async () => {
+      const rows = await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_outbox WHERE status <> 'acked'`)
+      return Number(rows[0].n) === 0
+    })
+
+    const overlaps = await query<{ session: string; a: string; b: string }>(db!.url, `
+      SELECT a.session, a.runner || ':' || a.run_id AS a, b.runner || ':' || b.run_id AS b
+      FROM switchyard_turns a JOIN switchyard_turns b
+        ON a.session = b.session AND a.id < b.id AND a.started_at < b.ended_at AND b.started_at < a.ended_at`)
+    expect(overlaps).toEqual([])
+
+    // At least once, and only because of the kill: a run id with two turn records had its first turn on
+    // the killed runner, started before the kill (it finished there, but its answer was not saved).
+    const replays = await query<{ run_id: string; runners: string; first_runner: string; first_start: number }>(db!.url, `
+      SELECT run_id, string_agg(runner, ',') AS runners,
+             (array_agg(runner ORDER BY started_at))[1] AS first_runner, min(started_at)::float8 AS first_start
+      FROM switchyard_turns GROUP BY run_id HAVING count(*) > 1`)
+    for (const r of replays) {
+      expect({ run: r.run_id, firstRunner: r.first_runner }).toEqual({ run: r.run_id, firstRunner: victim.name })
+      expect(Number(r.first_start)).toBeLessThanOrEqual(killedAt)
+    }
+
+    const replies = await query<{ n: number; keys: number }>(db!.url, `
+      SELECT count(*)::float8 AS n, count(DISTINCT idempotency_key)::float8 AS keys FROM switchyard_outbox WHERE idempotency_key LIKE 'reply:msg:%'`)
+    expect(Number(replies[0].keys)).toBe(MESSAGES)
+    expect(Number(replies[0].n)).toBe(MESSAGES) // one reply per message, even for turns replayed after the kill
+
+    // Sessions the victim served before it died went on on the other runners.
+    const moved = await query<{ session: string }>(db!.url, `
+      SELECT DISTINCT v.session FROM switchyard_turns v JOIN switchyard_turns o
+        ON o.session = v.session AND o.runner <> $1 AND o.started_at > $2
+      WHERE v.runner = $1`, [victim.name, killedAt])
+    const victimSessions = await query<{ session: string }>(db!.url, `SELECT DISTINCT session FROM switchyard_turns WHERE runner = $1`, [victim.name])
+    expect(victimSessions.length).toBeGreaterThan(0)
+    expect(moved.length).toBeGreaterThan(0)
+
+    // Cron: one run of the job per due second in the whole cluster. (A firing of ClusterCron can be
+    // replayed when its shard moves mid-firing; the run id made of the due time keeps the run single.)
+    const cronTurns = await query<{ run_id: string; n: number }>(db!.url,
+      `SELECT run_id, count(*)::float8 AS n FROM switchyard_turns WHERE session = 'cron:cron-1' GROUP BY run_id ORDER BY run_id`)
+    expect(cronTurns.length).toBeGreaterThan(0)
+    const dues = cronTurns.map((t) => Number(t.run_id.split(":").pop())).sort((a, b) => a - b)
+    const firings = await query<{ due: number; fired: number }>(db!.url,
+      `SELECT due_at::float8 AS due, fired FROM switchyard_cron_firings ORDER BY due_at`)
+    const refired = firings.filter((f) => f.fired !== 1).map((f) => ({ sinceStartMs: Number(f.due) - t0, fired: f.fired }))
+    const span = (dues[dues.length - 1] - dues[0]) / 1000 + 1
+    // Seconds with no run: only around the kill, while the cron entity's shard moved.
+    const gaps = []
+    for (let i = 1; i < dues.length; i++) if (dues[i] - dues[i - 1] > 1000) gaps.push({ from: dues[i - 1], to: dues[i] })
+    for (const g of gaps) {
+      expect(g.to).toBeGreaterThanOrEqual(killedAt - 1000)
+      expect(g.from).toBeLessThanOrEqual(killedAt + 30_000)
+    }
+    expect(dues.length).toBeGreaterThanOrEqual(Math.floor(span * 0.5))
+
+    const turnsPerRunner = await query<{ runner: string; n: number }>(db!.url,
+      `SELECT runner, count(*)::float8 AS n FROM switchyard_turns WHERE session LIKE 's%' GROUP BY runner ORDER BY runner`)
+    const duplicates = await query<{ n: number }>(db!.url,
+      `SELECT (count(*) - count(DISTINCT run_id))::float8 AS n FROM switchyard_turns WHERE session LIKE 's%'`)
+    console.log(JSON.stringify({
+      messages: MESSAGES,
+      sessions: SESSIONS,
+      sendMs: sentAt - t0,
+      answeredMs: answeredAt - t0,
+      messagesPerSecond: Math.round(MESSAGES / ((answeredAt - t0) / 1000)),
+      killedAfterMs: killedAt - t0,
+      refusedByDeadRunner: refusedByDead,
+      backpressure429: busy,
+      turnsPerRunner: Object.fromEntries(turnsPerRunner.map((r) => [r.runner, Number(r.n)])),
+      replayedTurns: Number(duplicates[0].n),
+      replayedRuns: replays.map((r) => r.run_id),
+      sessionsMovedFromVictim: `${moved.length}/${victimSessions.length}`,
+      cron: { runs: dues.length, spanSeconds: span, missedSeconds: gaps.map((g) => (g.to - g.from) / 1000 - 1), refired }
+    }))
+  }, FULL ? 240_000 : 150_000)
+})
