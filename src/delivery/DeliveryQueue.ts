@@ -13,7 +13,7 @@ import { createLanes } from "../queue/index.js"
 import type { ActivationExit } from "../queue/index.js"
 import { backoffDelay, failureOf, LOG_RETRY_MS, resolvePolicy, TURN_BATCH } from "./deliveryPolicy.js"
 import { DeliveryFailure, DeliveryLogError } from "./errors.js"
-import { CallOrder, dueAt, Recipients } from "./recipients.js"
+import { AppendOrder, dueAt, Recipients } from "./recipients.js"
 import type { Node, Recipient } from "./recipients.js"
 import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "./types.js"
 import { makeTimer } from "./WakeHeap.js"
@@ -51,8 +51,8 @@ export interface Stats {
 export interface DeliveryQueue {
   /**
    * Appends the message to the log and returns once it is durable; delivery happens in the background.
-   * Not interruptible once started (an appended entry is always scheduled); entries are scheduled in
-   * the order `enqueue` was called.
+   * Not interruptible once started (an appended entry is always scheduled); concurrent enqueues are
+   * scheduled in seq order.
    */
   readonly enqueue: (message: OutboundMessage) => Effect.Effect<DeliveryEntry, DeliveryLogError>
   /** Puts the dead entry `id` (or every dead entry) back to pending with attempts 0; returns how many. */
@@ -306,9 +306,8 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
       return scheduleHead(held.insert(entry))
     }
 
-    // Appends are admitted in the order enqueue was called, whatever order the log's completions resume
-    // in: the log takes appends in call order, so admission follows seq order.
-    const callOrder = new CallOrder<DeliveryEntry>()
+    // Appended entries are admitted in seq order, whatever order concurrent appends complete in.
+    const appendOrder = new AppendOrder()
     /** Appends; returns the entry for the caller and the entry to schedule (none for a duplicate that is not pending). */
     const append = (message: OutboundMessage): Effect.Effect<readonly [DeliveryEntry, DeliveryEntry | undefined], DeliveryLogError> =>
       Effect.flatMap(log.append(message), (entry) => {
@@ -321,10 +320,10 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     const enqueue = (message: OutboundMessage): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
       // Not interruptible: an entry that reached the log is always scheduled, never left for the next start.
       Effect.uninterruptible(Effect.suspend(() => {
-        const ticket = callOrder.take()
+        const ticket = appendOrder.take()
         return append(message).pipe(
           Effect.onExit((exit) =>
-            Effect.forEach(callOrder.settle(ticket, Exit.isSuccess(exit) ? exit.value[1] : undefined), admit, { discard: true })
+            Effect.forEach(appendOrder.settle(ticket, Exit.isSuccess(exit) ? exit.value[1] : undefined), admit, { discard: true })
           ),
           Effect.map(([entry]) => entry)
         )

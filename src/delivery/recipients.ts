@@ -2,8 +2,7 @@
  * The delivery queue's in-memory view of pending entries: one FIFO per recipient `(channel, to)`,
  * singly linked and kept in `seq` order, plus an index by id. Internal to `DeliveryQueue`; plain
  * mutable state owned by one queue. Appending in seq order is O(1); only an entry put back by
- * `retryDead` (older than the tail) walks the list. `CallOrder` admits appended entries in the order
- * `enqueue` was called.
+ * `retryDead` (older than the tail) walks the list. `AppendOrder` admits appended entries in seq order.
  */
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 
@@ -97,28 +96,40 @@ export class Recipients {
 }
 
 /**
- * Hands out tickets in call order and releases settled values in ticket order: a value settled early
- * waits until every earlier ticket has settled (with a value, or with none when its call failed).
+ * Admits appended entries in seq order, whatever order the log's appends take their seq in and complete
+ * in. Each append takes a ticket when it starts. An entry that returned may only be admitted once every
+ * append that had started before it returned has completed: those are the only ones that can hold a
+ * lower seq (seq is assigned during the call, increasing). Once they have, every completed entry up to
+ * its seq is safe too, and they are released together, sorted by seq. The buffer holds at most the
+ * appends in flight; the common case (one at a time) releases at once.
  */
-export class CallOrder<A> {
-  private next = 0
-  private released = 0
-  private readonly settled = new Map<number, A | undefined>()
+export class AppendOrder {
+  private taken = 0
+  /** Every ticket below `prefix` has completed. */
+  private prefix = 0
+  private readonly doneEarly = new Set<number>()
+  private buffered: Array<{ readonly entry: DeliveryEntry; readonly waitFor: number }> = []
 
+  /** A ticket for an append about to start. */
   take(): number {
-    return this.next++
+    return this.taken++
   }
 
-  /** Settles `ticket`; returns the values now released, in ticket order. */
-  settle(ticket: number, value: A | undefined): ReadonlyArray<A> {
-    this.settled.set(ticket, value)
-    if (ticket !== this.released) return []
-    const ready: Array<A> = []
-    while (this.settled.has(this.released)) {
-      const v = this.settled.get(this.released)
-      this.settled.delete(this.released++)
-      if (v !== undefined) ready.push(v)
+  /** The append of `ticket` completed (with `entry` to admit, or none); returns the entries now safe, in seq order. */
+  settle(ticket: number, entry: DeliveryEntry | undefined): ReadonlyArray<DeliveryEntry> {
+    if (entry !== undefined) this.buffered.push({ entry, waitFor: this.taken })
+    this.doneEarly.add(ticket)
+    while (this.doneEarly.delete(this.prefix)) this.prefix++
+    let frontier = -Infinity
+    for (const b of this.buffered) if (b.waitFor <= this.prefix && b.entry.seq > frontier) frontier = b.entry.seq
+    if (frontier === -Infinity) return []
+    const ready: Array<DeliveryEntry> = []
+    const keep: typeof this.buffered = []
+    for (const b of this.buffered) {
+      if (b.entry.seq <= frontier) ready.push(b.entry)
+      else keep.push(b)
     }
-    return ready
+    this.buffered = keep
+    return ready.length > 1 ? ready.sort((x, y) => x.seq - y.seq) : ready
   }
 }

@@ -224,7 +224,7 @@ describe("DeliveryQueue lifecycle", () => {
       assert.deepStrictEqual(yield* q.stats, { pending: 0, dead: 1, inFlight: 0, delivered: 2 })
     }))
 
-  it.effect("concurrent enqueues are scheduled in call order even when the log completes them out of order", () =>
+  it.effect("concurrent enqueues are scheduled in seq order even when the log completes them out of order", () =>
     Effect.gen(function*() {
       const log = makeMemoryLog()
       const seen: Array<unknown> = []
@@ -240,6 +240,24 @@ describe("DeliveryQueue lifecycle", () => {
       assert.isBelow(firstEntry.seq, second.seq)
       yield* q.idle
       assert.deepStrictEqual(seen, [1, 2])
+    }))
+
+  it.effect("concurrent enqueues are scheduled in seq order even when a later call takes the lower seq", () =>
+    Effect.gen(function*() {
+      const log = makeMemoryLog({ seqAt: "completion" })
+      const seen: Array<number> = []
+      const q = yield* DeliveryQueue.make({ log, deliver: (e) => Effect.sync(() => seen.push(e.seq)) })
+      const hold = log.hold("append")
+      const first = yield* Effect.forkChild(q.enqueue(msg("a", 1)))
+      yield* Deferred.await(hold.reached)
+      const second = yield* q.enqueue(msg("a", 2)) // started later, takes seq 1
+      yield* q.idle
+      assert.deepStrictEqual(seen, [], "seq 1 waits: the append in flight may still take a lower seq")
+      yield* hold.release
+      const firstEntry = yield* Fiber.join(first)
+      assert.isBelow(second.seq, firstEntry.seq)
+      yield* q.idle
+      assert.deepStrictEqual(seen, [second.seq, firstEntry.seq])
     }))
 
   it.effect("enqueue is not interruptible: one interrupted mid-append still appends and schedules its entry", () =>

@@ -11,6 +11,7 @@ import fc from "fast-check"
 import { DeliveryQueue } from "../../src/delivery/index.js"
 import { DeliveryFailure } from "../../src/delivery/errors.js"
 import type { DeliveryEntry } from "../../src/delivery/types.js"
+import { AppendOrder } from "../../src/delivery/recipients.js"
 import { makeMemoryLog } from "./memoryLog.js"
 
 type Outcome = "ok" | "fail" | "permanent" | "die"
@@ -122,3 +123,44 @@ describe("DeliveryQueue: model-based property", () => {
     )
   }, 60_000)
 })
+
+describe("AppendOrder: property", () => {
+  it("releases every appended entry once, in increasing seq, however starts, seq assignment and completions interleave", () => {
+    // Each step starts an append, gives a random started one its seq, or completes (or fails) a random one that has its seq.
+    const step = fc.record({ op: fc.constantFrom("start", "assign", "complete", "fail"), pick: fc.nat() })
+    fc.assert(
+      fc.property(fc.array(step, { maxLength: 200 }), (steps) => {
+        const order = new AppendOrder()
+        let seq = 0
+        const started: Array<number> = [] // tickets without a seq yet
+        const assigned: Array<{ readonly ticket: number; readonly seq: number }> = []
+        const released: Array<number> = []
+        const appended = new Set<number>()
+        const settle = (ticket: number, entrySeq: number | undefined) => {
+          const entry = entrySeq === undefined ? undefined : ({ id: `e${entrySeq}`, seq: entrySeq } as DeliveryEntry)
+          for (const e of order.settle(ticket, entry)) released.push(e.seq)
+        }
+        const run = (op: string, pick: number) => {
+          if (op === "start") started.push(order.take())
+          else if (op === "assign" && started.length > 0) {
+            const [ticket] = started.splice(pick % started.length, 1)
+            assigned.push({ ticket, seq: ++seq })
+            appended.add(seq)
+          } else if ((op === "complete" || op === "fail") && assigned.length > 0) {
+            const [a] = assigned.splice(pick % assigned.length, 1)
+            if (op === "fail") appended.delete(a.seq) // the call failed after taking a seq: nothing to admit
+            settle(a.ticket, op === "fail" ? undefined : a.seq)
+          }
+        }
+        for (const { op, pick } of steps) run(op, pick)
+        // Drain: assign and complete whatever is left.
+        while (started.length > 0) run("assign", 0)
+        while (assigned.length > 0) run("complete", 0)
+        for (let i = 1; i < released.length; i++) assert.isAbove(released[i], released[i - 1])
+        assert.deepStrictEqual([...released].sort((a, b) => a - b), [...appended].sort((a, b) => a - b))
+      }),
+      { numRuns: 500 }
+    )
+  })
+})
+

@@ -78,7 +78,15 @@ const check = (message: OutboundMessage): DeliveryLogError | number => {
 export const makeMemoryLogScoped = (): Effect.Effect<MemoryLog, never, Scope.Scope> =>
   Effect.acquireRelease(Effect.sync(makeMemoryLog), (log) => Effect.sync(log.close))
 
-export const makeMemoryLog = (): MemoryLog => {
+export interface MemoryLogOptions {
+  /**
+   * When an append takes its seq: `"call"` (default, like the file log: in call order, before a `hold`)
+   * or `"completion"` (after a `hold`: a held append gets a later seq than one that started after it).
+   */
+  readonly seqAt?: "call" | "completion"
+}
+
+export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
   let seq = 0
   let closed = false
   /** Acked entries that carried an idempotency key, with when they were acked. */
@@ -156,9 +164,10 @@ export const makeMemoryLog = (): MemoryLog => {
         const checked = check(message)
         if (typeof checked !== "number") return Effect.fail(checked)
         // Like the file log, seq is taken when the call is made (in call order), even if it completes later.
-        const s = ++seq
-        const id = `m-${s}`
-        return lift("append", { op: "append", id, message }, () => {
+        const early = options.seqAt === "completion" ? undefined : ++seq
+        return lift("append", { op: "append", id: early === undefined ? "(at completion)" : `m-${early}`, message }, () => {
+          const s = early ?? ++seq
+          const id = `m-${s}`
           const entry: DeliveryEntry = { id, seq: s, message, enqueuedAt: now, attempts: 0, status: "pending" }
           live.set(entry.id, entry)
           if (message.idempotencyKey !== undefined) keys.set(message.idempotencyKey, entry)
