@@ -113,7 +113,7 @@ describe("Agent", () => {
   it.effect("messages that arrive while a session's turn runs are answered together by the next turn (one model call)", () =>
     Effect.gen(function*() {
       const model = recording(100)
-      const { agent, delivered, waitFor } = yield* harness(model.service, { beforeClose: model.releaseAll })
+      const { agent, delivered, waitFor } = yield* harness(model.service)
       const first = yield* agent.send("s", "a")
       yield* waitFor(started("user", 1))
       const second = yield* agent.send("s", "b")
