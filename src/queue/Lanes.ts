@@ -7,8 +7,7 @@
  * counters. Every transition is synchronous; an activation is a fiber of its own, started
  * uninterruptible so that its end (scope closed, `onExit`, hand-off of the slot) always runs.
  */
-import { Cause, Effect, Exit, Fiber, Scope } from "effect"
-import type { Context } from "effect"
+import { Cause, Context, Effect, Exit, Fiber, Scope } from "effect"
 import { LaneQueueFull, LanesClosed, LanesConfigInvalid, MAX_QUEUED } from "./errors.js"
 
 /** How one activation of a key ended, or why a key's owed activation never started. */
@@ -30,7 +29,7 @@ export interface LanesOptions<K, E = never, R = never> {
   readonly maxQueued?: number
   /** An activation running longer is interrupted and reported with `reason: "timeout"`. */
   readonly turnTimeoutMs?: number
-  /** The work for one key; it runs in a Scope of its own, closed before `onExit` is called. */
+  /** The work for one key, called when its activation gets a slot; it runs in a Scope of its own, closed before `onExit`. */
   readonly activate: (key: K) => Effect.Effect<unknown, E, R | Scope.Scope>
   /** Called, uninterruptibly, once per activation and once per dropped entry. */
   readonly onExit?: (exit: ActivationExit<K, E>) => Effect.Effect<void> | void
@@ -168,16 +167,24 @@ const make = <K, E, R>(
     e.next = undefined
   }
 
-  const report = (exit: ActivationExit<K, E>): Effect.Effect<void> => {
+  const warnOnExit = (cause: Cause.Cause<unknown>): Effect.Effect<void> =>
+    Effect.logWarning("switchyard lanes: onExit raised a defect; it is ignored", cause)
+
+  /** Calls `onExit(exit)` now; a throw, or a defect of the Effect it returns, is logged as a warning. */
+  const callOnExit = (exit: ActivationExit<K, E>): Effect.Effect<void> => {
     if (onExit === undefined) return Effect.void
-    return Effect.catchCause(
-      Effect.suspend(() => {
-        const r = onExit(exit)
-        return Effect.isEffect(r) ? r : Effect.void
-      }),
-      (cause) => Effect.logWarning("switchyard lanes: onExit raised a defect; it is ignored", cause)
-    )
+    let r: Effect.Effect<void> | void
+    try {
+      r = onExit(exit)
+    } catch (defect) {
+      return warnOnExit(Cause.die(defect))
+    }
+    return Effect.isEffect(r) ? Effect.catchCause(r, warnOnExit) : Effect.void
   }
+
+  /** Reports `exit` through `onExit` when run. */
+  const report = (exit: ActivationExit<K, E>): Effect.Effect<void> =>
+    onExit === undefined ? Effect.void : Effect.suspend(() => callOnExit(exit))
 
   const dropped = (key: K, reason: Reason): ActivationExit<K, E> => ({
     _tag: "ActivationInterrupted",
@@ -198,62 +205,86 @@ const make = <K, E, R>(
     }
   }
 
-  /** Runs the activation's Effect in a Scope of its own; the outcome is taken before the Scope closes. */
-  const runActivate = (e: Entry<K>, work: Effect.Effect<unknown, E, Scope.Scope>): Effect.Effect<ActivationExit<K, E>> =>
-    Effect.withFiber((self) => {
-      if (e.reason !== undefined) {
-        // cut short before its fiber first ran: activate was called, its Effect never ran
-        return Effect.succeed({ _tag: "ActivationInterrupted", key: e.key, reason: e.reason, started: true })
-      }
-      const scope = Scope.makeUnsafe()
-      let timer: Fiber.Fiber<void> | undefined
-      if (turnTimeoutMs !== undefined) {
-        timer = fork(Effect.andThen(
-          Effect.sleep(turnTimeoutMs),
-          Effect.sync(() => {
-            if (e.reason === undefined) e.reason = "timeout"
-            self.interruptUnsafe()
-          })
-        ))
-      }
-      return Effect.flatMap(
-        Effect.exit(Effect.interruptible(Effect.provideService(work, Scope.Scope, scope))),
-        (exit) => {
-          if (timer !== undefined) timer.interruptUnsafe()
-          // why the lanes cut it short, if they did, as of the moment activate ended (not later)
-          const reason = e.reason
-          return Effect.map(Effect.exit(Scope.close(scope, exit)), (closing): ActivationExit<K, E> => {
-            if (Exit.isSuccess(exit)) {
-              return Exit.isSuccess(closing)
-                ? { _tag: "ActivationSucceeded", key: e.key, value: exit.value }
-                : { _tag: "ActivationFailed", key: e.key, cause: closing.cause as Cause.Cause<E> }
-            }
-            if (reason !== undefined && Cause.hasInterrupts(exit.cause)) {
-              return { _tag: "ActivationInterrupted", key: e.key, reason, started: true }
-            }
-            return { _tag: "ActivationFailed", key: e.key, cause: exit.cause }
-          })
-        }
-      )
-    })
+  /** What the activation of `e` came to, from the exit of its Effect and of its Scope's closing. */
+  const outcome = (
+    e: Entry<K>,
+    exit: Exit.Exit<unknown, E>,
+    closing: Exit.Exit<void>,
+    reason: Reason | undefined
+  ): ActivationExit<K, E> => {
+    if (Exit.isSuccess(exit)) {
+      return Exit.isSuccess(closing)
+        ? { _tag: "ActivationSucceeded", key: e.key, value: exit.value }
+        : { _tag: "ActivationFailed", key: e.key, cause: closing.cause as Cause.Cause<E> }
+    }
+    if (reason !== undefined && Cause.hasInterrupts(exit.cause)) {
+      return { _tag: "ActivationInterrupted", key: e.key, reason, started: true }
+    }
+    return { _tag: "ActivationFailed", key: e.key, cause: exit.cause }
+  }
 
   /**
-   * The whole life of one activation; its fiber is uninterruptible outside `activate`. It yields
-   * first, so that `wake` never runs an activation and chains of activations never recurse.
+   * The whole life of one activation, in a fiber that is uninterruptible outside `work`: run
+   * `work` (the Effect `activate` returned; its Scope is `scope`), take its outcome before the
+   * Scope closes, close the Scope, report, hand the slot on. It yields first, so that `wake`
+   * never runs an activation and chains of activations never recurse.
    */
-  const activation = (e: Entry<K>, work: Effect.Effect<unknown, E, Scope.Scope>): Effect.Effect<void> =>
+  const activation = (
+    e: Entry<K>,
+    work: Effect.Effect<unknown, E, Scope.Scope>,
+    scope: Scope.Closeable
+  ): Effect.Effect<void, never, Scope.Scope> =>
     Effect.andThen(
       Effect.yieldNow,
-      Effect.flatMap(runActivate(e, work), (exit) => Effect.andThen(report(exit), Effect.sync(() => finish(e))))
+      Effect.suspend(() => {
+        if (e.reason !== undefined) {
+          // cut short before its fiber first ran: activate was called, its Effect never ran
+          const exit: ActivationExit<K, E> = { _tag: "ActivationInterrupted", key: e.key, reason: e.reason, started: true }
+          return Effect.andThen(Scope.close(scope, Exit.void), Effect.suspend(() => end(e, exit)))
+        }
+        let timer: Fiber.Fiber<void> | undefined
+        if (turnTimeoutMs !== undefined) {
+          const self = e.fiber!
+          timer = fork(Effect.andThen(
+            Effect.sleep(turnTimeoutMs),
+            Effect.sync(() => {
+              if (e.reason === undefined) e.reason = "timeout"
+              self.interruptUnsafe()
+            })
+          ))
+        }
+        return Effect.flatMap(Effect.exit(Effect.interruptible(work)), (exit) => {
+          if (timer !== undefined) timer.interruptUnsafe()
+          // why the lanes cut it short, if they did, as of the moment `work` ended (not later)
+          const reason = e.reason
+          return Effect.flatMap(Effect.exit(Scope.close(scope, exit)), (closing) => end(e, outcome(e, exit, closing, reason)))
+        })
+      })
     )
 
-  /** Gives `e` a slot: `activate(key)` is called now (so `started` is true from here on), its Effect runs in a fiber. */
+  /** Reports the activation (now) and then lets the key move on and the slot pass on. */
+  const end = (e: Entry<K>, exit: ActivationExit<K, E>): Effect.Effect<void> => {
+    const reported = callOnExit(exit)
+    if (reported === Effect.void) {
+      finish(e)
+      return Effect.void
+    }
+    return Effect.andThen(reported, Effect.sync(() => finish(e)))
+  }
+
+  /**
+   * Gives `e` a slot: `activate(key)` is called now (so `started` is true from here on) and its
+   * Effect runs in a fiber of its own, with the lanes' context and the activation's own Scope.
+   */
   const start = (e: Entry<K>): void => {
     e.state = RUNNING
     e.reason = undefined
     running++
     const work = callActivate(e.key)
-    e.fiber = fork(activation(e, work), { uninterruptible: true })
+    const scope = Scope.makeUnsafe()
+    // the Scope goes into the fiber's context at fork: cheaper than provideService per activation
+    const forkWithScope = Effect.runForkWith(Context.add(context, Scope.Scope, scope) as Context.Context<Scope.Scope>)
+    e.fiber = forkWithScope(activation(e, work, scope), { uninterruptible: true })
   }
 
   /** The activation of `e` has ended (Scope closed, `onExit` returned): the key moves on, the slot passes on. */
