@@ -77,9 +77,9 @@ const run = <A, E>(effect: Effect.Effect<A, E>): Promise<A> =>
   Effect.runPromiseExit(effect).then((exit) => (Exit.isSuccess(exit) ? exit.value : Promise.reject(errorOf(exit.cause))))
 
 class AsyncFutureImpl<A> implements AsyncFuture<A> {
-  #result: Promise<A> | undefined = undefined
-  #resolve: ((a: A) => void) | undefined = undefined
-  #reject: ((e: unknown) => void) | undefined = undefined
+  private _result: Promise<A> | undefined = undefined
+  private _resolve: ((a: A) => void) | undefined = undefined
+  private _reject: ((e: unknown) => void) | undefined = undefined
   constructor(readonly task: Task, readonly admission: Admission, private readonly engine: Engine) {}
   get runId(): string {
     return this.task.runId
@@ -94,32 +94,32 @@ class AsyncFutureImpl<A> implements AsyncFuture<A> {
     return this.task.generation
   }
   get result(): Promise<A> {
-    if (this.#result === undefined) {
+    if (this._result === undefined) {
       const exit = this.task.exit
       if (exit !== undefined) {
-        this.#result = Exit.isSuccess(exit) ? Promise.resolve(exit.value as A) : Promise.reject(errorOf(exit.cause))
-        this.#result.catch(noop)
+        this._result = Exit.isSuccess(exit) ? Promise.resolve(exit.value as A) : Promise.reject(errorOf(exit.cause))
+        this._result.catch(noop)
       } else {
-        this.#result = new Promise<A>((resolve, reject) => {
-          this.#resolve = resolve
-          this.#reject = reject
+        this._result = new Promise<A>((resolve, reject) => {
+          this._resolve = resolve
+          this._reject = reject
         })
         this.engine.addListener(this.task, this)
       }
     }
-    return this.#result
+    return this._result
   }
   /** Called by the engine when the task settles. */
   settled(exit: Exit.Exit<unknown, unknown>): void {
     if (Exit.isSuccess(exit)) {
-      this.#resolve!(exit.value as A)
+      this._resolve!(exit.value as A)
     } else {
       // Handled before it rejects: a result nobody awaits never raises an unhandled rejection.
-      this.#result!.catch(noop)
-      this.#reject!(errorOf(exit.cause))
+      this._result!.catch(noop)
+      this._reject!(errorOf(exit.cause))
     }
-    this.#resolve = undefined
-    this.#reject = undefined
+    this._resolve = undefined
+    this._reject = undefined
   }
   poll(): AsyncPoll<A> {
     const exit = this.task.exit
@@ -159,7 +159,7 @@ class AsyncFutureImpl<A> implements AsyncFuture<A> {
 }
 
 class AsyncQueue implements AsyncCommandQueue {
-  #closing: Promise<void> | undefined = undefined
+  private _closing: Promise<void> | undefined = undefined
   constructor(private readonly queue: CommandQueue.CommandQueue, private readonly engine: Engine, private readonly scope: Scope.Closeable) {}
 
   dispatch<A>(
@@ -210,7 +210,7 @@ class AsyncQueue implements AsyncCommandQueue {
     return run(this.queue.drain(options))
   }
   close(): Promise<void> {
-    return (this.#closing ??= run(Scope.close(this.scope, Exit.void)))
+    return (this._closing ??= run(Scope.close(this.scope, Exit.void)))
   }
 }
 
