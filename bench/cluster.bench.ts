@@ -101,6 +101,15 @@ const cluster = async (runners: number) => {
     for (let i = 0; i < 3 * runners; i++) await post(ports[i % runners], `warm${i}`, "warm")
     const latencies: Array<number> = []
     for (let i = 0; i < LATENCY_SAMPLES; i++) latencies.push((await post(ports[i % runners], `lat${i % 5}`, "hi"))!)
+    const cpuTicks = () =>
+      children.reduce((sum, c) => {
+        const f = fs.readFileSync(`/proc/${c.pid}/stat`, "utf8").split(") ")[1]!.split(" ")
+        return sum + Number(f[11]) + Number(f[12]) // utime + stime (fields 14, 15)
+      }, 0)
+    const commits = async () =>
+      Number(((await admin((sql) => sql`SELECT xact_commit::float8 AS n FROM pg_stat_database WHERE datname = ${name}`)) as Array<{ n: number }>)[0].n)
+    const ticks0 = cpuTicks()
+    const commits0 = await commits()
     let next = 0
     let busy = 0
     const start = performance.now()
@@ -111,7 +120,9 @@ const cluster = async (runners: number) => {
       }
     }))
     const seconds = (performance.now() - start) / 1000
-    return { perSecond: MESSAGES / seconds, p50: percentile(latencies, 0.5), p95: percentile(latencies, 0.95), busy }
+    const cpuMsPerMessage = ((cpuTicks() - ticks0) * 10) / MESSAGES // 100 ticks per second on Linux
+    const commitsPerMessage = ((await commits()) - commits0) / MESSAGES
+    return { perSecond: MESSAGES / seconds, p50: percentile(latencies, 0.5), p95: percentile(latencies, 0.95), busy, cpuMsPerMessage, commitsPerMessage }
   } finally {
     for (const c of children) c.kill("SIGTERM")
     await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(undefined) : c.once("exit", r)))))
@@ -146,9 +157,9 @@ if (!(await reachable())) {
   const one = await cluster(1)
   const three = await cluster(3)
   table(`Cluster throughput: ${MESSAGES} messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${LATENCY} ms scripted turn, lane main concurrent 8 per runner`, [
-    { name: "single-process CommandQueue (same 20 ms task)", "messages/s": local.perSecond, "vs 1 runner": ratio(local.perSecond, one.perSecond) },
-    { name: "cluster, 1 runner", "messages/s": one.perSecond, "vs 1 runner": "1.00x" },
-    { name: "cluster, 3 runners", "messages/s": three.perSecond, "vs 1 runner": ratio(three.perSecond, one.perSecond) }
+    { name: "single-process CommandQueue (same 20 ms task)", "messages/s": local.perSecond, "vs 1 runner": ratio(local.perSecond, one.perSecond), "runner CPU ms/message": "-", "Postgres transactions/message": "-" },
+    { name: "cluster, 1 runner", "messages/s": one.perSecond, "vs 1 runner": "1.00x", "runner CPU ms/message": one.cpuMsPerMessage, "Postgres transactions/message": one.commitsPerMessage },
+    { name: "cluster, 3 runners", "messages/s": three.perSecond, "vs 1 runner": ratio(three.perSecond, one.perSecond), "runner CPU ms/message": three.cpuMsPerMessage, "Postgres transactions/message": three.commitsPerMessage }
   ])
   table(`Turn latency one message at a time (POST ... ?wait to reply), ${LATENCY_SAMPLES} samples`, [
     { name: "single-process CommandQueue", "p50 ms": local.p50, "p95 ms": local.p95, "added p50 ms": 0 },

@@ -93,13 +93,7 @@ export const handlers = (
           transcript: [...history.map((h) => ({ role: h.role, content: h.content })), { role: "user", content: text }],
           maxTokens
         })
-        yield* sql.withTransaction(Effect.gen(function*() {
-          yield* sql.unsafe(
-            `INSERT INTO ${prefix}_transcripts (session, run_id, role, content) VALUES ($1, $2, 'user', $3), ($1, $2, 'assistant', $4)
-             ON CONFLICT (run_id, role) DO NOTHING`,
-            [session, task.runId, text, reply.text]
-          )
-        }))
+        // The reply is durable in the outbox first; the exchange and the turn record follow in one statement.
         const entry = yield* options.outbox.append({
           channel,
           to,
@@ -108,8 +102,12 @@ export const handlers = (
         })
         const endedAt = yield* Clock.currentTimeMillis
         yield* sql.unsafe(
-          `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at) VALUES ($1, $2, $3, $4, $5)`,
-          [session, options.member, task.runId, startedAt, endedAt]
+          `WITH exchange AS (
+             INSERT INTO ${prefix}_transcripts (session, run_id, role, content) VALUES ($1, $2, 'user', $3), ($1, $2, 'assistant', $4)
+             ON CONFLICT (run_id, role) DO NOTHING
+           )
+           INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at) VALUES ($1, $5, $2, $6, $7)`,
+          [session, task.runId, text, reply.text, options.member, startedAt, endedAt]
         )
         return { text: reply.text, deliveryId: entry.id, runner: options.member } satisfies TurnResult
       }).pipe(Effect.mapError((e) => ({ _tag: e._tag, message: e.message })))

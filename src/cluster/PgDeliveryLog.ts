@@ -153,7 +153,6 @@ export const make = (
     const cols =
       `id, seq::float8 AS seq, channel, recipient, body, idempotency_key, enqueued_at::float8 AS enqueued_at,
        attempts, last_error, next_attempt_at::float8 AS next_attempt_at, status`
-    const t = sql(table)
 
     const append = (message: OutboundMessage): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
       Effect.gen(function*() {
@@ -180,36 +179,31 @@ export const make = (
         const now = yield* Clock.currentTimeMillis
         const id = crypto.randomUUID()
         const key = message.idempotencyKey ?? null
+        const recipientLock = `${table}\u001f${message.channel}\u001f${message.to}`
         return yield* guard("append", sql.withTransaction(Effect.gen(function*() {
           // Serialise appends per recipient (seq order = commit order) and per idempotency key.
-          yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`${table}\u001f${message.channel}\u001f${message.to}`}))`
-          if (key !== null) {
-            yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`${table}\u001e${key}`}))`
-            const existing = yield* sql.unsafe<Row>(
-              `SELECT ${cols} FROM ${table} WHERE idempotency_key = $1
-               AND (status <> 'acked' OR acked_at > $2) ORDER BY seq DESC LIMIT 1`,
-              [key, now - dedupeWindowMs]
+          if (key === null) yield* sql.unsafe(`SELECT pg_advisory_xact_lock(hashtext($1))::text AS l`, [recipientLock])
+          else {
+            yield* sql.unsafe(
+              `SELECT pg_advisory_xact_lock(hashtext($1))::text AS l, pg_advisory_xact_lock(hashtext($2))::text AS k`,
+              [recipientLock, `${table}\u001e${key}`]
             )
-            if (existing.length > 0) {
-              const row = existing[0]
-              // An acked entry within the window comes back as it was when acked.
-              return toEntry(row)
-            }
           }
-          const rows = yield* sql<Row>`INSERT INTO ${t} (id, channel, recipient, body, idempotency_key, enqueued_at, status)
-            VALUES (${id}, ${message.channel}, ${message.to}, ${body}, ${key}, ${now}, 'pending')
-            RETURNING seq::float8 AS seq`
-          const entry: DeliveryEntry = {
-            id,
-            seq: Number(rows[0].seq),
-            message: key === null
-              ? { channel: message.channel, to: message.to, body: JSON.parse(body) }
-              : { channel: message.channel, to: message.to, body: JSON.parse(body), idempotencyKey: key },
-            enqueuedAt: now,
-            attempts: 0,
-            status: "pending"
-          }
-          return entry
+          // The entry this key still dedupes to (an acked one within the window comes back as it was
+          // when acked), or else the new entry: one statement.
+          const rows = yield* sql.unsafe<Row>(
+            `WITH existing AS (
+               SELECT ${cols} FROM ${table} WHERE $5::text IS NOT NULL AND idempotency_key = $5
+                 AND (status <> 'acked' OR acked_at > $7) ORDER BY seq DESC LIMIT 1
+             ), inserted AS (
+               INSERT INTO ${table} (id, channel, recipient, body, idempotency_key, enqueued_at, status)
+               SELECT $1, $2, $3, $4, $5, $6, 'pending' WHERE NOT EXISTS (SELECT 1 FROM existing)
+               RETURNING ${cols}
+             )
+             SELECT * FROM existing UNION ALL SELECT * FROM inserted`,
+            [id, message.channel, message.to, body, key, now, now - dedupeWindowMs]
+          )
+          return toEntry(rows[0])
         })))
       })
 
