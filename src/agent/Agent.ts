@@ -92,7 +92,11 @@ export interface Agent {
     session: string,
     text: string
   ) => Effect.Effect<CommandQueue.Future<TurnResult, TurnError>, AdmissionError | RequestError | Transcripts.TranscriptError>
-  /** Restarts a lane of the queue (see `CommandQueue.restartLane`); messages of interrupted user turns stay accepted. */
+  /**
+   * Restarts a lane of the queue (see `CommandQueue.restartLane`): every older task fails `stale`.
+   * For `main`, the accepted messages of the interrupted turns stay accepted, and each of their
+   * sessions gets a fresh turn at once.
+   */
   readonly restartLane: (lane: string) => Effect.Effect<number, RequestError>
   readonly snapshot: Effect.Effect<AgentSnapshot>
   /**
@@ -218,7 +222,13 @@ export const make = (
 
     const agent: Agent = {
       send: turns.send,
-      restartLane: (lane) => queue.restartLane(lane),
+      restartLane: (lane) =>
+        Effect.gen(function*() {
+          const sessions = lane === "main" ? turns.sessionsOwed() : []
+          const generation = yield* queue.restartLane(lane)
+          yield* turns.resume(sessions)
+          return generation
+        }),
       snapshot: Effect.gen(function*() {
         const lanes = yield* queue.snapshot
         const stats = yield* deliveries.stats

@@ -7,7 +7,7 @@
  * waiting batch or creates one; a turn, under the same lock, marks its batch started and reads the
  * accepted messages. So every message is answered by exactly the turn whose future `send` returned.
  */
-import { Deferred, Effect, Exit } from "effect"
+import { Deferred, Effect, Exit, Option } from "effect"
 import { AdmissionError, RequestError } from "../queue/index.js"
 import type { CommandQueue } from "../queue/index.js"
 import type { DeliveryQueue } from "../delivery/index.js"
@@ -61,6 +61,8 @@ export const replyBody = (session: string, record: TurnRecord): ReplyBody => ({
 export const makeTurns = (deps: Deps) => {
   const { emit, transcripts } = deps
   const waiting = new Map<string, Batch>()
+  /** User turns admitted and not ended, per session (to resume their sessions after `restartLane("main")`). */
+  const owed = new Map<string, number>()
   let lastActive = deps.defaultSession
   let closed = false
 
@@ -165,12 +167,23 @@ export const makeTurns = (deps: Deps) => {
   /** Dispatches the turn of a batch; settles the batch's future with the outcome of `dispatch`. */
   const dispatchBatch = (batch: Batch) =>
     Effect.gen(function*() {
+      const session = batch.session
       const exit = yield* Effect.exit(
-        deps.queue.dispatch("main", batch.session, userTurn(batch), {
+        deps.queue.dispatch("main", session, userTurn(batch), {
           coalesce: true,
-          finalizer: () => Effect.sync(() => release(batch))
+          finalizer: () =>
+            Effect.sync(() => {
+              release(batch)
+              const n = (owed.get(session) ?? 1) - 1
+              if (n <= 0) owed.delete(session)
+              else owed.set(session, n)
+            })
         })
       )
+      if (Exit.isSuccess(exit) && exit.value.admission !== "coalesced") {
+        // The finalizer may have run already (a task that ended at once): count only what is still owed.
+        if (Option.isNone(yield* exit.value.poll)) owed.set(session, (owed.get(session) ?? 0) + 1)
+      }
       Deferred.doneUnsafe(batch.future, exit)
       if (Exit.isFailure(exit)) release(batch)
       return exit
@@ -251,8 +264,24 @@ export const makeTurns = (deps: Deps) => {
     }
   })
 
+  /**
+   * After `restartLane("main")`: the sessions whose turns were failed stale keep their accepted
+   * messages; dispatch a fresh turn for each (one that finds nothing to answer ends at once).
+   */
+  const resume = (sessions: ReadonlyArray<string>) =>
+    Effect.forEach(sessions, (session) => {
+      const current = waiting.get(session)
+      if (closed || (current !== undefined && !current.started)) return Effect.void
+      const batch: Batch = { session, started: false, seqs: [], future: Deferred.makeUnsafe() }
+      waiting.set(session, batch)
+      return Effect.asVoid(dispatchBatch(batch))
+    }, { discard: true })
+
   return {
     send,
+    resume,
+    /** Sessions with user turns admitted and not ended. */
+    sessionsOwed: (): ReadonlyArray<string> => [...owed.keys()],
     heartbeatTurn,
     cronTurn,
     recover,

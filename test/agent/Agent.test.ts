@@ -311,20 +311,25 @@ describe("Agent", () => {
       assert.strictEqual((yield* store.load("carol")).unsent, undefined)
     }))
 
-  it.effect("restartLane(main) fails the running turn stale; its messages stay accepted and the next turn answers them", () =>
+  it.effect("restartLane(main) fails the running turn stale; its accepted message is answered by a fresh turn at once", () =>
     Effect.gen(function*() {
       const model = gated()
-      const { agent, waitFor } = yield* harness(model.service, { beforeClose: model.releaseAll })
+      const { agent, delivered, waitFor } = yield* harness(model.service, { beforeClose: model.releaseAll })
       const first = yield* agent.send("s", "lost?")
       yield* model.calls(1)
       assert.strictEqual(yield* agent.restartLane("main"), 1)
-      const exit = yield* Effect.exit(first.await)
-      assert.isTrue(Exit.isFailure(exit))
-      const next = yield* agent.send("s", "again")
+      const failure = yield* Effect.flip(first.await)
+      assert.deepStrictEqual([failure._tag, (failure as any).reason], ["QueueFailure", "stale"])
       yield* model.calls(2)
+      assert.strictEqual(model.requests[1]!.transcript.at(-1)!.content, "lost?")
+      const next = yield* agent.send("s", "again")
       yield* model.release(1)
+      yield* model.calls(3)
+      yield* model.release(2)
       const result = yield* next.await
-      assert.deepStrictEqual([result.text, result.messages], ["You said: lost? / again", 2])
+      assert.deepStrictEqual([result.text, result.messages], ["You said: again", 1])
+      yield* waitFor(isDelivered, 2)
+      assert.deepStrictEqual(delivered.map((e) => bodyOf(e).text), ["You said: lost?", "You said: again"])
     }))
 
   it.effect("shutdown drains the turn in flight, delivers its reply, then refuses new messages", () =>

@@ -75,6 +75,27 @@ describe("chatbot under signals", () => {
     expect(readJsonLines(outbox)).toEqual([{ id: expect.any(String), session: "local", text: "You said: slow one" }])
   })
 
+  it("a turn past --drain-timeout is canceled (reported), exit 0, and its message is answered on the next start", async () => {
+    const dir = fresh()
+    const stateDir = path.join(dir, "state")
+    const outbox = path.join(dir, "outbox.jsonl")
+    const bot = startChatbot(["--state-dir", stateDir, "--json", "--latency", "20000", "--drain-timeout", "300", "--outbox", outbox])
+    await bot.waitForEvent((e) => e.type === "ready", "ready")
+    bot.write("too slow\n")
+    await untilMainRuns(bot)
+    bot.kill("SIGTERM")
+    expect((await bot.waitForExit()).code).toBe(0)
+    expect(bot.events.at(-1)).toEqual({
+      type: "shutdown",
+      signal: "SIGTERM",
+      drain: { completed: 0, canceled: 1, timedOut: true },
+      pendingDeliveries: 0
+    })
+    const next = await runChatbot(["--state-dir", stateDir, "--json", "--latency", "10", "--outbox", outbox])
+    expect(next.exit.code).toBe(0)
+    expect(readJsonLines(outbox).map((r) => r.text)).toEqual(["You said: too slow"])
+  })
+
   it("SIGKILL under load, twice, then a restart: every accepted message is answered exactly once (duplicates only by id)", async () => {
     const dir = fresh()
     const stateDir = path.join(dir, "state")
