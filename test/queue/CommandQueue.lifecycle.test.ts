@@ -9,7 +9,7 @@ const lane = (queue: CommandQueue.CommandQueue, name: string) =>
   Effect.map(queue.snapshot, (all) => all.find((l) => l.lane === name)!)
 
 describe("CommandQueue generations", () => {
-  it.effect("restartLane fails waiting tasks stale at once and they never run", () =>
+  it.effect("restartLane fails waiting tasks stale and they never run (at once, before the running ones ended)", () =>
     Effect.gen(function*() {
       const queue = yield* makeQueue({ lanes: { main: { concurrent: 1, queued: 8 } } })
       const g = yield* gated("old")
@@ -118,7 +118,7 @@ describe("CommandQueue drain", () => {
       expect(yield* Fiber.join(drain)).toEqual({ completed: 1, canceled: 0, timedOut: false })
     }))
 
-  it.effect("drain lets admitted work finish, waiting tasks start as slots free, then it fails the rest closed", () =>
+  it.effect("drain lets admitted work finish then fails the rest closed (waiting tasks start as slots free until the deadline)", () =>
     Effect.gen(function*() {
       const queue = yield* makeQueue({ lanes: { main: { concurrent: 1, queued: 8 } } })
       const quick = yield* gated("quick")

@@ -273,7 +273,7 @@ describe("CommandQueue futures", () => {
       expect(error).toBe(boom)
     }))
 
-  it.effect("a defect of the task stays a defect", () =>
+  it.effect("a defect stays a defect", () =>
     Effect.gen(function*() {
       const queue = yield* makeQueue()
       const future = yield* queue.dispatch("main", "k", Effect.die("kaput"))

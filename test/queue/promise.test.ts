@@ -183,7 +183,7 @@ describe("AsyncCommandQueue dispatch", () => {
 })
 
 describe("AsyncFuture", () => {
-  it("result rejects with what the task threw, unchanged (a throw or a rejection)", async () => {
+  it("a task's own failure passes through unchanged: result rejects with what the task threw (a throw or a rejection)", async () => {
     const q = await make()
     const error = new Error("mine")
     await expect(q.dispatch("main", "a", () => {
@@ -360,6 +360,22 @@ describe("AsyncCommandQueue generations", () => {
     g.release()
   })
 
+  it("a stale task cannot start after restartLane returns", async () => {
+    const q = await make({ lanes: { main: { concurrent: 1, queued: 100 } } })
+    const g = gated(0)
+    q.dispatch("main", "blocker", g.task)
+    await g.started
+    let started = 0
+    const stale = []
+    for (let i = 0; i < 50; i++) stale.push(q.dispatch("main", `k${i % 5}`, () => started++))
+    await q.restartLane("main")
+    for (const f of stale) expect(f.poll()).toMatchObject({ status: "failure", error: { reason: "stale" } })
+    g.release()
+    await q.dispatch("main", "after", () => 0).result
+    await flush()
+    expect(started).toBe(0)
+  })
+
   it("restartAll restarts every lane; generation reads it and throws RequestError for an unknown lane", async () => {
     const q = await make()
     await q.restartAll()
@@ -377,6 +393,24 @@ describe("AsyncCommandQueue generations", () => {
     await q.cancel("main", "k")
     expect(await a.result.catch((e) => e)).toMatchObject({ reason: "canceled", stage: "running" })
     expect(await b.result.catch((e) => e)).toMatchObject({ reason: "canceled", stage: "queued" })
+  })
+})
+
+describe("AsyncCommandQueue reporting", () => {
+  it("onTaskExit is called once per task with runId, lane, key, generation, exit, waitedMs and ranMs, before the result settles", async () => {
+    const reports: Array<{ runId: string; lane: string; key: string; generation: number; exit: unknown }> = []
+    const q = await make({ onTaskExit: (report) => void reports.push(report) })
+    const ok = q.dispatch("cron", "job", () => "done")
+    await ok.result
+    expect(reports).toHaveLength(1)
+    expect(reports[0]).toMatchObject({ runId: ok.runId, lane: "cron", key: "job", generation: 0, exit: { _tag: "Success", value: "done" } })
+    const g = gated(0)
+    q.dispatch("cron", "job", g.task)
+    const dropped = q.dispatch("cron", "job", () => 1)
+    await dropped.cancel()
+    expect(reports).toHaveLength(2)
+    expect(reports[1]).toMatchObject({ runId: dropped.runId, exit: { _tag: "Failure" } })
+    g.release()
   })
 })
 
