@@ -47,6 +47,23 @@ describe("chatbot", () => {
     })
   })
 
+  it("/restart <lane> restarts it (the generation goes up), a bad lane is one error line, /quit ends like end of input", async () => {
+    const dir = fresh()
+    const { exit, bot } = await runChatbot(
+      ["--state-dir", path.join(dir, "state"), "--json", "--latency", "10"],
+      "/restart main\n/restart nowhere\n/restart heartbeat\nhello\n/quit\nnever read\n"
+    )
+    expect(exit.code).toBe(0)
+    expect(bot.events.filter((e) => e.type === "restart")).toEqual([
+      { type: "restart", lane: "main", generation: 1 },
+      { type: "restart", lane: "heartbeat", generation: 1 }
+    ])
+    expect(bot.stderr.filter((l) => l.startsWith("error:"))).toHaveLength(1)
+    expect(bot.stderr.find((l) => l.startsWith("error:"))).toContain("nowhere")
+    expect(bot.events.filter((e) => e.type === "reply").map((e) => e.text)).toEqual(["You said: hello"])
+    expect(bot.events.at(-1)).toMatchObject({ type: "shutdown", signal: "eof" })
+  })
+
   it("--help exits 0 and lists every option and the deliveries command", async () => {
     const { exit, bot } = await runChatbot(["--help"])
     expect(exit.code).toBe(0)
