@@ -174,6 +174,9 @@ const readInput = (handle: (line: string) => Effect.Effect<"quit" | void>): Effe
 
 /** Runs the chat program as the process's main. */
 export const runChat = (options: ChatOptions): void => {
+  // A reader that went away (`| head`) is not a crash: what is not printed stays delivered all the same.
+  process.stdout.on("error", () => {})
+  process.stderr.on("error", () => {})
   const tty = process.stdout.isTTY === true
   const output = makeOutput({ json: options.json, tty, session: options.session })
   const model = chooseModel(options)

@@ -7,7 +7,7 @@
  * waiting batch or creates one; a turn, under the same lock, marks its batch started and reads the
  * accepted messages. So every message is answered by exactly the turn whose future `send` returned.
  */
-import { Deferred, Effect, Exit, Option } from "effect"
+import { Cause, Deferred, Effect, Exit, Option } from "effect"
 import { AdmissionError, RequestError } from "../queue/index.js"
 import type { CommandQueue } from "../queue/index.js"
 import type { DeliveryQueue } from "../delivery/index.js"
@@ -180,9 +180,14 @@ export const makeTurns = (deps: Deps) => {
             })
         })
       )
-      if (Exit.isSuccess(exit) && exit.value.admission !== "coalesced") {
-        // The finalizer may have run already (a task that ended at once): count only what is still owed.
-        if (Option.isNone(yield* exit.value.poll)) owed.set(session, (owed.get(session) ?? 0) + 1)
+      if (Exit.isSuccess(exit)) {
+        if (exit.value.admission === "coalesced") {
+          // Joined a task this batch does not own (its finalizer is not ours): let later messages start a new batch.
+          release(batch)
+        } else if (Option.isNone(yield* exit.value.poll)) {
+          // The finalizer may have run already (a task that ended at once): count only what is still owed.
+          owed.set(session, (owed.get(session) ?? 0) + 1)
+        }
       }
       Deferred.doneUnsafe(batch.future, exit)
       if (Exit.isFailure(exit)) release(batch)
@@ -248,8 +253,13 @@ export const makeTurns = (deps: Deps) => {
   const recover = Effect.gen(function*() {
     const sessions = yield* transcripts.sessions
     for (const session of sessions) {
-      const state = yield* transcripts.load(session)
-      yield* flushUnsent(session, state)
+      const loaded = yield* Effect.exit(Effect.tap(transcripts.load(session), (state) => flushUnsent(session, state)))
+      if (Exit.isFailure(loaded)) {
+        // One bad session must not keep the agent from starting; its file stays as it is.
+        yield* Effect.logWarning(`switchyard: cannot recover session \`${session}\`: ${errorText(Cause.squash(loaded.cause))}`)
+        continue
+      }
+      const state = loaded.value
       if (state.pending.length > 0) {
         const batch: Batch = { session, started: false, seqs: [], future: Deferred.makeUnsafe() }
         waiting.set(session, batch)

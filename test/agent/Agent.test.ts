@@ -293,6 +293,16 @@ describe("Agent", () => {
       assert.deepStrictEqual((yield* store.load("bob")).pending, [])
     }))
 
+  it.effect("a damaged session file does not keep the agent from starting; other sessions work", () =>
+    Effect.gen(function*() {
+      const stateDir = yield* tempDir
+      fs.mkdirSync(path.join(stateDir, "sessions"), { recursive: true })
+      fs.writeFileSync(path.join(stateDir, "sessions", "broken.json"), JSON.stringify({ session: "broken", turns: "?" }))
+      const { agent } = yield* harness(recording().service, { stateDir })
+      const result = yield* Effect.flatMap(agent.send("fine", "still here"), (f) => f.await)
+      assert.strictEqual(result.text, "You said: still here")
+    }))
+
   it.effect("a reply recorded before a crash is logged once: not again when it already reached the log", () =>
     Effect.gen(function*() {
       const stateDir = yield* tempDir
