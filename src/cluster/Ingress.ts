@@ -6,6 +6,8 @@
  *   cluster. With `?wait=<ms>` it waits up to that long for the reply: 200 `{ runId, reply }`. A
  *   client `id` is the run id: sending the same message again (after a timeout, to another runner)
  *   joins the first run instead of adding one.
+ * - `POST /lanes/:lane/restart`: `restartLane` for the whole cluster; 200 `{ lane, generation }` once
+ *   every live runner applied it (the runs of older generations failed `stale`).
  * - `GET /status`: this runner's lanes, the cluster's live members, counters, delivery stats (JSON).
  * - `GET /metrics`: the same numbers in Prometheus text format.
  * - `GET /healthz`: 200 while the runner takes messages.
@@ -143,6 +145,18 @@ export const serve = (options: IngressOptions): Effect.Effect<http.Server, Error
         })
         return
       }
+      const restart = url.pathname.match(/^\/lanes\/([^/]+)\/restart$/)
+      if (req.method === "POST" && restart) {
+        const lane = decodeURIComponent(restart[1])
+        run(Effect.exit(options.queue.restartLane(lane))).then(
+          (exit) =>
+            Exit.isSuccess(exit)
+              ? json(res, 200, { lane, generation: exit.value })
+              : json(res, 400, { error: `Unknown lane \`${lane}\`` }),
+          () => json(res, 500, { error: "internal error" })
+        )
+        return
+      }
       if (req.method === "GET" && (url.pathname === "/status" || url.pathname === "/metrics")) {
         run(status(options)).then(
           (s) => {
@@ -157,7 +171,7 @@ export const serve = (options: IngressOptions): Effect.Effect<http.Server, Error
       if (req.method === "GET" && url.pathname === "/healthz") {
         return json(res, closing ? 503 : 200, { ok: !closing, runner: options.queue.member })
       }
-      json(res, 404, { error: "Not found: POST /sessions/:id/messages, GET /status, GET /metrics, GET /healthz" })
+      json(res, 404, { error: "Not found: POST /sessions/:id/messages, POST /lanes/:lane/restart, GET /status, GET /metrics, GET /healthz" })
     })
     server.keepAliveTimeout = 5_000
     yield* Effect.acquireRelease(

@@ -2,13 +2,14 @@
  * `npm run runner -- --postgres <url> --port <n> [options]`: one runner of a switchyard cluster.
  * Start several against the same Postgres (different ports); see docs/cluster.md.
  * Prints one JSON line `{"type":"ready",...}` on standard output once it takes messages.
- * SIGTERM / SIGINT: stop the ingress, drain, leave the cluster, exit 0.
+ * SIGTERM / SIGINT: stop the ingress, drain, leave the cluster, exit 0; a second signal exits at once
+ * (143 / 130). Logs go to standard error.
  */
-import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import { Command, InvalidArgumentError } from "commander"
 import { Effect } from "effect"
 import type { CronJob } from "../agent/CronJobs.js"
 import { parseCronFlag } from "../agent/CronJobs.js"
+import { runMain } from "../agent/main.js"
 import * as Postgres from "./Postgres.js"
 import * as Runner from "./Runner.js"
 
@@ -75,14 +76,17 @@ const options: Runner.RunnerOptions = {
   ...(opts.mainConcurrent === undefined ? {} : { lanes: { main: { concurrent: opts.mainConcurrent } } })
 }
 
-Effect.scoped(Effect.gen(function*() {
-  const runner = yield* Runner.start(options)
-  process.stdout.write(JSON.stringify({
-    type: "ready",
-    name: runner.name,
-    http: opts.port,
-    cluster: opts.clusterPort ?? opts.port + 1000,
-    postgres: Postgres.redactUrl(options.postgres)
-  }) + "\n")
-  return yield* Effect.never
-})).pipe(NodeRuntime.runMain)
+runMain((main) =>
+  Effect.scoped(Effect.gen(function*() {
+    const runner = yield* Runner.start(options)
+    process.stdout.write(JSON.stringify({
+      type: "ready",
+      name: runner.name,
+      http: opts.port,
+      cluster: opts.clusterPort ?? opts.port + 1000,
+      postgres: Postgres.redactUrl(options.postgres)
+    }) + "\n")
+    const signal = yield* main.signal
+    yield* Effect.logInfo(`${signal}: draining ${runner.name}`)
+  })).pipe(Effect.as(0))
+)

@@ -7,15 +7,14 @@
  * `npm test` runs 300 messages; `npm run test:cluster` runs the full 1000.
  */
 import { Effect } from "effect"
-import { spawn } from "node:child_process"
-import type { ChildProcess } from "node:child_process"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { freePort } from "./support.js"
+import { startRunner, until } from "./support.js"
+import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterRunners.test.ts")
 const FULL = process.env.SWITCHYARD_CLUSTER_FULL === "1"
@@ -23,15 +22,6 @@ const MESSAGES = FULL ? 1000 : 300
 const SESSIONS = 50
 const RUNNERS = 3
 const LATENCY_MS = 20
-const root = path.resolve(import.meta.dirname, "../..")
-
-interface Runner {
-  readonly name: string
-  readonly port: number
-  readonly child: ChildProcess
-  alive: boolean
-  readonly log: Array<string>
-}
 
 /** A seeded PRNG (mulberry32), so a failing run can be replayed. */
 const prng = (seed: number) => () => {
@@ -41,58 +31,30 @@ const prng = (seed: number) => () => {
   return ((t ^ (t >>> 14)) >>> 0) / 4294967296
 }
 
-const startRunner = (url: string, port: number, clusterPort: number, outbox: string): Promise<Runner> =>
-  new Promise((resolve, reject) => {
-    const name = `r${port}`
-    const child = spawn(process.execPath, [
-      "--import", "tsx", "src/cluster/runner-main.ts",
-      "--postgres", url, "--port", String(port), "--cluster-port", String(clusterPort), "--name", name,
-      "--latency", String(LATENCY_MS), "--outbox", outbox, "--shards", "32", "--main-concurrent", "8",
-      "--drain-timeout", "2000", "--delivery-timeout", "2000", "--cron", "* * * * * *|tick"
-    ], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ANTHROPIC_API_KEY: "" } })
-    const runner: Runner = { name, port, child, alive: true, log: [] }
-    const timer = setTimeout(() => reject(new Error(`${name} not ready in 30 s:\n${runner.log.join("")}`)), 30_000)
-    child.stdout!.on("data", (d: Buffer) => {
-      runner.log.push(d.toString())
-      if (d.toString().includes(`"type":"ready"`)) {
-        clearTimeout(timer)
-        resolve(runner)
-      }
-    })
-    child.stderr!.on("data", (d: Buffer) => runner.log.push(d.toString()))
-    child.once("exit", () => {
-      runner.alive = false
-    })
-  })
-
 const query = <A extends object>(url: string, text: string, params: ReadonlyArray<unknown> = []) =>
   Effect.runPromise(Postgres.withClient(url, (sql) => sql.unsafe<A>(text, params)))
 
-/** Polls `check` until it returns true or `ms` pass (a deadline on a condition, not a hopeful sleep). */
-const until = async (what: string, ms: number, check: () => Promise<boolean>) => {
-  const deadline = Date.now() + ms
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`)
-    await new Promise((r) => setTimeout(r, 100))
-  }
-}
-
 describe.skipIf(!up)("three runner processes on one Postgres", () => {
   let db: { url: string; drop: () => Promise<void> } | undefined
-  const runners: Array<Runner> = []
+  const runners: Array<RunnerProcess> = []
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-cluster-"))
   const outbox = path.join(dir, "outbox.jsonl")
 
   beforeAll(async () => {
     db = await freshDatabase("runners")
-    const ports = await Promise.all(Array.from({ length: RUNNERS * 2 }, () => freePort()))
     // One at a time: the first creates the tables, the others find them.
-    for (let i = 0; i < RUNNERS; i++) runners.push(await startRunner(db.url, ports[2 * i], ports[2 * i + 1], outbox))
+    for (let i = 0; i < RUNNERS; i++) {
+      runners.push(await startRunner({
+        url: db.url,
+        outbox,
+        args: ["--latency", String(LATENCY_MS), "--main-concurrent", "8", "--drain-timeout", "2000", "--delivery-timeout", "2000", "--cron", "* * * * * *|tick"]
+      }))
+    }
   }, 120_000)
 
   afterAll(async () => {
     for (const r of runners) if (r.alive) r.child.kill("SIGKILL")
-    await Promise.all(runners.map((r) => (r.alive ? new Promise((res) => r.child.once("exit", res)) : undefined)))
+    await Promise.all(runners.map((r) => r.exited))
     await db?.drop()
     fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)

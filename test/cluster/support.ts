@@ -22,3 +22,67 @@ export const runnerContext = (url: string, port: number) =>
     unknown,
     Scope.Scope
   >
+
+/** A runner process started by a test. */
+export interface RunnerProcess {
+  readonly name: string
+  readonly port: number
+  readonly child: import("node:child_process").ChildProcess
+  alive: boolean
+  readonly log: Array<string>
+  /** Resolves with the exit code (or signal) once the process ended. */
+  readonly exited: Promise<number | string>
+}
+
+/** Starts `src/cluster/runner-main.ts` and resolves once it printed its ready line. */
+export const startRunner = async (options: {
+  readonly url: string
+  readonly outbox: string
+  readonly args?: ReadonlyArray<string>
+}): Promise<RunnerProcess> => {
+  const { spawn } = await import("node:child_process")
+  const path = await import("node:path")
+  const port = await freePort()
+  const clusterPort = await freePort()
+  const root = path.resolve(import.meta.dirname, "../..")
+  const name = `r${port}`
+  const child = spawn(process.execPath, [
+    "--import", "tsx", "src/cluster/runner-main.ts",
+    "--postgres", options.url, "--port", String(port), "--cluster-port", String(clusterPort), "--name", name,
+    "--outbox", options.outbox, "--shards", "32", ...(options.args ?? [])
+  ], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ANTHROPIC_API_KEY: "" } })
+  const log: Array<string> = []
+  const exited = new Promise<number | string>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal ?? -1)))
+  const runner: RunnerProcess = { name, port, child, alive: true, log, exited }
+  void exited.then(() => {
+    runner.alive = false
+  })
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${name} not ready in 30 s:\n${log.join("")}`)), 30_000)
+    child.stdout!.on("data", (d: Buffer) => {
+      log.push(d.toString())
+      if (d.toString().includes(`"type":"ready"`)) {
+        clearTimeout(timer)
+        resolve()
+      }
+    })
+    child.stderr!.on("data", (d: Buffer) => log.push(d.toString()))
+    void exited.then(() => reject(new Error(`${name} exited before ready:\n${log.join("")}`)))
+  })
+  return runner
+}
+
+/** Polls `check` until it returns true or `ms` pass (a deadline on a condition, not a hopeful sleep). */
+export const until = async (what: string, ms: number, check: () => Promise<boolean>): Promise<void> => {
+  const deadline = Date.now() + ms
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 50))
+  }
+}
+
+/** `GET /status` of a runner. */
+export const status = async (port: number): Promise<{
+  readonly lanes: ReadonlyArray<{ readonly lane: string; readonly running: number; readonly waiting: number; readonly generation: number }>
+  readonly members: ReadonlyArray<{ readonly member: string }>
+}> => (await fetch(`http://127.0.0.1:${port}/status`)).json() as any

@@ -1,0 +1,22 @@
+/**
+ * switchyard/cluster — scale-out on effect/cluster over Postgres: the cluster queue (one activation per
+ * lane and key across processes, durable runs), the Postgres delivery log and its many-process
+ * deliverer, cron once per due time, and the runner with its HTTP ingress. See docs/cluster.md.
+ * Nothing in queue, delivery or agent imports this entry.
+ */
+export * as ClusterQueue from "./ClusterQueue.js"
+export type { ClusterDispatchOptions, ClusterFuture, ClusterQueueOptions, ClusterTask, LaneHandler } from "./ClusterQueue.js"
+export * as PgDeliveryLog from "./PgDeliveryLog.js"
+export type { PgDeliveryLogOptions } from "./PgDeliveryLog.js"
+export * as ClusterDelivery from "./ClusterDelivery.js"
+export type { ClusterDeliveryOptions } from "./ClusterDelivery.js"
+export * as ClusterCronJobs from "./ClusterCronJobs.js"
+export * as ClusterAgent from "./ClusterAgent.js"
+export type { CronCommand, MessageCommand, TurnResult } from "./ClusterAgent.js"
+export * as ClusterLayer from "./ClusterLayer.js"
+export type { ClusterLayerOptions } from "./ClusterLayer.js"
+export * as Generations from "./Generations.js"
+export * as Ingress from "./Ingress.js"
+export * as Runner from "./Runner.js"
+export type { RunnerOptions } from "./Runner.js"
+export * as Postgres from "./Postgres.js"
