@@ -166,6 +166,12 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
       WHERE v.runner = $1`, [victim.name, killedAt])
     const victimSessions = await query<{ session: string }>(db!.url, `SELECT DISTINCT session FROM switchyard_turns WHERE runner = $1`, [victim.name])
     expect(victimSessions.length).toBeGreaterThan(0)
+    // How long the victim's sessions waited: from the kill to their first turn elsewhere.
+    const resumed = await query<{ ms: number }>(db!.url, `
+      SELECT (min(o.started_at) - $2)::float8 AS ms FROM switchyard_turns o
+      WHERE o.runner <> $1 AND o.started_at > $2 AND o.session IN (SELECT session FROM switchyard_turns WHERE runner = $1)
+      GROUP BY o.session`, [victim.name, killedAt])
+    const resumeMs = resumed.map((r) => Number(r.ms)).sort((x, y) => x - y)
     expect(moved.length).toBeGreaterThan(0)
 
     // Cron: ClusterCron fires each due second once in the whole cluster; a firing caught in a shard
@@ -207,6 +213,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
       replayedTurns: Number(duplicates[0].n),
       replayedRuns: replays.map((r) => r.run_id),
       sessionsMovedFromVictim: `${moved.length}/${victimSessions.length}`,
+      victimSessionsResumedAfterMs: { min: resumeMs[0], max: resumeMs[resumeMs.length - 1] },
       cron: { firings: dues.length, runs: cronRuns.length, spanSeconds: span, missedSeconds: gaps.map((g) => (g.to - g.from) / 1000 - 1), refired }
     }))
   }, FULL ? 240_000 : 150_000)
