@@ -9,6 +9,8 @@
  * Goals: >= 20x the naive log, p99 append latency < 10 ms, replay >= 500_000 entries/s.
  */
 import * as fs from "node:fs"
+import fsModule from "node:fs"
+import { syncBuiltinESMExports } from "node:module"
 import { loadavg } from "node:os"
 import { join } from "node:path"
 import Database from "better-sqlite3"
@@ -21,6 +23,15 @@ const root = join(process.cwd(), ".bench-tmp", "delivery-log")
 fs.rmSync(root, { recursive: true, force: true })
 fs.mkdirSync(root, { recursive: true })
 
+// Count fdatasync calls (ours and the naive log's), to show how many records share one.
+let syncs = 0
+const realFdatasync = fsModule.fdatasync
+fsModule.fdatasync = ((fd: number, cb: (err: NodeJS.ErrnoException | null) => void) => {
+  syncs++
+  realFdatasync(fd, cb)
+}) as typeof fsModule.fdatasync
+syncBuiltinESMExports()
+
 const PRODUCERS = 64
 const body = (p: number, n: number) => ({ text: `reply ${n} from producer ${p}: ${"lorem ipsum ".repeat(8)}`, n })
 const message = (p: number, n: number) => ({ channel: "telegram", to: `chat-${p}`, body: body(p, n) })
@@ -31,14 +42,17 @@ interface Result {
   readonly latencies: Array<number>
   /** Process CPU time (all threads) per append, µs: what the shared machine's load does not inflate much. */
   cpuUs?: number
+  syncs?: number
 }
 
 /** Run `f` and record the process CPU time it took per append. */
 const withCpu = async (f: () => Promise<Result>): Promise<Result> => {
   const c0 = process.cpuUsage()
+  const s0 = syncs
   const r = await f()
   const c = process.cpuUsage(c0)
   r.cpuUs = (c.user + c.system) / r.appends
+  r.syncs = syncs - s0
   return r
 }
 
@@ -178,6 +192,7 @@ const row = (name: string, r: Result, base: Result) => ({
   "p50 ms": pct(r.latencies, 50),
   "p99 ms": pct(r.latencies, 99),
   "CPU µs/append": r.cpuUs ?? 0,
+  "records/fdatasync": r.syncs ? r.appends / r.syncs : "(SQLite's own)",
   "vs naive": ratio(r.appends / r.seconds, base.appends / base.seconds)
 })
 
@@ -224,7 +239,8 @@ const main = async () => {
       appends,
       seconds: rs.reduce((x, r) => x + r.seconds, 0),
       latencies: rs.flatMap((r) => r.latencies).sort((a, b) => a - b),
-      cpuUs: rs.reduce((x, r) => x + (r.cpuUs ?? 0) * r.appends, 0) / appends
+      cpuUs: rs.reduce((x, r) => x + (r.cpuUs ?? 0) * r.appends, 0) / appends,
+      syncs: rs.reduce((x, r) => x + (r.syncs ?? 0), 0)
     }
   }
   const base = sum("naive")
