@@ -90,10 +90,8 @@ describe("chatbot", () => {
   it.each([
     [["--latency", "abc"], "--latency"],
     [["--bogus"], "--bogus"],
-    [["--heartbeat", "0"], "--heartbeat"],
     [["--drain-timeout", "-5"], "--drain-timeout"],
-    [["--cron", "61 * * * *|hello"], "--cron"],
-    [["--cron", "* * * * *"], "--cron"]
+    [["--cron", "61 * * * *|hello"], "--cron"]
   ])("a bad option or value (%j) gives one line naming it, a non-zero exit, and nothing written", async (args, name) => {
     const dir = fresh()
     const stateDir = path.join(dir, "state")
