@@ -63,9 +63,6 @@ export interface Decoded {
 /** Why bytes at an offset are not a record. */
 export type Invalid = "short-header" | "too-long" | "cut-short" | "bad-kind" | "bad-crc"
 
-/** Reads the declared payload length of a header at `buf[at]`. */
-export const payloadLength = (buf: Buffer, at: number): number => buf.readUInt32BE(at + 4)
-
 /**
  * Decode the record at `buf[at]`, where `available` bytes from `at` are in `buf` and `fileRemaining`
  * bytes remain in the file from `at`. The length is checked against `maxPayload` before anything is

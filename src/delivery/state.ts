@@ -11,20 +11,24 @@ export interface AppendPayload {
   readonly enqueuedAt: number
   readonly message: OutboundMessage
 }
+/** Payload of an `attempt` record: absolute values, so replaying it twice changes nothing. */
 export interface AttemptPayload {
   readonly id: string
   readonly attempts: number
   readonly lastError: string
   readonly nextAttemptAt: number
 }
+/** Payload of an `ack` record; `at` starts the dedupe window. */
 export interface AckPayload {
   readonly id: string
   readonly at: number
 }
+/** Payload of a `dead` record; `reason` becomes `lastError`. */
 export interface DeadPayload {
   readonly id: string
   readonly reason: string
 }
+/** Payload of a `requeue` record: dead -> pending, attempts 0. */
 export interface RequeuePayload {
   readonly id: string
 }
@@ -34,12 +38,14 @@ export interface AckedPayload {
   readonly at: number
   readonly entry?: DeliveryEntry
 }
+/** First record of a snapshot: where the log goes on after it. */
 export interface SnapshotBeginPayload {
   readonly nextSeq: number
   readonly nextLsn: number
   readonly entries: number
   readonly acked: number
 }
+/** Last record of a snapshot: its record count, this one included (a snapshot without it is corrupt). */
 export interface SnapshotEndPayload {
   readonly records: number
 }
