@@ -215,7 +215,7 @@ export const make = (
     const shutdown: Effect.Effect<ShutdownReport> = Effect.suspend(() => {
       if (shutdownDone !== undefined) return Deferred.await(shutdownDone)
       const done = (shutdownDone = Deferred.makeUnsafe<ShutdownReport>())
-      return Effect.uninterruptible(Effect.tap(shutdownOnce, (report) => Deferred.succeed(done, report)))
+      return Effect.uninterruptible(Effect.onExit(shutdownOnce, (exit) => Deferred.done(done, exit)))
     })
     // Closing the Scope shuts down first (finalizers run in reverse: this one before the queue's).
     yield* Effect.addFinalizer(() => Effect.asVoid(shutdown))
