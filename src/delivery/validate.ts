@@ -47,6 +47,9 @@ const positiveInteger = (name: string, v: unknown): DeliveryLogError | undefined
     ? undefined
     : invalid(`Expected \`${name}\` to be an integer from 1 and up, got \`${show(v)}\``)
 
+/** Record lengths are 32-bit; a bigger limit could not be framed (and a record that big is a mistake). */
+const MAX_RECORD_LIMIT = 1024 * 1024 * 1024
+
 /** Fill in defaults, or say which option is wrong. */
 export const resolveOptions = (o: OpenOptions): ResolvedOptions | DeliveryLogError => {
   if (o === null || typeof o !== "object") return invalid(`Expected the options to be an object, got \`${show(o)}\``)
@@ -63,6 +66,9 @@ export const resolveOptions = (o: OpenOptions): ResolvedOptions | DeliveryLogErr
   const bad =
     positiveInteger("segmentBytes", segmentBytes) ??
     positiveInteger("maxRecordBytes", maxRecordBytes) ??
+    (maxRecordBytes > MAX_RECORD_LIMIT
+      ? invalid(`Expected \`maxRecordBytes\` to be an integer from 1 to ${MAX_RECORD_LIMIT}, got \`${maxRecordBytes}\``)
+      : undefined) ??
     (typeof dedupeWindowMs === "number" && Number.isFinite(dedupeWindowMs) && dedupeWindowMs > 0
       ? undefined
       : invalid(`Expected \`dedupeWindowMs\` to be a number above 0, got \`${show(dedupeWindowMs)}\``))

@@ -47,6 +47,7 @@ describe("DeliveryLog file store", () => {
         [{ segmentBytes: 1.5 }, "segmentBytes"],
         [{ maxRecordBytes: -1 }, "maxRecordBytes"],
         [{ maxRecordBytes: "big" }, "maxRecordBytes"],
+        [{ maxRecordBytes: 2 ** 32 }, "maxRecordBytes"],
         [{ dedupeWindowMs: 0 }, "dedupeWindowMs"],
         [{ dedupeWindowMs: Number.NaN }, "dedupeWindowMs"],
         [{ fsync: "sometimes" }, "fsync"],
