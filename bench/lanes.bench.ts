@@ -214,22 +214,33 @@ const fastqRun = async (keys: ReadonlyArray<string>, repeats: number): Promise<n
 
 const distinct = async () => {
   const small = Array.from({ length: 1_000 }, (_, i) => `room:${i}`)
+  const medium = Array.from({ length: 100_000 }, (_, i) => `room:${i}`)
   const large = Array.from({ length: 1_000_000 }, (_, i) => `room:${i}`)
   const rows = []
-  // The machine is shared: each figure is the best of several rounds (the least disturbed one).
+  // The machine is shared: each figure is the best of 3 rounds (the least disturbed one), and a
+  // round does the same work at every size (1_000 keys x 1_000 times, 100_000 x 10, 1_000_000
+  // once), so that every size is exposed alike to the load of other processes.
   const best = async (f: () => Promise<number>, rounds: number) => {
     let min = Number.POSITIVE_INFINITY
     for (let r = 0; r < rounds; r++) min = Math.min(min, await f())
     return min
   }
   for (const [name, run] of [["lanes", lanesRun], ["p-queue + Map", pqueueRun], ["fastq + Map", fastqRun]] as const) {
-    await run(small, 20) // warm-up
-    const nsSmall = await best(() => run(small, 200), 5)
+    await run(small, 50) // warm-up
+    const nsSmall = await best(() => run(small, 1_000), 3)
+    const nsMedium = await best(() => run(medium, 10), 3)
     const nsLarge = await best(() => run(large, 1), 3)
-    rows.push({ name, "ns/key @1k": nsSmall, "ns/key @1M": nsLarge, "1M / 1k": ratio(nsLarge, nsSmall) })
+    rows.push({
+      name,
+      "ns/key @1k": nsSmall,
+      "ns/key @100k": nsMedium,
+      "ns/key @1M": nsLarge,
+      "1M / 1k": ratio(nsLarge, nsSmall),
+      "1M / 100k": ratio(nsLarge, nsMedium)
+    })
     gc()
   }
-  table(`Lanes (2): wake + empty activation per distinct key, maxConcurrent ${CONCURRENCY}, best of 5 x 200 x 1k and of 3 x 1M (goal 1M/1k <= 1.5x)`, rows)
+  table(`Lanes (2): wake + empty activation per distinct key, maxConcurrent ${CONCURRENCY}, best of 3 rounds of 1M activations each (goal 1M/1k <= 1.5x)`, rows)
   console.log(`lanes vs p-queue + Map @1M: ${ratio(rows[0]!["ns/key @1M"] as number, rows[1]!["ns/key @1M"] as number)}\n`)
 }
 
@@ -283,6 +294,8 @@ const retained = async () => {
   console.log(`lanes / p-queue + Map: ${ratio(rows[0]!["bytes/waiting key"] as number, rows[1]!["bytes/waiting key"] as number)}\n`)
 }
 
+// (3) first: the heap readings are cleanest in a fresh process (after (2) V8 has grown and shrunk
+// its spaces around 1M entries and the deltas come out too low).
+await retained()
 await coalesced()
 await distinct()
-await retained()
