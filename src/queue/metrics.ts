@@ -28,48 +28,84 @@ export const outcomeOf = (exit: Exit.Exit<unknown, unknown>): Outcome => {
 const noop = () => {}
 const WAIT_BOUNDARIES = Metric.exponentialBoundaries({ start: 1, factor: 2, count: 20 })
 
-/** The metric series of one lane. */
+/**
+ * The metric series of one lane. Every series is registered once (`Metric.registerUnsafe`) with a
+ * `get` that reads plain counters kept here, so a task's start and end cost a few additions and
+ * no registry lookup.
+ */
 export class LaneMetrics {
-  private readonly registrations: Array<Metric.Registration>
-  private readonly counters = new Map<Outcome, Metric.Counter<number>>()
-  private readonly wait: Metric.Histogram<number>
+  private readonly registrations: Array<Metric.Registration> = []
+  private readonly outcomes = new Map<Outcome, { count: number }>()
+  // the wait-time histogram, kept as Effect's own histogram keeps it
+  private readonly bounds = Float64Array.from(WAIT_BOUNDARIES)
+  private readonly values = new Uint32Array(WAIT_BOUNDARIES.length + 1)
+  private count = 0
+  private sum = 0
+  private min = Number.MAX_VALUE
+  private max = -Number.MAX_VALUE
 
   constructor(private readonly lane: LaneState, private readonly context: Context.Context<never>) {
     const attributes = { lane: lane.name }
-    this.registrations = [
-      Metric.registerUnsafe(
-        Metric.gauge("switchyard_queue_running", { description: "Tasks running, per lane", attributes }),
-        context,
-        { get: () => ({ value: lane.running }), update: noop, modify: noop }
-      ),
-      Metric.registerUnsafe(
-        Metric.gauge("switchyard_queue_waiting", { description: "Tasks waiting to start, per lane", attributes }),
-        context,
-        { get: () => ({ value: lane.waiting }), update: noop, modify: noop }
-      )
-    ]
-    this.wait = Metric.histogram("switchyard_queue_wait_ms", {
-      description: "Time from admission to start, in milliseconds, per lane",
-      attributes,
-      boundaries: WAIT_BOUNDARIES
-    })
+    this.register(
+      Metric.gauge("switchyard_queue_running", { description: "Tasks running, per lane", attributes }),
+      () => ({ value: lane.running })
+    )
+    this.register(
+      Metric.gauge("switchyard_queue_waiting", { description: "Tasks waiting to start, per lane", attributes }),
+      () => ({ value: lane.waiting })
+    )
+    this.register(
+      Metric.histogram("switchyard_queue_wait_ms", {
+        description: "Time from admission to start, in milliseconds, per lane",
+        attributes,
+        boundaries: WAIT_BOUNDARIES
+      }),
+      (): Metric.HistogramState => {
+        const buckets: Array<[number, number]> = []
+        let cumulated = 0
+        for (let i = 0; i < this.bounds.length; i++) {
+          cumulated += this.values[i]!
+          buckets.push([this.bounds[i]!, cumulated])
+        }
+        return { buckets, count: this.count, min: this.min, max: this.max, sum: this.sum }
+      }
+    )
   }
 
+  private register<S>(metric: Metric.Metric<any, S>, get: () => S): void {
+    this.registrations.push(Metric.registerUnsafe(metric, this.context, { get, update: noop, modify: noop }))
+  }
+
+  /** A task started after waiting `ms`. */
   waited(ms: number): void {
-    this.wait.updateUnsafe(ms, this.context)
+    const bounds = this.bounds
+    let i = 0
+    while (i < bounds.length && ms > bounds[i]!) i++
+    this.values[i]!++
+    this.count++
+    this.sum += ms
+    if (ms < this.min) this.min = ms
+    if (ms > this.max) this.max = ms
   }
 
+  /** A task ended with `exit`: counts it by outcome, and returns the outcome. */
   ended(exit: Exit.Exit<unknown, unknown>): Outcome {
     const outcome = outcomeOf(exit)
-    let counter = this.counters.get(outcome)
+    let counter = this.outcomes.get(outcome)
     if (counter === undefined) {
-      counter = Metric.counter("switchyard_queue_tasks", {
-        description: "Tasks ended, per lane and outcome",
-        attributes: { lane: this.lane.name, outcome }
-      })
-      this.counters.set(outcome, counter)
+      const c = { count: 0 }
+      counter = c
+      this.outcomes.set(outcome, c)
+      this.register(
+        Metric.counter("switchyard_queue_tasks", {
+          description: "Tasks ended, per lane and outcome",
+          attributes: { lane: this.lane.name, outcome },
+          incremental: true
+        }),
+        () => ({ count: c.count, incremental: true })
+      )
     }
-    counter.updateUnsafe(1, this.context)
+    counter.count++
     return outcome
   }
 
