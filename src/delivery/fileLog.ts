@@ -9,10 +9,6 @@ import { type Done, LogCore } from "./logCore.js"
 import type { DeliveryLog } from "./types.js"
 import { type OpenOptions, resolveOptions } from "./validate.js"
 
-const call = <A>(f: (done: Done<A>) => void): Effect.Effect<A, DeliveryLogError> =>
-  Effect.callback<A, DeliveryLogError>((resume) => {
-    f((err, value) => resume(err ? Effect.fail(err) : Effect.succeed(value as A)))
-  })
 
 /** `DeliveryLog.open`, with test hooks (crash points inside compaction). */
 export const openFileLog = (
@@ -41,6 +37,18 @@ export const openFileLog = (
     if (notes.tookOverLockFrom !== undefined) {
       yield* Effect.logWarning(`delivery log: took over the lock of ${o.dir} left by process ${notes.tookOverLockFrom}, which is gone`)
     }
+
+    // The first write/sync failure is logged once (the calls it failed carry it too).
+    let warned = false
+    const call = <A>(f: (done: Done<A>) => void): Effect.Effect<A, DeliveryLogError> =>
+      Effect.callback<A, DeliveryLogError>((resume) => {
+        f((err, value) => {
+          if (err === undefined) return resume(Effect.succeed(value as A))
+          if (err.reason !== "io" || warned) return resume(Effect.fail(err))
+          warned = true
+          resume(Effect.andThen(Effect.logWarning(`delivery log: ${err.message}`), Effect.fail(err)))
+        })
+      })
 
     const wanted = Latch.makeUnsafe(false)
     core.onCompactionWanted = () => void wanted.openUnsafe()

@@ -25,8 +25,9 @@ const isAlive = (pid: number): boolean => {
 
 const readPid = (path: string): number | undefined => {
   try {
-    const n = Number.parseInt(fs.readFileSync(path, "utf8").trim(), 10)
-    return Number.isInteger(n) && n > 0 ? n : undefined
+    const m = /\d+/.exec(fs.readFileSync(path, "utf8"))
+    const n = m === null ? Number.NaN : Number(m[0])
+    return Number.isSafeInteger(n) && n > 0 ? n : undefined
   } catch {
     return undefined
   }
