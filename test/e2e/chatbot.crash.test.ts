@@ -3,6 +3,7 @@
  * SIGKILL the next start answers and delivers everything that was accepted (at least once, by a
  * stable id). Real child processes, each test with its own state folder.
  */
+import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
 import { readJsonLines, removeDir, runChatbot, startChatbot, tempDir, untilMainRuns, waitForFile } from "../support/chatbot.js"
@@ -105,7 +106,7 @@ describe("chatbot under signals", () => {
       stateDir,
       "--json",
       "--latency",
-      "300",
+      "600",
       "--outbox",
       outbox,
       "--heartbeat",
@@ -122,6 +123,9 @@ describe("chatbot under signals", () => {
     await untilMainRuns(first)
     first.kill("SIGKILL")
     expect((await first.waitForExit()).signal).toBe("SIGKILL")
+    // The kill came while accepted messages were unanswered: they are on disk, not in the outbox.
+    const journal = JSON.parse(fs.readFileSync(path.join(stateDir, "sessions", "local.json"), "utf8"))
+    expect(journal.pending.length).toBeGreaterThan(0)
 
     // Run 2: what run 1 left is answered at start; ten more are accepted; killed after a delivery.
     const second = startChatbot(args)
