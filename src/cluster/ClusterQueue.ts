@@ -16,11 +16,10 @@ import type { DrainReport, LaneLimits, LaneSnapshot, TaskReport } from "../queue
 import { AdmissionError, FutureTimeout, LanesConfigInvalid, QueueFailure, RequestError } from "../queue/errors.js"
 import type { Participation } from "../queue/errors.js"
 import * as Generations from "./Generations.js"
-import { notJson } from "./json.js"
 import * as KeyRunner from "./KeyRunner.js"
 import type { LaneHandler } from "./KeyRunner.js"
 import { entityId, KeyEntity } from "./protocol.js"
-import type { WireQueueFailure, WireTaskDefect, WireTaskFailed } from "./protocol.js"
+import { checkDispatch, DEFAULT_LANES, fromReply, transient } from "./wire.js"
 
 export type { ClusterTask, LaneHandler } from "./KeyRunner.js"
 
@@ -92,12 +91,6 @@ export interface ClusterQueue {
   readonly counters: Effect.Effect<Readonly<Record<string, number>>>
 }
 
-const DEFAULT_LANES: Record<string, LaneLimits> = {
-  main: { concurrent: 4, queued: 64, participation: "blocking", warnAfterMs: 2_000 },
-  heartbeat: { concurrent: 1, queued: 8, participation: "background" },
-  cron: { concurrent: 2, queued: 32, participation: "background" }
-}
-
 interface Outstanding {
   readonly lane: string
   readonly key: string
@@ -153,46 +146,13 @@ export const make = (
     const outstandingPerLane = new Map<string, number>()
     let draining: Deferred.Deferred<DrainReport> | undefined
 
-    const check = (lane: string, key: string, command: unknown, o: ClusterDispatchOptions | undefined): RequestError | undefined => {
-      const bad = (message: string) => new RequestError({ lane, key, message })
-      if (!(lane in lanes)) return bad(`Expected \`lane\` to be one of ${Object.keys(lanes).map((l) => `\`${l}\``).join(", ")}, got \`${lane}\``)
-      if (typeof key !== "string" || key.length === 0) return bad("Expected `key` to be a non-empty string, got `" + String(key) + "`")
-      const notJsonReason = notJson(command, "command")
-      if (notJsonReason !== undefined) return bad(`Expected \`command\` to be a JSON value: ${notJsonReason}`)
-      for (const field of ["queueTimeoutMs", "turnTimeoutMs"] as const) {
-        const v = o?.[field]
-        if (v !== undefined && !(Number.isFinite(v) && v > 0)) return bad(`Expected \`${field}\` to be a finite number above 0, got \`${v}\``)
-      }
-      if (o?.runId !== undefined && (typeof o.runId !== "string" || o.runId.length === 0 || o.runId.length > 200)) {
-        return bad(`Expected \`runId\` to be a string of 1 to 200 characters, got \`${String(o.runId)}\``)
-      }
-      return undefined
-    }
-
-    /** Maps the reply of a run onto the future's outcome. */
-    const settleFrom = (lane: string, key: string, runId: string, exit: Exit.Exit<unknown, unknown>): Exit.Exit<unknown, unknown> => {
-      if (Exit.isSuccess(exit)) {
-        counters.succeeded++
-        return exit
-      }
-      const failure = exit.cause.reasons.find((r) => r._tag === "Fail")
-      if (failure !== undefined && failure._tag === "Fail") {
-        const e = failure.error as WireQueueFailure | WireTaskFailed | WireTaskDefect
-        if (e._tag === "QueueFailure") {
-          counters.queueFailures++
-          return Exit.fail(new QueueFailure({ ...e, runId, lane, key }))
-        }
-        if (e._tag === "TaskDefect") {
-          counters.defects++
-          const error = new Error(e.message)
-          error.name = e.name
-          return Exit.die(error)
-        }
-        counters.failed++
-        return Exit.fail(e.error)
-      }
-      counters.defects++
-      return exit
+    const check = (lane: string, key: string, command: unknown, o: ClusterDispatchOptions | undefined) =>
+      checkDispatch(lanes, lane, key, command, o)
+    /** Maps the reply of a run onto the future's outcome, counting it. */
+    const settleFrom = (lane: string, key: string, runId: string, exit: Exit.Exit<unknown, unknown>) => {
+      const out = fromReply(lane, key, runId, exit)
+      counters[out.kind]++
+      return out.exit
     }
 
     const settle = (o: Outstanding, exit: Exit.Exit<unknown, unknown>) =>
@@ -203,13 +163,6 @@ export const make = (
         }
         return Deferred.done(o.deferred, exit)
       })
-
-    // Errors of the cluster transport while the message is durable: waiting again is right.
-    const transient = (e: unknown) => {
-      const tag = (e as { _tag?: string })?._tag
-      return tag === "MailboxFull" || tag === "PersistenceError" || tag === "EntityNotAssignedToRunner" ||
-        tag === "AlreadyProcessingMessage" || tag === "RunnerUnavailable"
-    }
 
     const dispatch = <A, E>(lane: string, key: string, command: unknown, o?: ClusterDispatchOptions) =>
       Effect.gen(function*() {

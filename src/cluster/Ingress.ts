@@ -31,6 +31,8 @@ export interface IngressOptions {
   readonly maxBodyBytes?: number
   /** Longest `?wait=` honoured, default 60_000 ms. */
   readonly maxWaitMs?: number
+  /** On close, how long requests in flight may still finish; default 10_000 ms. */
+  readonly closeGraceMs?: number
 }
 
 const json = (res: http.ServerResponse, status: number, body: unknown) => {
@@ -184,6 +186,9 @@ export const serve = (options: IngressOptions): Effect.Effect<http.Server, Error
           closing = true
           server.close(() => resume(Effect.void))
           server.closeIdleConnections()
+          // Requests still waiting for a reply (`?wait`) get `closeGraceMs`, then their sockets close.
+          const timer = setTimeout(() => server.closeAllConnections(), options.closeGraceMs ?? 10_000)
+          timer.unref()
         })
     )
     return server

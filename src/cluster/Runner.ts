@@ -23,6 +23,7 @@ import * as ClusterLayer from "./ClusterLayer.js"
 import * as ClusterQueue from "./ClusterQueue.js"
 import * as Ingress from "./Ingress.js"
 import * as PgDeliveryLog from "./PgDeliveryLog.js"
+import * as Retention from "./Retention.js"
 
 /** Options of {@link start}. */
 export interface RunnerOptions {
@@ -54,6 +55,8 @@ export interface RunnerOptions {
    * one second, which is also how long entries claimed by a runner that died wait before another delivers them.
    */
   readonly deliveryTimeoutMs?: number
+  /** How long turn records, cron firings and processed cluster messages are kept; default 24 h. */
+  readonly retainMs?: number
 }
 
 /** A running runner. */
@@ -111,6 +114,7 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
       ...(options.drainTimeoutMs === undefined ? {} : { drainTimeoutMs: options.drainTimeoutMs })
     }))
     if (jobs.length > 0) yield* provide(Layer.build(ClusterCronJobs.layer(jobs, queue, { prefix })))
+    yield* provide(Retention.start({ outbox, prefix, ...(options.retainMs === undefined ? {} : { retainMs: options.retainMs }) }))
     yield* Ingress.serve({ queue, delivery, outbox, port: options.port, ...(options.host === undefined ? {} : { host: options.host }) })
     return { name, queue, delivery, outbox }
   })

@@ -33,6 +33,7 @@ const program = new Command("runner")
   .option("--drain-timeout <ms>", "drain deadline on shutdown", integer("--drain-timeout", 1), 10_000)
   .option("--shards <n>", "shards per group; the same on every runner", integer("--shards", 1), 64)
   .option("--delivery-timeout <ms>", "bound on one delivery attempt (a dead runner's claims wait this + 1 s)", integer("--delivery-timeout", 1), 10_000)
+  .option("--retain <ms>", "keep turn records, cron firings and processed cluster messages this long", integer("--retain", 1), 86_400_000)
   .option("--main-concurrent <n>", "turns at once per runner on lane main", integer("--main-concurrent", 1))
   .parse(process.argv)
 
@@ -50,6 +51,7 @@ const opts = program.opts<{
   shards: number
   mainConcurrent?: number
   deliveryTimeout: number
+  retain: number
 }>()
 
 if (opts.postgres === undefined || opts.postgres === "") program.error("Expected `--postgres <url>` (or SWITCHYARD_POSTGRES), got nothing")
@@ -69,6 +71,7 @@ const options: Runner.RunnerOptions = {
   drainTimeoutMs: opts.drainTimeout,
   shardsPerGroup: opts.shards,
   deliveryTimeoutMs: opts.deliveryTimeout,
+  retainMs: opts.retain,
   ...(opts.clusterPort === undefined ? {} : { clusterPort: opts.clusterPort }),
   ...(opts.name === undefined ? {} : { name: opts.name }),
   ...(opts.outbox === undefined ? {} : { outboxFile: opts.outbox }),
