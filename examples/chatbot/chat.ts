@@ -121,16 +121,32 @@ const handleLine = (agent: Agent.Agent, options: ChatOptions, output: Output, li
       output.error(`error: unknown command ${text.split(/\s/)[0]} (try /status, /restart <lane>, /quit)`)
       return
     }
-    yield* agent.send(options.session, line).pipe(
-      Effect.matchEffect({
-        onFailure: (error) => Effect.sync(() => output.error(`error: message not taken: ${error.message}`)),
-        onSuccess: () => Effect.void
-      })
-    )
+    yield* sendMessages(agent, options, output, [line])
   })
 
-/** Reads standard input line by line until it ends (or `/quit`); each line is handled before the next. */
-const readInput = (handle: (line: string) => Effect.Effect<"quit" | void>): Effect.Effect<void> =>
+/** A line that is a user message (not empty, not a command). */
+const isMessage = (line: string): boolean => {
+  const text = line.trim()
+  return text !== "" && !text.startsWith("/")
+}
+
+/** Sends user messages that arrived together: one write accepts them all. */
+const sendMessages = (agent: Agent.Agent, options: ChatOptions, output: Output, lines: ReadonlyArray<string>) =>
+  agent.sendAll(options.session, lines).pipe(
+    Effect.matchEffect({
+      onFailure: (error) => Effect.sync(() => output.error(`error: ${lines.length} message(s) not taken: ${error.message}`)),
+      onSuccess: () => Effect.void
+    })
+  )
+
+/**
+ * Reads standard input line by line until it ends (or `/quit`), in order. User messages that are
+ * already buffered together go to `handleMessages` at once; every other line to `handle`.
+ */
+const readInput = (
+  handle: (line: string) => Effect.Effect<"quit" | void>,
+  handleMessages: (lines: ReadonlyArray<string>) => Effect.Effect<void>
+): Effect.Effect<void> =>
   Effect.gen(function*() {
     const lines: Array<string | null> = []
     let wake: (() => void) | undefined
@@ -158,6 +174,8 @@ const readInput = (handle: (line: string) => Effect.Effect<"quit" | void>): Effe
     let next = 0
     while (true) {
       if (next === lines.length) {
+        lines.length = 0 // everything read was handled: keep no memory of it
+        next = 0
         yield* Effect.callback<void>((resume) => {
           if (next < lines.length) resume(Effect.void)
           else wake = () => resume(Effect.void)
@@ -165,9 +183,18 @@ const readInput = (handle: (line: string) => Effect.Effect<"quit" | void>): Effe
         continue
       }
       const line = lines[next]!
-      lines[next++] = null
       if (line === null) return
-      // Each line is handled whole, even when a signal stops the input meanwhile.
+      if (isMessage(line)) {
+        const run: Array<string> = []
+        while (next < lines.length && lines[next] !== null && isMessage(lines[next]!)) {
+          run.push(lines[next]!)
+          lines[next++] = ""
+        }
+        // Handled whole, even when a signal stops the input meanwhile.
+        yield* Effect.uninterruptible(handleMessages(run))
+        continue
+      }
+      lines[next++] = ""
       if ((yield* Effect.uninterruptible(handle(line))) === "quit") return
     }
   }).pipe(Effect.scoped)
@@ -204,7 +231,10 @@ export const runChat = (options: ChatOptions): void => {
       const { reason, report } = yield* serve({
         agent,
         main,
-        input: readInput((line) => handleLine(agent, options, output, line)),
+        input: readInput(
+          (line) => handleLine(agent, options, output, line),
+          (lines) => sendMessages(agent, options, output, lines)
+        ),
         onStop: (reason) => {
           // On standard error in every mode: a supervisor (or a test) sees that the drain began.
           if (reason !== "eof") {

@@ -93,6 +93,14 @@ export interface Agent {
     text: string
   ) => Effect.Effect<CommandQueue.Future<TurnResult, TurnError>, AdmissionError | RequestError | Transcripts.TranscriptError>
   /**
+   * `send` for several messages of one session at once (e.g. lines that arrived together): one
+   * write accepts them all, and one turn answers them (with whatever else it finds accepted).
+   */
+  readonly sendAll: (
+    session: string,
+    texts: ReadonlyArray<string>
+  ) => Effect.Effect<CommandQueue.Future<TurnResult, TurnError>, AdmissionError | RequestError | Transcripts.TranscriptError>
+  /**
    * Restarts a lane of the queue (see `CommandQueue.restartLane`): every older task fails `stale`.
    * For `main`, the accepted messages of the interrupted turns stay accepted, and each of their
    * sessions gets a fresh turn at once.
@@ -222,6 +230,7 @@ export const make = (
 
     const agent: Agent = {
       send: turns.send,
+      sendAll: turns.sendAll,
       restartLane: (lane) =>
         Effect.gen(function*() {
           const sessions = lane === "main" ? turns.sessionsOwed() : []

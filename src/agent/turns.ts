@@ -194,17 +194,17 @@ export const makeTurns = (deps: Deps) => {
       return exit
     })
 
-  const send = (session: string, text: string) =>
+  const sendAll = (session: string, texts: ReadonlyArray<string>) =>
     Effect.gen(function*() {
       if (typeof session !== "string" || session === "") {
         return yield* new RequestError({ lane: "main", key: String(session), message: `Expected \`session\` to be a non-empty string, got \`${String(session)}\`` })
       }
-      if (typeof text !== "string") {
-        return yield* new RequestError({ lane: "main", key: session, message: `Expected \`text\` to be a string, got \`${typeof text}\`` })
+      if (!Array.isArray(texts) || texts.length === 0 || texts.some((t) => typeof t !== "string")) {
+        return yield* new RequestError({ lane: "main", key: session, message: `Expected the message texts to be a non-empty list of strings, got \`${String(texts)}\`` })
       }
       if (closed) return yield* new AdmissionError({ lane: "main", key: session, reason: "closed" })
       const slot: { joined?: Batch; created?: Batch } = {}
-      yield* transcripts.accept(session, [text], (added) => {
+      yield* transcripts.accept(session, texts, (added) => {
         const current = waiting.get(session)
         let batch: Batch
         if (current !== undefined && !current.started) {
@@ -225,6 +225,11 @@ export const makeTurns = (deps: Deps) => {
       }
       return yield* exit
     })
+
+  const send = (session: string, text: string) =>
+    typeof text === "string"
+      ? sendAll(session, [text])
+      : Effect.fail(new RequestError({ lane: "main", key: String(session), message: `Expected \`text\` to be a string, got \`${typeof text}\`` }))
 
   const heartbeatTurn = (prompt: string): Effect.Effect<TurnResult, TurnError> =>
     Effect.gen(function*() {
@@ -289,6 +294,7 @@ export const makeTurns = (deps: Deps) => {
 
   return {
     send,
+    sendAll,
     resume,
     /** Sessions with user turns admitted and not ended. */
     sessionsOwed: (): ReadonlyArray<string> => [...owed.keys()],

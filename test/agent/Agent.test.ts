@@ -135,6 +135,17 @@ describe("Agent", () => {
       ])
     }))
 
+  it.effect("sendAll accepts several messages in one write; one turn answers them all", () =>
+    Effect.gen(function*() {
+      const model = recording()
+      const { agent } = yield* harness(model.service)
+      const result = yield* Effect.flatMap(agent.sendAll("s", ["x", "y", "z"]), (f) => f.await)
+      assert.deepStrictEqual([result.text, result.messages], ["You said: x / y / z", 3])
+      assert.strictEqual(model.requests.length, 1)
+      const refused = yield* Effect.flip(agent.sendAll("s", []))
+      assert.strictEqual(refused._tag, "RequestError")
+    }))
+
   it.effect("different sessions run side by side", () =>
     Effect.gen(function*() {
       const model = gated()
