@@ -3,7 +3,7 @@
  * option or value gives one line naming it, a non-zero exit, and nothing written.
  */
 import { Command, InvalidArgumentError, Option } from "commander"
-import { parseCronFlag } from "../../src/agent/index.js"
+import { isReservedSession, parseCronFlag } from "../../src/agent/index.js"
 import type { CronJob } from "../../src/agent/index.js"
 
 /** What `npm run chat` was asked to do. */
@@ -40,6 +40,14 @@ const nonEmpty = (flag: string) => (value: string): string => {
   return value
 }
 
+const sessionId = (value: string): string => {
+  const id = nonEmpty("--session")(value)
+  if (isReservedSession(id)) {
+    throw new InvalidArgumentError(`Expected \`--session\` not to be \`heartbeat\` or start with \`cron:\`, got \`${value}\``)
+  }
+  return id
+}
+
 const collectCron = (value: string, previous: Array<CronJob> | undefined): Array<CronJob> => {
   const jobs = previous ?? []
   const job = parseCronFlag(value, jobs.length + 1)
@@ -64,7 +72,7 @@ export const makeProgram = (handlers: {
     .showSuggestionAfterError(false)
     .allowExcessArguments(false)
     .option("--state-dir <dir>", "delivery log and sessions", nonEmpty("--state-dir"), ".switchyard-chat")
-    .option("--session <id>", "session for lines typed", nonEmpty("--session"), "local")
+    .option("--session <id>", "session for lines typed", sessionId, "local")
     .option("--model <id>", "Claude model id", nonEmpty("--model"))
     .option("--offline", "use the scripted model even when a key is set", false)
     .option("--latency <ms>", "scripted model latency", integer("--latency", 0), 300)

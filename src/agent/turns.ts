@@ -47,6 +47,9 @@ interface Deps {
 const errorText = (error: unknown): string =>
   typeof error === "object" && error !== null && "message" in error ? String((error as { message: unknown }).message) : String(error)
 
+/** Whether a session id belongs to the heartbeat or a cron job (users cannot send to it). */
+export const isReservedSession = (session: string): boolean => session === HEARTBEAT_SESSION || session.startsWith("cron:")
+
 /** The reply body written to the log for a turn record. */
 export const replyBody = (session: string, record: TurnRecord): ReplyBody => ({
   session,
@@ -198,6 +201,9 @@ export const makeTurns = (deps: Deps) => {
     Effect.gen(function*() {
       if (typeof session !== "string" || session === "") {
         return yield* new RequestError({ lane: "main", key: String(session), message: `Expected \`session\` to be a non-empty string, got \`${String(session)}\`` })
+      }
+      if (isReservedSession(session)) {
+        return yield* new RequestError({ lane: "main", key: session, message: `Expected \`session\` not to be \`${HEARTBEAT_SESSION}\` or start with \`cron:\` (the heartbeat's and cron jobs' own sessions), got \`${session}\`` })
       }
       if (!Array.isArray(texts) || texts.length === 0 || texts.some((t) => typeof t !== "string")) {
         return yield* new RequestError({ lane: "main", key: session, message: `Expected the message texts to be a non-empty list of strings, got \`${String(texts)}\`` })

@@ -135,7 +135,7 @@ describe("Agent", () => {
       ])
     }))
 
-  it.effect("sendAll accepts several messages in one write; one turn answers them all", () =>
+  it.effect("sendAll accepts several messages in one write; one turn answers them all; the heartbeat and cron sessions are not for users", () =>
     Effect.gen(function*() {
       const model = recording()
       const { agent } = yield* harness(model.service)
@@ -144,6 +144,9 @@ describe("Agent", () => {
       assert.strictEqual(model.requests.length, 1)
       const refused = yield* Effect.flip(agent.sendAll("s", []))
       assert.strictEqual(refused._tag, "RequestError")
+      for (const reserved of ["heartbeat", "cron:report"]) {
+        assert.strictEqual((yield* Effect.flip(agent.send(reserved, "hi")))._tag, "RequestError")
+      }
     }))
 
   it.effect("different sessions run side by side", () =>
