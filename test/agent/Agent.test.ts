@@ -234,6 +234,21 @@ describe("Agent", () => {
       assert.strictEqual(model.requests.length, 2)
     }))
 
+  it.effect("restartLane(heartbeat) ends a stuck heartbeat turn (stale) and the heartbeat goes on", () =>
+    Effect.gen(function*() {
+      const model = gated()
+      const { agent, waitFor } = yield* harness(model.service, { heartbeat: { everyMs: 1_000 }, beforeClose: model.releaseAll })
+      yield* TestClock.adjust(1_000)
+      yield* model.calls(1)
+      assert.strictEqual(yield* agent.restartLane("heartbeat"), 1)
+      const lane = (yield* agent.snapshot).lanes.find((l) => l.lane === "heartbeat")!
+      assert.deepStrictEqual([lane.running, lane.waiting, lane.generation], [0, 0, 1])
+      yield* TestClock.adjust(1_000)
+      yield* model.calls(2)
+      yield* model.release(1)
+      yield* waitFor((e) => e.type === "heartbeat" && e.suppressed)
+    }))
+
   it.effect("cron: an overrunning job never overlaps itself; its ticks coalesce into one follow-up run", () =>
     Effect.gen(function*() {
       const model = gated()
