@@ -220,6 +220,84 @@ describe("DeliveryLog file store", () => {
       assert.strictEqual(pending.length, 11)
     }))
 
+  it.effect("a new segment is synced, and its directory too, before the first record is written into it", () =>
+    Effect.gen(function* () {
+      const dir = tmp.next()
+      const events: Array<string> = []
+      const realWrite = fsDefault.write
+      const realFsyncSync = fsDefault.fsyncSync
+      const realOpenSync = fsDefault.openSync
+      yield* Effect.acquireUseRelease(
+        Effect.sync(() => {
+          fsDefault.openSync = ((path: fs.PathLike, flags: fs.OpenMode, mode?: fs.Mode) => {
+            const fd = realOpenSync(path, flags, mode)
+            if (typeof flags === "number" && (flags & fs.constants.O_EXCL) !== 0 && String(path).endsWith(".log")) events.push(`create:${fd}`)
+            return fd
+          }) as typeof fsDefault.openSync
+          fsDefault.write = ((...args: Array<unknown>) => {
+            events.push(`write:${args[0]}`)
+            return (realWrite as (...a: Array<unknown>) => void)(...args)
+          }) as typeof fsDefault.write
+          fsDefault.fsyncSync = (fd: number) => {
+            events.push(`fsync:${fd}`)
+            realFsyncSync(fd)
+          }
+          syncBuiltinESMExports()
+        }),
+        () =>
+          Effect.scoped(
+            Effect.gen(function* () {
+              const log = yield* DeliveryLog.open({ dir, segmentBytes: 200 })
+              for (let i = 0; i < 6; i++) yield* log.append(msg(i))
+            })
+          ),
+        () =>
+          Effect.sync(() => {
+            fsDefault.write = realWrite
+            fsDefault.fsyncSync = realFsyncSync
+            fsDefault.openSync = realOpenSync
+            syncBuiltinESMExports()
+          })
+      )
+      // After each segment is created: an fsync of it, then one of another fd (the directory), then its first write.
+      let checked = 0
+      events.forEach((e, i) => {
+        if (!e.startsWith("create:")) return
+        const fd = e.slice(7)
+        const rest = events.slice(i + 1)
+        const firstWrite = rest.indexOf(`write:${fd}`)
+        if (firstWrite < 0) return // the last one may stay empty
+        const before = rest.slice(0, firstWrite)
+        const own = before.indexOf(`fsync:${fd}`)
+        assert.isAtLeast(own, 0, `segment fd ${fd} was synced before its first write`)
+        assert.isTrue(before.slice(own + 1).some((x) => x.startsWith("fsync:") && x !== `fsync:${fd}`), "then the directory")
+        checked++
+      })
+      assert.isAbove(checked, 2, "several segments were created")
+    }))
+
+  it.effect("idempotency keys acked within the window survive compaction and a re-open", () =>
+    Effect.gen(function* () {
+      const dir = tmp.next()
+      const id = yield* Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* DeliveryLog.open({ dir, fsync: "never" })
+          const e = yield* log.append({ channel: "c", to: "r", body: 1, idempotencyKey: "order-42" })
+          yield* log.ack(e.id)
+          yield* log.compact
+          return e.id
+        })
+      )
+      yield* Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* DeliveryLog.open({ dir, fsync: "never" })
+          const again = yield* log.append({ channel: "c", to: "r", body: 1, idempotencyKey: "order-42" })
+          assert.strictEqual(again.id, id)
+          assert.deepStrictEqual(yield* log.pending, [])
+        })
+      )
+    }))
+
   it.effect("compaction runs by itself when dead weight passes the threshold and removes whole segments", () =>
     Effect.gen(function* () {
       const dir = tmp.next()
