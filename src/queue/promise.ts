@@ -7,10 +7,12 @@ import { Cause, Effect, Exit, Scope } from "effect"
 import * as CommandQueue from "./CommandQueue.js"
 import type { CommandQueueOptions, DrainReport, LaneSnapshot } from "./CommandQueue.js"
 import type { Engine } from "./engine.js"
+import { addListener } from "./ending.js"
 import { engineOf, WAKE } from "./engine.js"
 import { FutureTimeout, RequestError } from "./errors.js"
 import type { Admission } from "./Future.js"
 import { PROMISE_BODY, Task } from "./lane.js"
+import { cancelTask, snapshotUnsafe } from "./lifecycle.js"
 import { show } from "./validate.js"
 
 /** The options of one Promise-API dispatch. */
@@ -104,7 +106,7 @@ class AsyncFutureImpl<A> implements AsyncFuture<A> {
           this._resolve = resolve
           this._reject = reject
         })
-        this.engine.addListener(this.task, this)
+        addListener(this.task, this)
       }
     }
     return this._result
@@ -154,7 +156,7 @@ class AsyncFutureImpl<A> implements AsyncFuture<A> {
     return p
   }
   cancel(): Promise<void> {
-    return run(this.engine.cancelTask(this.task))
+    return run(cancelTask(this.engine, this.task))
   }
 }
 
@@ -182,10 +184,10 @@ class AsyncQueue implements AsyncCommandQueue {
     const future = new AsyncFutureImpl<A>(admitted, admission, engine)
     if (signal instanceof AbortSignal && !aborted && admitted.exit === undefined) {
       const onAbort = () => {
-        Effect.runFork(engine.cancelTask(admitted))
+        Effect.runFork(cancelTask(engine, admitted))
       }
       signal.addEventListener("abort", onAbort, { once: true })
-      engine.addListener(admitted, () => signal.removeEventListener("abort", onAbort))
+      addListener(admitted, () => signal.removeEventListener("abort", onAbort))
     }
     return future
   }
@@ -204,7 +206,7 @@ class AsyncQueue implements AsyncCommandQueue {
     return run(this.queue.cancel(lane, key))
   }
   snapshot(): ReadonlyArray<LaneSnapshot> {
-    return this.engine.snapshotUnsafe()
+    return snapshotUnsafe(this.engine)
   }
   drain(options?: { readonly timeoutMs?: number }): Promise<DrainReport> {
     return run(this.queue.drain(options))

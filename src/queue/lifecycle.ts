@@ -1,0 +1,192 @@
+/**
+ * What acts on tasks from outside their activation: futures (await, poll, cancel), cancel of a
+ * key, generations (restartLane), drain and snapshot. Internal to `src/queue` (part of the engine).
+ */
+import { Deferred, Duration, Effect, Exit, Option } from "effect"
+import type { DrainReport, LaneSnapshot } from "./CommandQueue.js"
+import type { Engine } from "./engine.js"
+import { FutureTimeout, RequestError } from "./errors.js"
+import type { QueueFailureReason } from "./errors.js"
+import type { FutureOps } from "./Future.js"
+import type { KeyTasks, Task } from "./lane.js"
+import { ENDED, RUNNING, WAITING } from "./lane.js"
+import { stop } from "./run.js"
+import { show } from "./validate.js"
+
+/** The task's Deferred, made when first needed (completed at once if the task has settled). */
+export function deferredOf(task: Task): Deferred.Deferred<any, any> {
+  if (task.deferred === undefined) {
+    task.deferred = Deferred.makeUnsafe()
+    if (task.exit !== undefined) Deferred.doneUnsafe(task.deferred, task.exit)
+  }
+  return task.deferred
+}
+
+/** The task's outcome, as its future's `await`. */
+export function awaitTask(task: Task): Effect.Effect<any, any> {
+  return Effect.suspend(() => (task.exit !== undefined ? task.exit : Deferred.await(deferredOf(task))))
+}
+
+/** The task's exit if it has settled; never waits. */
+export function pollTask(task: Task): Effect.Effect<Option.Option<Exit.Exit<any, any>>> {
+  return Effect.sync(() => Option.fromUndefinedOr(task.exit))
+}
+
+/** `awaitTask`, failing `FutureTimeout` when `timeout` passes first (the task goes on). */
+export function awaitTaskTimeout(task: Task, timeout: Duration.Input): Effect.Effect<any, any> {
+  return Effect.suspend(() => {
+    const timeoutMs = Duration.toMillis(Duration.fromInputUnsafe(timeout))
+    return Effect.timeoutOrElse(awaitTask(task), {
+      duration: timeout,
+      orElse: () => Effect.fail(new FutureTimeout({ runId: task.runId, timeoutMs }))
+    })
+  })
+}
+
+/** Waits until the task settled, whatever its outcome. */
+export function awaitEnd(task: Task): Effect.Effect<void> {
+  return Effect.suspend(() => (task.state === ENDED ? Effect.void : Effect.asVoid(Effect.exit(Deferred.await(deferredOf(task))))))
+}
+
+/** Waits until every one of `tasks` settled. */
+export function awaitAll(tasks: ReadonlyArray<Task>): Effect.Effect<void> {
+  return Effect.forEach(tasks, (t) => awaitEnd(t), { discard: true })
+}
+
+/** Drops the task if it waits, stops it if it runs; returns once it has settled. An ended task keeps its outcome. */
+export function cancelTask(engine: Engine, task: Task): Effect.Effect<void> {
+  return Effect.suspend(() => {
+    switch (task.state) {
+      case WAITING:
+        return Effect.andThen(Effect.uninterruptible(engine.drop(task, "canceled")), awaitEnd(task))
+      case RUNNING:
+        stop(engine, task, "canceled")
+        return awaitEnd(task)
+      case ENDED:
+        return Effect.void
+      default:
+        return awaitEnd(task)
+    }
+  })
+}
+
+/** Stops every task of `ks` that `select` picks: waiting ones dropped now, running ones interrupted. */
+export function stopKey(engine: Engine, ks: KeyTasks, reason: QueueFailureReason, into: Array<Task>, select?: (t: Task) => boolean): void {
+  for (let t = ks.head; t !== undefined;) {
+    const next = t.next
+    if (select === undefined || select(t)) {
+      into.push(t)
+      engine.fork(engine.drop(t, reason))
+    }
+    t = next
+  }
+  const running = ks.running
+  if (running !== undefined && (select === undefined || select(running))) {
+    stop(engine, running, reason)
+    into.push(running)
+  }
+}
+
+/** Cancels every task of `key` in the lane, and returns once they all settled. */
+export function cancelKey(engine: Engine, laneName: string, key: string): Effect.Effect<void, RequestError> {
+  return Effect.suspend(() => {
+    const lane = engine.byName.get(laneName)
+    if (lane === undefined) return Effect.fail(engine.unknownLane(laneName, key))
+    const ks = lane.keys.get(key)
+    if (ks === undefined) return Effect.void
+    const tasks: Array<Task> = []
+    stopKey(engine, ks, "canceled", tasks)
+    return awaitAll(tasks)
+  })
+}
+
+/** Bumps the lane's generation, fails every older task `stale` (waiting ones at once), returns once they settled. */
+export function restartLane(engine: Engine, laneName: string): Effect.Effect<number, RequestError> {
+  return Effect.suspend(() => {
+    const lane = engine.byName.get(laneName)
+    if (lane === undefined) return Effect.fail(engine.unknownLane(laneName, ""))
+    const generation = ++lane.generation
+    const tasks: Array<Task> = []
+    const older = (t: Task) => t.generation < generation
+    for (const ks of Array.from(lane.keys.values())) stopKey(engine, ks, "stale", tasks, older)
+    return Effect.as(awaitAll(tasks), generation)
+  })
+}
+
+/** Closes admission now; the first call starts the drain, every call waits for its report. */
+export function drain(engine: Engine, options: { readonly timeoutMs?: number } | undefined): Effect.Effect<DrainReport> {
+  return Effect.suspend(() => {
+    if (engine.drained === undefined) {
+      const timeoutMs = options?.timeoutMs ?? engine.options.drainTimeoutMs
+      if (typeof timeoutMs !== "number" || Number.isNaN(timeoutMs) || timeoutMs < 0) {
+        return Effect.die(new RequestError({
+          lane: "",
+          key: "",
+          message: `Expected \`timeoutMs\` to be a number from 0 and up, got \`${show(timeoutMs)}\``
+        }))
+      }
+      engine.drained = Deferred.makeUnsafe<DrainReport>()
+      engine.draining = true
+      engine.fork(runDrain(engine, timeoutMs))
+    }
+    return Deferred.await(engine.drained)
+  })
+}
+
+/** The drain itself: wait for the tasks or the deadline, fail the rest `closed`, close the lanes, report. */
+export function runDrain(engine: Engine, timeoutMs: number): Effect.Effect<void> {
+  return Effect.gen(function*() {
+    let timedOut = false
+    if (engine.live > 0) {
+      if (timeoutMs <= 0) timedOut = true
+      else {
+        engine.idle ??= Deferred.makeUnsafe<void>()
+        const ended = yield* Effect.timeoutOption(Deferred.await(engine.idle), timeoutMs)
+        timedOut = Option.isNone(ended)
+      }
+    }
+    if (timedOut) {
+      const tasks: Array<Task> = []
+      for (const lane of engine.all) {
+        for (const ks of Array.from(lane.keys.values())) stopKey(engine, ks, "closed", tasks)
+      }
+      yield* awaitAll(tasks)
+    }
+    if (engine.live > 0) {
+      // Tasks dropped before the deadline still finish their finalizer and report.
+      engine.idle ??= Deferred.makeUnsafe<void>()
+      yield* Deferred.await(engine.idle)
+    }
+    engine.closing = true
+    for (const lane of engine.all) yield* lane.lanes.close
+    for (const lane of engine.all) lane.metrics.unregister()
+    Deferred.doneUnsafe(engine.drained!, Exit.succeed({
+      completed: engine.drainCompleted,
+      canceled: engine.drainCanceled,
+      timedOut
+    }))
+  })
+}
+
+/** One snapshot per lane, synchronously. */
+export function snapshotUnsafe(engine: Engine): ReadonlyArray<LaneSnapshot> {
+  return engine.all.map((lane): LaneSnapshot => ({
+    lane: lane.name,
+    participation: lane.limits.participation,
+    generation: lane.generation,
+    running: lane.running,
+    waiting: lane.waiting,
+    keys: lane.keys.size,
+    concurrent: lane.limits.concurrent,
+    queued: lane.limits.queued,
+    draining: engine.draining
+  }))
+}
+
+/** The operations a future of `engine` calls. */
+export const futureOps = (engine: Engine): FutureOps => ({
+  awaitTask: (task) => awaitTask(task),
+  pollTask: (task) => pollTask(task),
+  awaitTaskTimeout: (task, timeout) => awaitTaskTimeout(task, timeout),
+  cancelTask: (task) => cancelTask(engine, task)
+})

@@ -1,0 +1,95 @@
+/**
+ * Running a task's body inside its activation: an Effect body in a fiber of its own (so that it
+ * can be interrupted alone), a Promise body with its AbortSignal; and stopping a running task.
+ * Internal to `src/queue` (part of the engine).
+ */
+import { Effect, Exit, Fiber } from "effect"
+import type { Engine } from "./engine.js"
+import type { QueueFailureReason } from "./errors.js"
+import type { Task } from "./lane.js"
+import { EFFECT_BODY, RUNNING } from "./lane.js"
+
+/** What a task that declares no parameter gets: it cannot look at a signal, so none is made for it. */
+const NO_SIGNAL = new AbortController().signal
+
+const isThenable = (u: unknown): u is PromiseLike<unknown> =>
+  typeof u === "object" && u !== null && typeof (u as { then?: unknown }).then === "function"
+
+/** A fiber that stops the task `timeout` after `ms` (interrupted when the task ends first). */
+export function turnTimer(engine: Engine, task: Task, ms: number): Fiber.Fiber<void> {
+  return engine.fork(Effect.andThen(Effect.sleep(ms), Effect.sync(() => stop(engine, task, "timeout"))))
+}
+
+/** Forks the body in the caller's context; its exit if it ended synchronously, else an Effect of it. */
+export function startEffect(engine: Engine, task: Task, turnMs: number | undefined): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> {
+  const body = task.body as Effect.Effect<any, any>
+  task.body = undefined
+  const fiber = Effect.runForkWith(task.context!)(body)
+  task.handle = fiber
+  const exit = fiber.pollUnsafe()
+  if (exit !== undefined) return exit
+  // Stopped while its first synchronous steps ran (they woke a fiber that cancelled it, say).
+  if (task.stopped !== undefined) {
+    fiber.interruptUnsafe()
+    const interrupted = fiber.pollUnsafe()
+    if (interrupted !== undefined) return interrupted
+  } else if (turnMs !== undefined) {
+    task.timer = turnTimer(engine, task, turnMs)
+  }
+  // Not done: this is a callback, never an Exit (so `runNext` cannot take it for one).
+  return Fiber.await(fiber)
+}
+
+/**
+ * Calls the function with its AbortSignal (made only for a function that declares a parameter:
+ * `signal => ...`; one that declares none cannot see it). Its exit if it returned a plain value
+ * or threw, else an Effect of the promise's outcome, or of the queue's stop, whichever is first.
+ */
+export function startPromise(engine: Engine, task: Task, turnMs: number | undefined): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> {
+  const fn = task.body as (signal: AbortSignal) => unknown
+  task.body = undefined
+  let signal = NO_SIGNAL
+  if (fn.length > 0) {
+    const controller = new AbortController()
+    task.handle = controller
+    signal = controller.signal
+  }
+  let out: unknown
+  try {
+    out = fn(signal)
+  } catch (error) {
+    return Exit.fail(error)
+  }
+  if (!isThenable(out)) return Exit.succeed(out)
+  if (turnMs !== undefined) task.timer = turnTimer(engine, task, turnMs)
+  const promise = out
+  return Effect.callback<Exit.Exit<any, any>>((resume) => {
+    let settled = false
+    task.resume = (exit) => {
+      if (settled) return
+      settled = true
+      task.resume = undefined
+      resume(Effect.succeed(exit))
+    }
+    promise.then(
+      (value) => task.resume?.(Exit.succeed(value)),
+      (error) => task.resume?.(Exit.fail(error))
+    )
+    // Stopped before this point: its late result is dropped.
+    if (task.stopped !== undefined) task.resume(Exit.fail(task.stopped))
+  })
+}
+
+/** Stops a running task: interrupts its fiber, or aborts its signal and drops its late result. */
+export function stop(engine: Engine, task: Task, reason: QueueFailureReason): void {
+  if (task.state !== RUNNING || task.stopped !== undefined) return
+  const failure = engine.failure(task, "running", reason)
+  task.stopped = failure
+  const handle = task.handle
+  if (task.kind === EFFECT_BODY) {
+    ;(handle as Fiber.Fiber<unknown, unknown> | undefined)?.interruptUnsafe()
+  } else {
+    ;(handle as AbortController | undefined)?.abort(failure)
+    task.resume?.(Exit.fail(failure))
+  }
+}
