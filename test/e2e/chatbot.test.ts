@@ -137,6 +137,16 @@ describe("chatbot", () => {
     expect(readJsonLines(outbox)).toEqual([{ id: expect.any(String), session: "local", text: "You said: hello" }])
     expect(bot.events.filter((e) => e.type === "reply")).toEqual([])
     expect((fs.statSync(outbox).mode & 0o777).toString(8)).toBe("600")
+    // State files 0600, folders 0700.
+    const state = path.join(dir, "state")
+    const modes = (p: string): Array<string> =>
+      fs.readdirSync(p, { withFileTypes: true }).flatMap((d) => {
+        const full = path.join(p, d.name)
+        const mode = (fs.statSync(full).mode & 0o777).toString(8)
+        return d.isDirectory() ? [`${d.name}/:${mode}`, ...modes(full)] : [`${d.name}:${mode}`]
+      })
+    expect((fs.statSync(state).mode & 0o777).toString(8)).toBe("700")
+    for (const entry of modes(state)) expect(entry).toMatch(/\/:700$|:600$/)
   })
 
   it("deliveries lists pending and dead entries; --retry-dead puts them back; the next start delivers them", async () => {
