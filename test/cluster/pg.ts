@@ -3,7 +3,10 @@
  * skip line when Postgres is unreachable (a failure under `CI=true`).
  */
 import { Effect } from "effect"
+import * as fs from "node:fs"
 import * as net from "node:net"
+import * as os from "node:os"
+import * as path from "node:path"
 import * as Postgres from "../../src/cluster/Postgres.js"
 
 /** The server the tests use; override with `SWITCHYARD_TEST_PG` (a URL of a database to connect to first). */
@@ -28,9 +31,15 @@ export const postgresAvailable = async (file: string): Promise<boolean> => {
     up ? Effect.runPromise(Postgres.withClient(ADMIN_URL, (sql) => sql`SELECT 1`)).then(() => true, () => false) : false
   )
   if (ok) return true
-  const line = `[${file}] Postgres not reachable at ${Postgres.redactUrl(ADMIN_URL)}: cluster tests skipped`
-  if (process.env.CI === "true") throw new Error(`${line} (CI=true: a skip is a failure)`)
-  console.warn(line)
+  const line = `Postgres not reachable at ${Postgres.redactUrl(ADMIN_URL)}: the cluster tests (test/cluster) are skipped`
+  if (process.env.CI === "true") throw new Error(`[${file}] ${line} (CI=true: a skip is a failure)`)
+  // One line per test run, not per file: the first file of this vitest run (the workers' parent) says it.
+  try {
+    fs.writeFileSync(path.join(os.tmpdir(), `switchyard-pg-skip-${process.ppid}`), "", { flag: "wx", mode: 0o600 })
+    console.warn(line)
+  } catch {
+    // another file of this run said it already
+  }
   return false
 }
 
