@@ -31,9 +31,8 @@ import { checkDispatchOptions, checkKey, show } from "./validate.js"
 export const WAKE = "wake" as const
 
 
+/** The process-wide task counter behind every runId. */
 let runSeq = 0
-/** Unique within the process, cheap: a counter. */
-const nextRunId = (): string => `run-${(++runSeq).toString(36)}`
 
 
 const engines = new WeakMap<object, Engine>()
@@ -168,7 +167,7 @@ export class Engine {
     }
     if (!preCanceled && lane.owned >= lane.capacity) return new AdmissionError({ lane: laneName, key, reason: "full" })
     const task = new Task(
-      nextRunId(),
+      ++runSeq,
       lane,
       key,
       lane.generation,

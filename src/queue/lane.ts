@@ -54,7 +54,8 @@ export class Task {
   resume: ((exit: Exit.Exit<any, any>) => void) | undefined = undefined
   listeners: Listener | Array<Listener> | undefined = undefined
   constructor(
-    readonly runId: string,
+    /** Its place in the process-wide sequence; `runId` is made from it when asked for. */
+    readonly seq: number,
     readonly lane: LaneState,
     readonly key: string,
     readonly generation: number,
@@ -64,6 +65,10 @@ export class Task {
     readonly admittedAt: number,
     readonly options: TaskOptions | undefined
   ) {}
+  /** Unique within the process (a counter, in base 36). */
+  get runId(): string {
+    return `run-${this.seq.toString(36)}`
+  }
 }
 
 /** The FIFO of one key's waiting tasks and the task it runs. Deleted from the lane when empty. */
