@@ -257,6 +257,21 @@ describe("Lanes: close", () => {
       expect(probe.exits).toHaveLength(1)
     }))
 
+  it.effect("an activation that succeeded by itself is reported so even when close arrives while its Scope closes", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1 })
+      const gate = yield* Deferred.make<void>()
+      probe.finalGates.set("a", gate)
+      yield* lanes.wake("a")
+      yield* probe.started("a")
+      yield* probe.release("a", "value")
+      yield* probe.until(() => probe.count("closing:a") === 1)
+      const close = yield* Effect.forkChild(lanes.close)
+      yield* Deferred.succeed(gate, undefined)
+      yield* Fiber.join(close)
+      expect(probe.exits).toEqual([{ _tag: "ActivationSucceeded", key: "a", value: "value" }])
+    }))
+
   it.effect("close while onExit runs waits for onExit", () =>
     Effect.gen(function*() {
       const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1 })
