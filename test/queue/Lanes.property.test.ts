@@ -3,6 +3,8 @@
  * across a dozen keys and random maxConcurrent / maxQueued, run against a plain reference model
  * of shared/spec/lanes.md. After every step the real lanes are let run until every running
  * activation is parked at its gate, then compared with the model.
+ * 1,000 runs by default (~0.5 s); `LANES_PROPERTY_RUNS=20000 npx vitest run test/queue/Lanes.property`
+ * for a longer search (20,000 runs passed on 2026-11-30, ~7 s).
  */
 import fc from "fast-check"
 import { Deferred, Effect } from "effect"
@@ -250,7 +252,7 @@ describe("Lanes: model-based property", () => {
         ),
         (config, commands) => Effect.runPromise(Effect.scoped(run(config, commands)))
       ),
-      { numRuns: 1_000 }
+      { numRuns: Number(process.env.LANES_PROPERTY_RUNS ?? 1_000) }
     )
   })
 })
