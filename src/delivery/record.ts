@@ -98,7 +98,7 @@ export const describeInvalid = (why: Invalid): string => {
     case "cut-short":
       return "a record cut short"
     case "bad-kind":
-      return "an unknown record kind"
+      return "an unknown record kind (written by a newer version?)"
     case "bad-crc":
       return "a record failing its CRC-32"
   }

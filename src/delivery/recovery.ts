@@ -157,7 +157,8 @@ export const recover = (dir: string, maxPayload: number): Recovered => {
         if (typeof r === "string") {
           // A torn write leaves a prefix: a cut record, or one failing its CRC. A length over the limit
           // is never that (unless the limit was lowered since), so it is corruption wherever it is.
-          if (last && r !== "too-long" && !reader.anyValidAfter(at, expected - 1)) {
+          // An unknown kind passed its CRC: written whole (by a newer version?), not torn either.
+          if (last && r !== "too-long" && r !== "bad-kind" && !reader.anyValidAfter(at, expected - 1)) {
             truncate = { path, offset: at, why: describeInvalid(r) }
             return at
           }

@@ -8,6 +8,7 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import type { DeliveryEntry } from "../../src/delivery/types.js"
+import { encode, type Kind } from "../../src/delivery/record.js"
 import { failure, recordBoundaries, snapshotFiles, tempRoot } from "./fixtures/files.js"
 
 const tmp = tempRoot("log-recovery")
@@ -128,6 +129,25 @@ describe("DeliveryLog recovery", () => {
         assert.include(e.message, `at offset ${bounds[1]}`)
         assert.deepStrictEqual(snapshotFiles(d), before, "open changed nothing on disk")
       }
+    }))
+
+  it.effect("a whole record of an unknown kind at the end of the last segment is corruption, not a torn tail", () =>
+    Effect.gen(function* () {
+      const dir = tmp.next()
+      yield* Effect.scoped(
+        Effect.flatMap(DeliveryLog.open({ dir, fsync: "never" }), (log) =>
+          Effect.forEach([1, 2], (i) => log.append({ channel: "c", to: "r", body: i }))
+        )
+      )
+      const name = segments(dir)[0]!
+      const size = fs.statSync(join(dir, name)).size
+      fs.appendFileSync(join(dir, name), encode(3, 99 as Kind, "{}", 2))
+      const before = snapshotFiles(dir)
+      const e = yield* failure(Effect.scoped(DeliveryLog.open({ dir, fsync: "never" })))
+      assert.strictEqual(e.reason, "corrupt")
+      assert.include(e.message, `at offset ${size}`)
+      assert.include(e.message, "unknown record kind")
+      assert.deepStrictEqual(snapshotFiles(dir), before)
     }))
 
   it.effect("a flipped byte anywhere in a sealed segment: open refuses as corrupt, naming file and offset; files byte-for-byte unchanged", () =>
