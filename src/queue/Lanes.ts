@@ -8,7 +8,8 @@
  * uninterruptible so that its end (scope closed, `onExit`, hand-off of the slot) always runs.
  */
 import { Cause, Context, Effect, Exit, Fiber, Scope } from "effect"
-import { LaneQueueFull, LanesClosed, LanesConfigInvalid, MAX_QUEUED } from "./errors.js"
+import { LaneQueueFull, LanesClosed, type LanesConfigInvalid } from "./errors.js"
+import { show, validateLanesOptions } from "./LanesConfig.js"
 
 /** How one activation of a key ended, or why a key's owed activation never started. */
 export type ActivationExit<K, E> =
@@ -75,42 +76,18 @@ const QUEUED_RESULT: Effect.Effect<WakeResult> = Effect.succeed("queued")
 const COALESCED: Effect.Effect<WakeResult> = Effect.succeed("coalesced")
 const CLOSED: Effect.Effect<never, LanesClosed> = Effect.fail(new LanesClosed())
 
-const show = (value: unknown): string => {
-  if (typeof value === "string") return JSON.stringify(value)
+/**
+ * A refusal is expected and typed: it is made without a JavaScript stack trace, which would cost
+ * a few microseconds per refused wake (most of its price) and say nothing the tag does not.
+ */
+const queueFull = (key: unknown, maxQueued: number): LaneQueueFull => {
+  const limit = Error.stackTraceLimit
+  Error.stackTraceLimit = 0
   try {
-    return String(value)
-  } catch {
-    return Object.prototype.toString.call(value)
+    return new LaneQueueFull({ key, maxQueued })
+  } finally {
+    Error.stackTraceLimit = limit
   }
-}
-
-const invalid = (field: string, expected: string, value: unknown) =>
-  new LanesConfigInvalid({ field, message: `Expected \`${field}\` to be ${expected}, got \`${show(value)}\`` })
-
-const validate = (options: unknown): LanesConfigInvalid | undefined => {
-  if (typeof options !== "object" || options === null) {
-    return invalid("options", "an object", options)
-  }
-  const o = options as Record<string, unknown>
-  const mc = o.maxConcurrent
-  if (typeof mc !== "number" || !Number.isInteger(mc) || mc < 1) {
-    return invalid("maxConcurrent", "an integer from 1 and up", mc)
-  }
-  const mq = o.maxQueued
-  if (mq !== undefined && (typeof mq !== "number" || !Number.isInteger(mq) || mq < 0 || mq > MAX_QUEUED)) {
-    return invalid("maxQueued", `an integer from 0 through ${MAX_QUEUED}`, mq)
-  }
-  const tt = o.turnTimeoutMs
-  if (tt !== undefined && (typeof tt !== "number" || !Number.isFinite(tt) || tt <= 0)) {
-    return invalid("turnTimeoutMs", "a finite number greater than 0", tt)
-  }
-  if (typeof o.activate !== "function") {
-    return invalid("activate", "a function", o.activate)
-  }
-  if (o.onExit !== undefined && typeof o.onExit !== "function") {
-    return invalid("onExit", "a function when given", o.onExit)
-  }
-  return undefined
 }
 
 /**
@@ -123,7 +100,7 @@ export const createLanes = <K, E = never, R = never>(
   options: LanesOptions<K, E, R>
 ): Effect.Effect<Lanes<K>, LanesConfigInvalid, Scope.Scope | R> =>
   Effect.suspend(() => {
-    const error = validate(options)
+    const error = validateLanesOptions(options)
     if (error !== undefined) return Effect.fail(error)
     return Effect.flatMap(Effect.context<Scope.Scope | R>(), (context) => {
       const lanes = make(options, context)
@@ -323,7 +300,7 @@ const make = <K, E, R>(
         start(fresh)
         return STARTED
       }
-      if (waiting >= maxQueued) return Effect.fail(new LaneQueueFull({ key, maxQueued }))
+      if (waiting >= maxQueued) return Effect.fail(queueFull(key, maxQueued))
       const fresh = new Entry(key)
       entries.set(key, fresh)
       enqueue(fresh)
@@ -331,7 +308,7 @@ const make = <K, E, R>(
       return QUEUED_RESULT
     }
     if (e.state === QUEUED || e.owed) return COALESCED
-    if (waiting >= maxQueued) return Effect.fail(new LaneQueueFull({ key, maxQueued }))
+    if (waiting >= maxQueued) return Effect.fail(queueFull(key, maxQueued))
     e.owed = true
     waiting++
     return QUEUED_RESULT
