@@ -260,15 +260,25 @@ export class Engine {
   // ---------------------------------------------------------------------------------------------
   // Running: one activation runs one task
 
+  /**
+   * What `createLanes` calls when the key gets its slot: the key's next task starts now (it runs,
+   * as `snapshot` and `admission: "started"` say, from here on); its body runs when the
+   * activation's fiber does, right after.
+   */
   activator(lane: LaneState): (key: string) => Effect.Effect<void> {
-    return (key) => Effect.uninterruptible(Effect.suspend(() => this.runNext(lane, key)))
+    return (key) => {
+      const task = this.pick(lane, key)
+      return task === undefined ? VOID : Effect.uninterruptible(Effect.suspend(() => this.run(lane, key, task)))
+    }
   }
 
-  runNext(lane: LaneState, key: string): Effect.Effect<void> {
+  /** Takes the key's next task off its FIFO and makes it the running one (synchronously). */
+  pick(lane: LaneState, key: string): Task | undefined {
     const ks = lane.keys.get(key)
-    if (ks === undefined || ks.cancelling || ks.running !== undefined) return Effect.void
+    // A key whose owed activation is being cancelled, or that has nothing left: nothing to do.
+    if (ks === undefined || ks.cancelling || ks.running !== undefined) return undefined
     const task = ks.head
-    if (task === undefined) return Effect.void
+    if (task === undefined) return undefined
     ks.unlink(task)
     ks.running = task
     task.state = RUNNING
@@ -279,16 +289,22 @@ export class Engine {
       task.timer = undefined
       timer.interruptUnsafe()
     }
-    const now = this.clock.currentTimeMillisUnsafe()
-    task.startedAt = now
-    const waited = now - task.admittedAt
-    lane.metrics.waited(waited)
+    task.startedAt = this.clock.currentTimeMillisUnsafe()
+    lane.metrics.waited(task.startedAt - task.admittedAt)
+    return task
+  }
+
+  /** The activation's work: the body, then its end; one warning first if it waited too long. */
+  run(lane: LaneState, key: string, task: Task): Effect.Effect<void> {
+    // Stopped (cancel, restart, drain) between its slot and its first step: the body never runs.
+    if (task.stopped !== undefined) return this.finish(lane, key, task, Exit.fail(task.stopped))
     const turnMs = task.options?.turnTimeoutMs ?? lane.limits.turnTimeoutMs
     const body = task.kind === EFFECT_BODY ? startEffect(this, task, turnMs) : startPromise(this, task, turnMs)
     // A body that ended synchronously is finished without another step.
     const main: Effect.Effect<void> = Exit.isExit(body)
       ? this.finish(lane, key, task, body)
       : Effect.flatMap(body as Effect.Effect<Exit.Exit<any, any>>, (exit) => this.finish(lane, key, task, exit))
+    const waited = task.startedAt - task.admittedAt
     const warnAfter = lane.limits.warnAfterMs
     if (warnAfter === undefined || waited <= warnAfter) return main
     return Effect.andThen(

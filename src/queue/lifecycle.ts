@@ -70,21 +70,39 @@ export function cancelTask(engine: Engine, task: Task): Effect.Effect<void> {
   })
 }
 
-/** Stops every task of `ks` that `select` picks: waiting ones dropped now, running ones interrupted. */
-export function stopKey(engine: Engine, ks: KeyTasks, reason: QueueFailureReason, into: Array<Task>, select?: (t: Task) => boolean): void {
-  for (let t = ks.head; t !== undefined;) {
-    const next = t.next
-    if (select === undefined || select(t)) {
-      into.push(t)
-      engine.fork(engine.drop(t, reason))
+/**
+ * Stops every task of these keys that `select` picks, and returns them: waiting ones are dropped
+ * now, then running ones are stopped. Waiting ones go first: stopping a running task may hand its
+ * slot on at once (synchronously), and none of the tasks being stopped may take it.
+ */
+export function stopTasks(
+  engine: Engine,
+  keys: Iterable<KeyTasks>,
+  reason: QueueFailureReason,
+  select?: (t: Task) => boolean
+): Array<Task> {
+  const all = Array.from(keys)
+  const tasks: Array<Task> = []
+  for (const ks of all) {
+    for (let t = ks.head; t !== undefined;) {
+      const next = t.next
+      if (select === undefined || select(t)) {
+        tasks.push(t)
+        engine.fork(engine.drop(t, reason))
+      }
+      t = next
     }
-    t = next
   }
-  const running = ks.running
-  if (running !== undefined && (select === undefined || select(running))) {
-    stop(engine, running, reason)
-    into.push(running)
+  const running: Array<Task> = []
+  for (const ks of all) {
+    const r = ks.running
+    if (r !== undefined && (select === undefined || select(r))) running.push(r)
   }
+  for (const r of running) {
+    stop(engine, r, reason)
+    tasks.push(r)
+  }
+  return tasks
 }
 
 /** Cancels every task of `key` in the lane, and returns once they all settled. */
@@ -94,9 +112,7 @@ export function cancelKey(engine: Engine, laneName: string, key: string): Effect
     if (lane === undefined) return Effect.fail(engine.unknownLane(laneName, key))
     const ks = lane.keys.get(key)
     if (ks === undefined) return Effect.void
-    const tasks: Array<Task> = []
-    stopKey(engine, ks, "canceled", tasks)
-    return awaitAll(tasks)
+    return awaitAll(stopTasks(engine, [ks], "canceled"))
   })
 }
 
@@ -106,9 +122,7 @@ export function restartLane(engine: Engine, laneName: string): Effect.Effect<num
     const lane = engine.byName.get(laneName)
     if (lane === undefined) return Effect.fail(engine.unknownLane(laneName, ""))
     const generation = ++lane.generation
-    const tasks: Array<Task> = []
-    const older = (t: Task) => t.generation < generation
-    for (const ks of Array.from(lane.keys.values())) stopKey(engine, ks, "stale", tasks, older)
+    const tasks = stopTasks(engine, lane.keys.values(), "stale", (t) => t.generation < generation)
     return Effect.as(awaitAll(tasks), generation)
   })
 }
@@ -146,11 +160,8 @@ export function runDrain(engine: Engine, timeoutMs: number): Effect.Effect<void>
       }
     }
     if (timedOut) {
-      const tasks: Array<Task> = []
-      for (const lane of engine.all) {
-        for (const ks of Array.from(lane.keys.values())) stopKey(engine, ks, "closed", tasks)
-      }
-      yield* awaitAll(tasks)
+      const keys = engine.all.flatMap((lane) => Array.from(lane.keys.values()))
+      yield* awaitAll(stopTasks(engine, keys, "closed"))
     }
     if (engine.live > 0) {
       // Tasks dropped before the deadline still finish their finalizer and report.

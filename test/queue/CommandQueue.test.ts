@@ -75,6 +75,29 @@ describe("CommandQueue dispatch", () => {
       expect(yield* future.await).toBe("hello")
     }))
 
+  it.effect("admission started means the task holds its slot at once: snapshot counts it running before dispatch's caller yields", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue({ lanes: { main: { concurrent: 1, queued: 4 } } })
+      const g = yield* gated("a")
+      const a = yield* queue.dispatch("main", "a", g.task)
+      const b = yield* queue.dispatch("main", "b", Effect.void)
+      expect([a.admission, b.admission]).toEqual(["started", "queued"])
+      expect((yield* queue.snapshot)[0]).toMatchObject({ running: 1, waiting: 1, keys: 2 })
+      yield* g.release
+      yield* b.await
+    }))
+
+  it.effect("a task cancelled after it got its slot but before its first step never runs its body", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue()
+      let ran = false
+      const f = yield* queue.dispatch("main", "k", Effect.sync(() => (ran = true)))
+      expect(f.admission).toBe("started")
+      yield* f.cancel
+      expect(yield* Effect.flip(f.await)).toMatchObject({ reason: "canceled", stage: "running" })
+      expect(ran).toBe(false)
+    }))
+
   it.effect("runIds are unique", () =>
     Effect.gen(function*() {
       const queue = yield* makeQueue()

@@ -40,6 +40,17 @@ describe("AsyncCommandQueue dispatch", () => {
     expect(f.poll()).toEqual({ status: "success", value: "v" })
   })
 
+  it("admission started means the task holds its slot at once: snapshot counts it running right after dispatch", async () => {
+    const q = await make({ lanes: { main: { concurrent: 1, queued: 4 } } })
+    const g = gated("a")
+    const a = q.dispatch("main", "a", g.task)
+    const b = q.dispatch("main", "b", () => "b")
+    expect([a.admission, b.admission]).toEqual(["started", "queued"])
+    expect(q.snapshot()[0]).toMatchObject({ running: 1, waiting: 1, keys: 2 })
+    g.release()
+    expect(await b.result).toBe("b")
+  })
+
   it("dispatch at the ownership bound throws AdmissionError full synchronously", async () => {
     const q = await make({ lanes: { main: { concurrent: 1, queued: 1 } } })
     const g = gated(1)
