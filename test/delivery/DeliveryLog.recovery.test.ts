@@ -150,6 +150,27 @@ describe("DeliveryLog recovery", () => {
       assert.deepStrictEqual(snapshotFiles(dir), before)
     }))
 
+  it.effect("a record length is checked against maxRecordBytes before anything is allocated: a 4 GiB length is refused as corrupt", () =>
+    Effect.gen(function* () {
+      const dir = tmp.next()
+      yield* Effect.scoped(
+        Effect.flatMap(DeliveryLog.open({ dir, fsync: "never" }), (log) =>
+          Effect.forEach([1, 2, 3], (i) => log.append({ channel: "c", to: "r", body: i }))
+        )
+      )
+      const name = segments(dir)[0]!
+      const bounds = recordBoundaries(join(dir, name))
+      const buf = fs.readFileSync(join(dir, name))
+      buf.writeUInt32BE(0xffff_fff0, bounds[2]! + 4) // the last record claims ~4 GiB
+      fs.writeFileSync(join(dir, name), buf)
+      const heapBefore = process.memoryUsage().arrayBuffers
+      const e = yield* failure(Effect.scoped(DeliveryLog.open({ dir, fsync: "never" })))
+      assert.strictEqual(e.reason, "corrupt")
+      assert.include(e.message, `at offset ${bounds[2]}`)
+      assert.include(e.message, "maxRecordBytes")
+      assert.isBelow(process.memoryUsage().arrayBuffers - heapBefore, 64 * 1024 * 1024, "nothing near the claimed size was allocated")
+    }))
+
   it.effect("a flipped byte anywhere in a sealed segment: open refuses as corrupt, naming file and offset; files byte-for-byte unchanged", () =>
     Effect.gen(function* () {
       const dir = tmp.next()
