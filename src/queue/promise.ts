@@ -69,6 +69,15 @@ export interface AsyncCommandQueue {
 }
 
 const noop = () => {}
+
+// One executor for every `result` Promise: it hands the resolvers over through these two
+// variables (read right after `new Promise` returns), so no closure is made per task.
+let lastResolve: ((a: unknown) => void) | undefined
+let lastReject: ((e: unknown) => void) | undefined
+const takeResolvers = (resolve: (a: any) => void, reject: (e: unknown) => void): void => {
+  lastResolve = resolve
+  lastReject = reject
+}
 const PENDING: AsyncPoll<never> = { status: "pending" }
 
 /** What a rejected `result` carries: the task's own error or throw, a `QueueFailure`, or a defect. */
@@ -102,10 +111,9 @@ class AsyncFutureImpl<A> implements AsyncFuture<A> {
         this._result = Exit.isSuccess(exit) ? Promise.resolve(exit.value as A) : Promise.reject(errorOf(exit.cause))
         this._result.catch(noop)
       } else {
-        this._result = new Promise<A>((resolve, reject) => {
-          this._resolve = resolve
-          this._reject = reject
-        })
+        this._result = new Promise<A>(takeResolvers)
+        this._resolve = lastResolve as (a: A) => void
+        this._reject = lastReject
         addListener(this.task, this)
       }
     }
