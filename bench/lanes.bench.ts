@@ -217,19 +217,19 @@ const distinct = async () => {
   const medium = Array.from({ length: 100_000 }, (_, i) => `room:${i}`)
   const large = Array.from({ length: 1_000_000 }, (_, i) => `room:${i}`)
   const rows = []
-  // The machine is shared: each figure is the best of 3 rounds (the least disturbed one), and a
-  // round does the same work at every size (1_000 keys x 1_000 times, 100_000 x 10, 1_000_000
-  // once), so that every size is exposed alike to the load of other processes.
-  const best = async (f: () => Promise<number>, rounds: number) => {
-    let min = Number.POSITIVE_INFINITY
-    for (let r = 0; r < rounds; r++) min = Math.min(min, await f())
-    return min
-  }
+  // The machine is shared: each figure is the best of 3 rounds (the least disturbed one); a round
+  // does the same work at every size (1_000 keys x 1_000 times, 100_000 x 10, 1_000_000 once) and
+  // the sizes take turns, so that every size is exposed alike to the load of other processes.
   for (const [name, run] of [["lanes", lanesRun], ["p-queue + Map", pqueueRun], ["fastq + Map", fastqRun]] as const) {
     await run(small, 50) // warm-up
-    const nsSmall = await best(() => run(small, 1_000), 3)
-    const nsMedium = await best(() => run(medium, 10), 3)
-    const nsLarge = await best(() => run(large, 1), 3)
+    let nsSmall = Number.POSITIVE_INFINITY
+    let nsMedium = Number.POSITIVE_INFINITY
+    let nsLarge = Number.POSITIVE_INFINITY
+    for (let r = 0; r < 3; r++) {
+      nsSmall = Math.min(nsSmall, await run(small, 1_000))
+      nsMedium = Math.min(nsMedium, await run(medium, 10))
+      nsLarge = Math.min(nsLarge, await run(large, 1))
+    }
     rows.push({
       name,
       "ns/key @1k": nsSmall,
