@@ -1,8 +1,9 @@
 /**
  * Cron jobs once per due time across the cluster, on effect/cluster's `ClusterCron`: each due time is
- * one persisted message to one entity, so exactly one runner fires it (again only if that runner
- * dies while firing). Firing dispatches a run on lane `cron`, keyed by the job, coalescing, with a
- * run id made of the job and the due time (so even a replayed firing adds no second run).
+ * one persisted message to one entity, so one runner fires it (again only when the firing is caught
+ * in a shard move or a crash). Firing dispatches a run on lane `cron`, keyed by the job, coalescing
+ * across processes: a due time that comes while the job's previous run still waits adds nothing,
+ * so an overrunning job never piles up nor overlaps itself.
  * Every firing is recorded in `<prefix>_cron_firings` (job, due time, runner, count).
  */
 import { PgClient } from "@effect/sql-pg"
@@ -50,7 +51,7 @@ export const layer = (
             prompt: job.prompt,
             ...(job.to === undefined ? {} : { to: job.to }),
             dueAt: due
-          }, { coalesce: true, runId: `cron:${job.name}:${due}` }).pipe(
+          }, { coalesce: true }).pipe(
             Effect.catch((e) => Effect.logWarning(`Cron job ${job.name} not dispatched: ${e.message}`))
           )
         }).pipe(Effect.orDie)

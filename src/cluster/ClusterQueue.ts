@@ -15,6 +15,7 @@ import * as CommandQueue from "../queue/CommandQueue.js"
 import type { DrainReport, LaneLimits, LaneSnapshot, TaskReport } from "../queue/CommandQueue.js"
 import { AdmissionError, FutureTimeout, LanesConfigInvalid, QueueFailure, RequestError } from "../queue/errors.js"
 import type { Participation } from "../queue/errors.js"
+import * as Coalesce from "./Coalesce.js"
 import * as Generations from "./Generations.js"
 import * as KeyRunner from "./KeyRunner.js"
 import type { LaneHandler } from "./KeyRunner.js"
@@ -41,7 +42,10 @@ export interface ClusterQueueOptions {
   readonly restartTimeoutMs?: number
 }
 
-/** The handle of a dispatched command. `admission` is always `"queued"`: accepted into the key's durable mailbox. */
+/**
+ * The handle of a dispatched command. `admission` is `"queued"` (accepted into the key's durable
+ * mailbox) or `"coalesced"` (joined a run of the key that waits and has not started; `runId` is its id).
+ */
 export interface ClusterFuture<A, E> {
   /** Unique in the cluster; re-sending a dispatch with the same `runId` joins this run. */
   readonly runId: string
@@ -49,7 +53,7 @@ export interface ClusterFuture<A, E> {
   readonly key: string
   /** The lane's cluster generation at admission. */
   readonly generation: number
-  readonly admission: "queued"
+  readonly admission: "queued" | "coalesced"
   readonly await: Effect.Effect<A, E | QueueFailure>
   readonly poll: Effect.Effect<Option.Option<Exit.Exit<A, E | QueueFailure>>>
   readonly awaitTimeout: (timeout: Duration.Input) => Effect.Effect<A, E | QueueFailure | FutureTimeout>
@@ -59,6 +63,7 @@ export interface ClusterFuture<A, E> {
 
 /** Options of one cluster dispatch. */
 export interface ClusterDispatchOptions {
+  /** Join the key's run that waits and has not started (across processes), instead of adding one. */
   readonly coalesce?: boolean
   readonly queueTimeoutMs?: number
   readonly turnTimeoutMs?: number
@@ -79,7 +84,10 @@ export interface ClusterQueue {
   readonly restartLane: (lane: string) => Effect.Effect<number, RequestError>
   readonly restartAll: Effect.Effect<void>
   readonly generation: (lane: string) => Effect.Effect<number, RequestError>
-  /** Cancels every run of the key on the runner that holds it. */
+  /**
+   * Cancels every run of the key dispatched before the call: those its runner holds (returns once they
+   * ended) and those that reach it later (they fail `canceled` when they arrive).
+   */
   readonly cancel: (lane: string, key: string) => Effect.Effect<void, RequestError>
   /** Closes this process' admission, waits for the futures it dispatched, then fails the rest `closed`. */
   readonly drain: (options?: { readonly timeoutMs?: number }) => Effect.Effect<DrainReport>
@@ -92,6 +100,7 @@ export interface ClusterQueue {
 }
 
 interface Outstanding {
+  readonly id: number
   readonly lane: string
   readonly key: string
   readonly runId: string
@@ -131,7 +140,9 @@ export const make = (
       ...(options.prefix === undefined ? {} : { prefix: options.prefix }),
       apply: (lane) => (lane in lanes ? Effect.asVoid(Effect.ignore(local.restartLane(lane))) : Effect.void)
     }).pipe(Effect.orDie)
+    const coalescing = yield* Coalesce.make(options.prefix).pipe(Effect.orDie)
     yield* KeyRunner.register({
+      markStarted: coalescing.markStarted,
       local,
       generations,
       handlers: options.handlers,
@@ -142,7 +153,9 @@ export const make = (
     const scope = yield* Effect.scope
 
     const counters: Record<string, number> = { dispatched: 0, succeeded: 0, failed: 0, queueFailures: 0, defects: 0 }
-    const outstanding = new Map<string, Outstanding>()
+    // By future, not by run id: coalesced futures share their run's id.
+    const outstanding = new Map<number, Outstanding>()
+    let futureSeq = 0
     const outstandingPerLane = new Map<string, number>()
     let draining: Deferred.Deferred<DrainReport> | undefined
 
@@ -157,8 +170,8 @@ export const make = (
 
     const settle = (o: Outstanding, exit: Exit.Exit<unknown, unknown>) =>
       Effect.suspend(() => {
-        if (outstanding.get(o.runId) === o) {
-          outstanding.delete(o.runId)
+        if (outstanding.get(o.id) === o) {
+          outstanding.delete(o.id)
           outstandingPerLane.set(o.lane, (outstandingPerLane.get(o.lane) ?? 1) - 1)
         }
         return Deferred.done(o.deferred, exit)
@@ -174,25 +187,40 @@ export const make = (
         if ((outstandingPerLane.get(lane) ?? 0) >= bound && o?.coalesce !== true) {
           return yield* new AdmissionError({ lane, key, reason: "full" })
         }
-        const runId = o?.runId ?? crypto.randomUUID()
         const generation = generations.current(lane)
         const client = makeClient(entityId(lane, key))
-        const payload = {
+        const payloadFor = (runId: string, coalesceSlot: number | undefined) => ({
           runId,
           lane,
           key,
           generation,
           command,
           admittedAt: Date.now(),
-          coalesce: o?.coalesce === true,
+          ...(coalesceSlot === undefined ? {} : { coalesceSlot }),
           ...(o?.queueTimeoutMs === undefined ? {} : { queueTimeoutMs: o.queueTimeoutMs }),
           ...(o?.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: o.turnTimeoutMs })
-        }
+        })
         // Durable once this returns: saved in the message table and the key's runner notified.
-        yield* client.Run(payload, { discard: true }).pipe(
-          Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
-          Effect.orDie
-        )
+        const send = (payload: ReturnType<typeof payloadFor>) =>
+          client.Run(payload, { discard: true }).pipe(
+            Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
+            Effect.orDie
+          )
+        let payload: ReturnType<typeof payloadFor>
+        let joined = false
+        if (o?.coalesce === true) {
+          // Join the key's run that waits (same run id: the cluster dedupes it), or take the next slot.
+          const slotted = yield* coalescing.withSlot(lane, key, (slot) => {
+            const p = payloadFor(slot.runId, slot.slot)
+            return Effect.as(send(p), { payload: p, joined: slot.joined })
+          }).pipe(Effect.orDie)
+          payload = slotted.payload
+          joined = slotted.joined
+        } else {
+          payload = payloadFor(o?.runId ?? crypto.randomUUID(), undefined)
+          yield* send(payload)
+        }
+        const runId = payload.runId
         counters.dispatched++
         const deferred = Deferred.makeUnsafe<unknown, unknown>()
         let settled: Exit.Exit<unknown, unknown> | undefined
@@ -203,8 +231,8 @@ export const make = (
           )
           yield* Effect.exit(Deferred.await(deferred))
         })
-        const entry: Outstanding = { lane, key, runId, deferred, cancel }
-        outstanding.set(runId, entry)
+        const entry: Outstanding = { id: ++futureSeq, lane, key, runId, deferred, cancel }
+        outstanding.set(entry.id, entry)
         outstandingPerLane.set(lane, (outstandingPerLane.get(lane) ?? 0) + 1)
         // The same runId joins the durable run (deduplicated by its primary key) and waits for its reply.
         yield* client.Run(payload).pipe(
@@ -221,7 +249,7 @@ export const make = (
           lane,
           key,
           generation,
-          admission: "queued",
+          admission: joined ? "coalesced" : "queued",
           await: Deferred.await(deferred) as Effect.Effect<A, E | QueueFailure>,
           poll: Effect.sync(() => Option.fromUndefinedOr(settled) as Option.Option<Exit.Exit<A, E | QueueFailure>>),
           awaitTimeout: (timeout) =>
@@ -304,7 +332,7 @@ export const make = (
         Effect.gen(function*() {
           yield* knownLane(lane)
           if (key.length === 0) return yield* new RequestError({ lane, key, message: "Expected `key` to be a non-empty string, got ``" })
-          yield* makeClient(entityId(lane, key)).CancelKey({ lane, key }).pipe(
+          yield* makeClient(entityId(lane, key)).CancelKey({ lane, key, before: Date.now() }).pipe(
             Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
             Effect.orDie
           )

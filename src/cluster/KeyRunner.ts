@@ -42,6 +42,8 @@ export interface KeyRunnerOptions {
   readonly handlers: Readonly<Record<string, LaneHandler>>
   readonly participation: (lane: string) => Participation
   readonly queueTimeoutMs: (lane: string) => number | undefined
+  /** Marks a coalescing slot started (see Coalesce.ts), before the run is admitted here. */
+  readonly markStarted: (lane: string, key: string, slot: number) => Effect.Effect<void, unknown>
 }
 
 type Rpcs = typeof Run | typeof Cancel | typeof CancelKey
@@ -67,11 +69,19 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
         const earlyCancels = new Set<string>()
         // Runs this entity canceled itself because it stops (not because a caller asked).
         const stoppedRuns = new Set<string>()
+        // Runs admitted up to this time (epoch ms) were canceled by `cancel(lane, key)` before they arrived.
+        let canceledBefore = 0
         let stopping = false
 
         const reply = (request: Req, exit: Exit.Exit<unknown, unknown>) => replier.complete(request as any, exit as any)
+        // A coalescing slot is used up when its run starts, or ends without starting: later coalescing
+        // dispatches must not join a run that will never run.
+        const consumeSlot = (p: typeof Run.payloadSchema.Type) =>
+          p.coalesceSlot === undefined ? Effect.void : options.markStarted(p.lane, p.key, p.coalesceSlot).pipe(
+            Effect.catchCause((cause) => Effect.logWarning("Could not mark a coalescing slot started", cause))
+          )
         const failWith = (request: Req, p: typeof Run.payloadSchema.Type, stage: WireQueueFailure["stage"], reason: WireQueueFailure["reason"]) =>
-          reply(request, Exit.fail({
+          Effect.andThen(consumeSlot(p), reply(request, Exit.fail({
             _tag: "QueueFailure",
             runId: p.runId,
             lane: p.lane,
@@ -79,7 +89,7 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
             participation: options.participation(p.lane),
             stage,
             reason
-          } satisfies WireQueueFailure))
+          } satisfies WireQueueFailure)))
 
         /** The local outcome as the cluster reply; `undefined` when the run must be left for the next runner. */
         const toReply = (p: typeof Run.payloadSchema.Type, exit: Exit.Exit<unknown, unknown>): Exit.Exit<unknown, unknown> | undefined => {
@@ -114,7 +124,7 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
 
         const onRun = (request: Req, p: typeof Run.payloadSchema.Type) =>
           Effect.gen(function*() {
-            if (earlyCancels.delete(p.runId)) return yield* failWith(request, p, "queued", "canceled")
+            if (earlyCancels.delete(p.runId) || p.admittedAt <= canceledBefore) return yield* failWith(request, p, "queued", "canceled")
             let generation = generations.current(p.lane)
             if (p.generation > generation) {
               generation = yield* Effect.orElseSucceed(generations.refresh(p.lane), () => generation)
@@ -132,7 +142,7 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
             const queueTimeout = p.queueTimeoutMs ?? options.queueTimeoutMs(p.lane)
             const remaining = queueTimeout === undefined ? undefined : p.admittedAt + queueTimeout - now
             if (remaining !== undefined && remaining <= 0) return yield* failWith(request, p, "queued", "timeout")
-            const task = handler({
+            const run = handler({
               runId: p.runId,
               lane: p.lane,
               key: p.key,
@@ -140,8 +150,10 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
               command: p.command,
               admittedAt: p.admittedAt
             })
+            // A coalescing slot is marked started when the task starts here (not when it is admitted):
+            // until then, coalescing dispatches of the key join it.
+            const task = p.coalesceSlot === undefined ? run : Effect.andThen(consumeSlot(p), run)
             const admitted = yield* local.dispatch(p.lane, p.key, task, {
-              ...(p.coalesce ? { coalesce: true } : {}),
               ...(remaining === undefined ? {} : { queueTimeoutMs: Math.max(1, Math.round(remaining)) }),
               ...(p.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: p.turnTimeoutMs })
             }).pipe(
@@ -167,7 +179,7 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                 // A run canceled because the entity stops gets no reply: the key's next runner runs it.
                 // Any other outcome (also one reached while stopping) is the answer, saved as usual.
                 if (out === undefined || (stoppedRuns.has(p.runId) && isCanceled(out))) return Effect.void
-                return reply(request, out)
+                return Effect.andThen(consumeSlot(p), reply(request, out))
               }),
               Effect.forkChild
             )
@@ -194,7 +206,8 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                 yield* onCancel(request, (request.payload as { runId: string }).runId)
                 break
               case "CancelKey": {
-                const p = request.payload as { lane: string; key: string }
+                const p = request.payload as { lane: string; key: string; before: number }
+                canceledBefore = Math.max(canceledBefore, p.before)
                 yield* Effect.forkChild(Effect.andThen(
                   Effect.ignore(local.cancel(p.lane, p.key)),
                   reply(request, Exit.void)

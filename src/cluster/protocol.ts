@@ -37,7 +37,8 @@ export const Run = Rpc.make("Run", {
     generation: Schema.Number,
     command: Schema.Unknown,
     admittedAt: Schema.Number,
-    coalesce: Schema.Boolean,
+    /** Set for a coalescing dispatch: the key's coalescing slot this run is. */
+    coalesceSlot: Schema.optional(Schema.Number),
     queueTimeoutMs: Schema.optional(Schema.Number),
     turnTimeoutMs: Schema.optional(Schema.Number)
   },
@@ -52,9 +53,12 @@ export const Cancel = Rpc.make("Cancel", {
   success: Schema.Void
 })
 
-/** Cancels every run of the key on its runner; replies once they ended. */
+/**
+ * Cancels every run of the key on its runner, and every run admitted up to `before` (epoch ms) that
+ * reaches the runner later; replies once the runs it holds ended.
+ */
 export const CancelKey = Rpc.make("CancelKey", {
-  payload: { lane: Schema.String, key: Schema.String },
+  payload: { lane: Schema.String, key: Schema.String, before: Schema.Number },
   success: Schema.Void
 })
 

@@ -14,6 +14,7 @@ export const DEFAULT_LANES: Record<string, LaneLimits> = {
 
 /** Options a dispatch may carry (see `ClusterDispatchOptions`). */
 interface DispatchOptions {
+  readonly coalesce?: boolean
   readonly queueTimeoutMs?: number
   readonly turnTimeoutMs?: number
   readonly runId?: string
@@ -35,6 +36,9 @@ export const checkDispatch = (
   for (const field of ["queueTimeoutMs", "turnTimeoutMs"] as const) {
     const v = o?.[field]
     if (v !== undefined && !(Number.isFinite(v) && v > 0)) return bad(`Expected \`${field}\` to be a finite number above 0, got \`${v}\``)
+  }
+  if (o?.coalesce === true && o.runId !== undefined) {
+    return bad("Expected either `coalesce` or `runId`, got both (a coalescing dispatch takes the run id of the run it joins)")
   }
   if (o?.runId !== undefined && (typeof o.runId !== "string" || o.runId.length === 0 || o.runId.length > 200)) {
     return bad(`Expected \`runId\` to be a string of 1 to 200 characters, got \`${String(o.runId)}\``)

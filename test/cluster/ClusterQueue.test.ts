@@ -6,47 +6,11 @@ import { assert, describe, it } from "@effect/vitest"
 import { Cause, Deferred, Effect, Exit, Option } from "effect"
 import { afterAll, beforeAll } from "vitest"
 import * as ClusterQueue from "../../src/cluster/ClusterQueue.js"
-import type { ClusterTask } from "../../src/cluster/ClusterQueue.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { freePort, runnerContext } from "./support.js"
+import { events, gate, withClusterQueue } from "./harness.js"
+import { freePort } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterQueue.test.ts")
-
-/** Gates the handlers wait on, by name (commands are JSON, so they name them). */
-const gates = new Map<string, Deferred.Deferred<void>>()
-const gate = (name: string) => {
-  let g = gates.get(name)
-  if (g === undefined) {
-    g = Deferred.makeUnsafe<void>()
-    gates.set(name, g)
-  }
-  return g
-}
-const events: Array<string> = []
-
-type Command =
-  | { readonly op: "echo"; readonly value: unknown }
-  | { readonly op: "fail"; readonly error: unknown }
-  | { readonly op: "die" }
-  | { readonly op: "block"; readonly gate: string; readonly started?: string; readonly value?: unknown }
-
-const handler = (task: ClusterTask) =>
-  Effect.gen(function*() {
-    const c = task.command as Command
-    events.push(`start:${task.key}:${task.runId}`)
-    switch (c.op) {
-      case "echo":
-        return c.value
-      case "fail":
-        return yield* Effect.fail(c.error)
-      case "die":
-        return yield* Effect.die(new Error("boom"))
-      case "block":
-        if (c.started) yield* Deferred.succeed(gate(c.started), undefined)
-        yield* Deferred.await(gate(c.gate)).pipe(Effect.onInterrupt(() => Effect.sync(() => events.push(`interrupted:${task.runId}`))))
-        return c.value ?? "unblocked"
-    }
-  }).pipe(Effect.ensuring(Effect.sync(() => events.push(`end:${task.key}:${task.runId}`))))
 
 describe.skipIf(!up)("ClusterQueue on one runner (Postgres)", () => {
   let db: { url: string; drop: () => Promise<void> } | undefined
@@ -59,17 +23,7 @@ describe.skipIf(!up)("ClusterQueue on one runner (Postgres)", () => {
     await db?.drop()
   })
 
-  const withQueue = <A, E>(f: (q: ClusterQueue.ClusterQueue) => Effect.Effect<A, E>) =>
-    Effect.scoped(Effect.gen(function*() {
-      const ctx = yield* runnerContext(db!.url, port)
-      const q = yield* ClusterQueue.make({
-        handlers: { main: handler, cron: handler, heartbeat: handler },
-        lanes: { main: { concurrent: 2, queued: 8 } },
-        member: "test-runner",
-        drainTimeoutMs: 2_000
-      }).pipe(Effect.provideContext(ctx))
-      return yield* f(q)
-    }))
+  const withQueue = <A, E>(f: (q: ClusterQueue.ClusterQueue) => Effect.Effect<A, E>) => withClusterQueue(db!.url, port, f)
 
   it.live("dispatch returns once the run is durable; await gives the handler's value; the future names the run", () =>
     withQueue((q) =>
