@@ -30,10 +30,8 @@ import { checkDispatchOptions, checkKey, show } from "./validate.js"
 /** `admit` left the key idle: the caller must wake it. */
 export const WAKE = "wake" as const
 
-
 /** The process-wide task counter behind every runId. */
 let runSeq = 0
-
 
 const engines = new WeakMap<object, Engine>()
 /** The engine behind a queue made by `CommandQueue.make`. @internal */
@@ -110,7 +108,11 @@ export class Engine {
 
   unknownLane(lane: string, key: string): RequestError {
     const names = this.all.map((l) => `\`${l.name}\``).join(", ")
-    return new RequestError({ lane: String(lane), key: String(key), message: `Unknown lane \`${show(lane)}\`: expected one of ${names}` })
+    return new RequestError({
+      lane: String(lane),
+      key: String(key),
+      message: `Expected \`lane\` to be one of ${names}, got \`${show(lane)}\``
+    })
   }
 
   failure(task: Task, stage: QueueFailureStage, reason: QueueFailureReason): QueueFailure {

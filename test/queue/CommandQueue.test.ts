@@ -209,7 +209,7 @@ describe("CommandQueue dispatch", () => {
       const unknown = yield* Effect.flip(queue.dispatch("nope", "k", task))
       expect(unknown).toBeInstanceOf(RequestError)
       expect(unknown).toMatchObject({ lane: "nope", key: "k" })
-      expect(unknown.message).toContain("Unknown lane `\"nope\"`")
+      expect(unknown.message).toBe("Expected `lane` to be one of `main`, `heartbeat`, `cron`, got `\"nope\"`")
       const empty = yield* Effect.flip(queue.dispatch("main", "", task))
       expect(empty.message).toBe("Expected `key` to be a non-empty string, got `\"\"`")
       const option = yield* Effect.flip(queue.dispatch("main", "k", task, { queueTimeoutMs: -1 }))
