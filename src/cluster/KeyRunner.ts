@@ -71,7 +71,6 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
         const stoppedRuns = new Set<string>()
         // Runs admitted up to this time (epoch ms) were canceled by `cancel(lane, key)` before they arrived.
         let canceledBefore = 0
-        let stopping = false
 
         const reply = (request: Req, exit: Exit.Exit<unknown, unknown>) => replier.complete(request as any, exit as any)
         // A coalescing slot is used up when its run starts, or ends without starting: later coalescing
@@ -223,7 +222,6 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
             Effect.suspend(() => {
               // Stop answering: whatever did not end goes to the key's next runner. Cancel first, so
               // no task of this key still runs here when the next runner starts it.
-              stopping = true
               const live = [...runs.entries()]
               for (const [runId] of live) stoppedRuns.add(runId)
               return Effect.forEach(live, ([, f]) => f.cancel, { concurrency: "unbounded", discard: true }).pipe(

@@ -1,0 +1,68 @@
+/** The runner's HTTP ingress: messages, replies, errors in their status codes, /status, /metrics, /healthz. */
+import { assert, describe, it } from "@effect/vitest"
+import { Effect } from "effect"
+import { afterAll, beforeAll } from "vitest"
+import * as Runner from "../../src/cluster/Runner.js"
+import { freshDatabase, postgresAvailable } from "./pg.js"
+import { freePort } from "./support.js"
+
+const up = await postgresAvailable("test/cluster/Ingress.test.ts")
+
+describe.skipIf(!up)("Ingress (Postgres)", () => {
+  let db: { url: string; drop: () => Promise<void> } | undefined
+  let port = 0
+  let clusterPort = 0
+  beforeAll(async () => {
+    db = await freshDatabase("ingress")
+    port = await freePort()
+    clusterPort = await freePort()
+  }, 30_000)
+  afterAll(async () => {
+    await db?.drop()
+  })
+
+  const call = (method: string, path: string, body?: string) =>
+    Effect.promise(async () => {
+      const res = await fetch(`http://127.0.0.1:${port}${path}`, { method, ...(body === undefined ? {} : { body }) })
+      const text = await res.text()
+      return { status: res.status, text, json: (() => { try { return JSON.parse(text) } catch { return undefined } })() }
+    })
+
+  it.live("POST /sessions/:id/messages: 202 once durable, 200 with the reply under ?wait, the same id joins the first run; bad requests get 400, unknown routes 404", () =>
+    Effect.scoped(Effect.gen(function*() {
+      yield* Runner.start({ postgres: db!.url, port, clusterPort, latencyMs: 0, shardsPerGroup: 8, name: "ingress" })
+      const accepted = yield* call("POST", "/sessions/bob/messages", JSON.stringify({ text: "hi", id: "m1" }))
+      assert.strictEqual(accepted.status, 202)
+      assert.deepStrictEqual(accepted.json, { runId: "msg:bob:m1", session: "bob", runner: "ingress" })
+      const again = yield* call("POST", "/sessions/bob/messages?wait=10000", JSON.stringify({ text: "hi", id: "m1" }))
+      assert.strictEqual(again.status, 200)
+      assert.strictEqual(again.json.runId, "msg:bob:m1")
+      assert.strictEqual(again.json.reply.text, "You said: hi")
+      const statuses = yield* Effect.all([
+        call("POST", "/sessions/bob/messages", "not json"),
+        call("POST", "/sessions/bob/messages", JSON.stringify({ nope: 1 })),
+        call("POST", "/sessions/bob/messages", JSON.stringify({ text: "x", id: 7 })),
+        call("POST", "/lanes/nope/restart"),
+        call("GET", "/nowhere")
+      ])
+      assert.deepStrictEqual(statuses.map((s) => s.status), [400, 400, 400, 400, 404])
+      for (const s of statuses) assert.isString(s.json.error)
+    })), 60_000)
+
+  it.live("GET /status, /metrics and /healthz show this runner, its lanes, the members and the counters", () =>
+    Effect.scoped(Effect.gen(function*() {
+      yield* Runner.start({ postgres: db!.url, port, clusterPort, latencyMs: 0, shardsPerGroup: 8, name: "ingress" })
+      yield* call("POST", "/sessions/carol/messages?wait=10000", JSON.stringify({ text: "hello" }))
+      const status = yield* call("GET", "/status")
+      assert.strictEqual(status.status, 200)
+      assert.strictEqual(status.json.runner, "ingress")
+      assert.deepStrictEqual(status.json.lanes.map((l: { lane: string }) => l.lane), ["main", "heartbeat", "cron"])
+      assert.deepStrictEqual(status.json.members.map((m: { member: string }) => m.member), ["ingress"])
+      assert.isAtLeast(status.json.counters.succeeded, 1)
+      const metrics = yield* call("GET", "/metrics")
+      assert.match(metrics.text, /^switchyard_lane_running\{runner="ingress",lane="main"\} 0$/m)
+      assert.match(metrics.text, /^switchyard_cluster_dispatched\{runner="ingress"\} \d+$/m)
+      const health = yield* call("GET", "/healthz")
+      assert.deepStrictEqual([health.status, health.json.ok], [200, true])
+    })), 60_000)
+})
