@@ -36,12 +36,18 @@ export function complete(engine: Engine, task: Task, exit: Exit.Exit<any, any>):
   return Effect.flatMap(Effect.exit(Effect.timeoutOption(run, ms)), (r) => {
     if (Exit.isSuccess(r)) {
       if (Option.isSome(r.value)) return conclude(engine, task, exit)
-      return Effect.andThen(warn(task, `finalizer overran its ${ms} ms bound and was interrupted`), conclude(engine, task, exit))
+      return Effect.andThen(
+        warn(task, `finalizer overran its ${ms} ms bound and was interrupted`),
+        Effect.suspend(() => conclude(engine, task, exit))
+      )
     }
     if (Exit.isFailure(exit)) {
       return conclude(engine, task, Exit.failCause(Cause.combine(exit.cause, asDefects(r.cause))))
     }
-    return Effect.andThen(warn(task, "finalizer failed after the task succeeded", r.cause), conclude(engine, task, exit))
+    return Effect.andThen(
+      warn(task, "finalizer failed after the task succeeded", r.cause),
+      Effect.suspend(() => conclude(engine, task, exit))
+    )
   })
 }
 
