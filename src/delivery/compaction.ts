@@ -10,10 +10,10 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
-import { encode, Kind } from "./record.js"
+import { ackedBytes, type EntryData, entryBytes, writeAcked, writeEntry } from "./payload.js"
+import { encode, HEADER_BYTES, Kind, seal } from "./record.js"
 import { FILE_MODE, fsyncDir, segmentName } from "./segment.js"
 import type { Acked } from "./state.js"
-import type { DeliveryEntry } from "./types.js"
 
 /** Points where a test may crash the process (`hooks.step`). */
 export type CompactionStep =
@@ -30,9 +30,9 @@ export interface CompactionHooks {
   readonly step?: (step: CompactionStep) => void
 }
 
-/** The live state captured at the checkpoint. */
+/** The live state captured at the checkpoint (copies: the live entries go on changing). */
 export interface Captured {
-  readonly entries: ReadonlyArray<DeliveryEntry>
+  readonly entries: ReadonlyArray<EntryData>
   readonly acked: ReadonlyArray<readonly [string, Acked]>
   readonly nextSeq: number
   readonly nextLsn: number
@@ -66,9 +66,7 @@ export const writeSnapshot = async (
     let lsn = 0
     let bufs: Array<Buffer> = []
     let size = 0
-    const put = async (kind: Kind, payload: unknown): Promise<void> => {
-      const json = JSON.stringify(payload)
-      const buf = encode(++lsn, kind, json, Buffer.byteLength(json))
+    const add = async (buf: Buffer): Promise<void> => {
       bufs.push(buf)
       size += buf.length
       if (size >= CHUNK) {
@@ -78,15 +76,25 @@ export const writeSnapshot = async (
         size = 0
       }
     }
+    const put = (kind: Kind, payload: unknown): Promise<void> => {
+      const json = JSON.stringify(payload)
+      return add(encode(++lsn, kind, json, Buffer.byteLength(json)))
+    }
+    const putBinary = (kind: Kind, payloadBytes: number, fill: (buf: Buffer, at: number) => number): Promise<void> => {
+      const buf = Buffer.allocUnsafe(HEADER_BYTES + payloadBytes)
+      if (fill(buf, HEADER_BYTES) !== buf.length) throw new Error("a snapshot payload of the wrong size")
+      seal(buf, 0, ++lsn, kind, payloadBytes)
+      return add(buf)
+    }
     await put(Kind.snapshotBegin, {
       nextSeq: captured.nextSeq,
       nextLsn: captured.nextLsn,
       entries: captured.entries.length,
       acked: captured.acked.length
     })
-    for (const e of captured.entries) await put(Kind.snapshotEntry, e)
+    for (const e of captured.entries) await putBinary(Kind.snapshotEntry, entryBytes(e), (buf, at) => writeEntry(buf, at, e))
     for (const [id, a] of captured.acked) {
-      await put(Kind.snapshotAcked, a.entry !== undefined ? { id, at: a.at, entry: a.entry } : { id, at: a.at })
+      await putBinary(Kind.snapshotAcked, ackedBytes(id, a.entry), (buf, at) => writeAcked(buf, at, id, a.at, a.entry))
     }
     await put(Kind.snapshotEnd, { records: lsn + 1 })
     await writeAll(fh, bufs, size)

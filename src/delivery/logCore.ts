@@ -9,7 +9,8 @@ import { type CompactionHooks, type Captured, removeReplaced, writeSnapshot } fr
 import { DeliveryLogError } from "./errors.js"
 import { GroupCommitWriter } from "./groupCommit.js"
 import { acquireLock, releaseLock } from "./lockfile.js"
-import { encode, HEADER_BYTES, Kind } from "./record.js"
+import { appendBytes, EntryData, idRecordBytes, utf8Bytes, writeAppend, writeId } from "./payload.js"
+import { HEADER_BYTES, Kind, seal } from "./record.js"
 import { CorruptLog, finishRecovery, type KeptSegment, recover } from "./recovery.js"
 import { createSegment, DIR_MODE, segmentName } from "./segment.js"
 import type { LogState } from "./state.js"
@@ -170,16 +171,38 @@ export class LogCore {
     return f === undefined ? undefined : ioError(this.o.dir, f)
   }
 
-  /** Frame a record, refusing (and writing nothing) if it is over `maxRecordBytes`. */
-  private frame(kind: Kind, json: string, what: string): Buffer | DeliveryLogError {
-    const bytes = Buffer.byteLength(json)
-    if (HEADER_BYTES + bytes > this.o.maxRecordBytes) {
-      return new DeliveryLogError({
-        reason: "too-large",
-        message: `Expected ${what} to encode to at most \`maxRecordBytes\` = ${this.o.maxRecordBytes} bytes, got ${HEADER_BYTES + bytes}; make it smaller or open the log with a larger \`maxRecordBytes\``
-      })
-    }
-    return encode(this.nextLsn++, kind, json, bytes)
+  /** Refuse (writing nothing) a record whose payload would take it over `maxRecordBytes`. */
+  private tooLarge(payloadBytes: number, what: string): DeliveryLogError | undefined {
+    if (HEADER_BYTES + payloadBytes <= this.o.maxRecordBytes) return undefined
+    return new DeliveryLogError({
+      reason: "too-large",
+      message: `Expected ${what} to encode to at most \`maxRecordBytes\` = ${this.o.maxRecordBytes} bytes, got ${HEADER_BYTES + payloadBytes}; make it smaller or open the log with a larger \`maxRecordBytes\``
+    })
+  }
+
+  /**
+   * Frame an id-keyed record (attempt, ack, dead, requeue): the id, `fixed` bytes written by `fill`
+   * at the offset after the id, then `text`. Returns the record, or why it is refused.
+   */
+  private frameId(
+    kind: Kind,
+    id: string,
+    fixed: number,
+    text: string | undefined,
+    what: string,
+    fill?: (buf: Buffer, at: number) => void
+  ): Buffer | DeliveryLogError {
+    const idBytes = utf8Bytes(id)
+    const textBytes = text === undefined ? 0 : utf8Bytes(text)
+    const payloadBytes = idRecordBytes(idBytes, fixed, textBytes)
+    const big = this.tooLarge(payloadBytes, what)
+    if (big) return big
+    const buf = Buffer.allocUnsafe(HEADER_BYTES + payloadBytes)
+    const at = writeId(buf, HEADER_BYTES, id, idBytes)
+    fill?.(buf, at)
+    if (text !== undefined) buf.write(text, at + fixed, textBytes, "utf8")
+    seal(buf, 0, this.nextLsn++, kind, payloadBytes)
+    return buf
   }
 
   /** Complete `done` once everything queued so far is durable. */
@@ -199,28 +222,36 @@ export class LogCore {
     this.lastNow = now
     const state = this.state
     state.evict(now, this.o.dedupeWindowMs)
-    const key = checked.message.idempotencyKey
+    const key = checked.key
     if (key !== undefined) {
       const id = state.keys.get(key)
       if (id !== undefined) {
         const live = state.live.get(id)
-        if (live !== undefined) return live.committed ? done(undefined, live.entry) : this.afterDurable(() => live.entry, done)
+        if (live !== undefined) return live.committed ? done(undefined, live.toEntry()) : this.afterDurable(() => live.toEntry(), done)
         const acked = state.acked.get(id)
-        if (acked?.entry !== undefined) return this.afterDurable(() => acked.entry!, done)
+        if (acked?.entry !== undefined) return this.afterDurable(() => acked.entry!.toEntry(), done)
       }
     }
     const id = randomUUID()
     const seq = state.nextSeq
-    const json = `{"id":"${id}","seq":${seq},"enqueuedAt":${now},"message":${checked.json}}`
-    const buf = this.frame(Kind.append, json, "the message")
-    if (buf instanceof DeliveryLogError) return done(buf)
-    const entry = state.applyAppend({ id, seq, enqueuedAt: now, message: checked.message }, buf.length, false)
-    const live = state.live.get(id)!
+    const json = checked.json
+    const idBytes = id.length // a UUID: ASCII
+    const keyBytes = key === undefined ? 0 : utf8Bytes(key)
+    const textBytes = utf8Bytes(json)
+    const payloadBytes = appendBytes(idBytes, keyBytes, textBytes)
+    const big = this.tooLarge(payloadBytes, "the message")
+    if (big) return done(big)
+    const buf = Buffer.allocUnsafe(HEADER_BYTES + payloadBytes)
+    writeAppend(buf, HEADER_BYTES, id, idBytes, seq, now, key, keyBytes, json, textBytes)
+    seal(buf, 0, this.nextLsn++, Kind.append, payloadBytes)
+    const data = new EntryData(id, seq, now, key, json, 0, undefined, undefined, "pending", false, buf.length)
+    state.insert(data)
+    // Nobody knows the id before this call returns, so the entry cannot change before it is durable.
     this.write(
       buf,
       () => {
-        live.committed = true
-        return entry
+        data.committed = true
+        return data.toEntry()
       },
       done
     )
@@ -237,13 +268,20 @@ export class LogCore {
     }
     const live = this.state.live.get(id)
     if (live === undefined) return done(unknownId(String(id)))
-    if (live.entry.status === "dead") {
+    if (live.status === "dead") {
       return done(new DeliveryLogError({ reason: "invalid", message: `Expected a pending entry, got dead entry \`${id}\`; requeue it before recording an attempt` }))
     }
-    const p = { id, attempts: live.entry.attempts + 1, lastError: clipError(failure.error), nextAttemptAt: failure.nextAttemptAt }
-    const buf = this.frame(Kind.attempt, JSON.stringify(p), "the attempt")
+    const attempts = live.attempts + 1
+    const lastError = clipError(failure.error)
+    const next = failure.nextAttemptAt
+    const buf = this.frameId(Kind.attempt, id, 12, lastError, "the attempt", (b, at) => {
+      b.writeUInt32BE(attempts, at)
+      b.writeDoubleBE(next, at + 4)
+    })
     if (buf instanceof DeliveryLogError) return done(buf)
-    const entry = this.state.applyAttempt(p)!
+    this.state.applyAttempt(id, attempts, lastError, next)
+    // The entry as of this attempt (a later call may change it before this one is durable).
+    const entry = live.toEntry()
     this.write(buf, () => entry, done)
   }
 
@@ -257,10 +295,9 @@ export class LogCore {
       if (this.state.acked.has(id)) return this.afterDurable(() => undefined, done)
       return done(unknownId(String(id)))
     }
-    const p = { id, at: now }
-    const buf = this.frame(Kind.ack, JSON.stringify(p), "the ack")
+    const buf = this.frameId(Kind.ack, id, 8, undefined, "the ack", (b, at) => b.writeDoubleBE(now, at))
     if (buf instanceof DeliveryLogError) return done(buf)
-    this.state.applyAck(p)
+    this.state.applyAck(id, now)
     this.write(buf, () => undefined, done)
   }
 
@@ -272,11 +309,11 @@ export class LogCore {
     }
     const live = this.state.live.get(id)
     if (live === undefined) return done(unknownId(String(id)))
-    if (live.entry.status === "dead") return this.afterDurable(() => undefined, done)
-    const p = { id, reason: clipError(reason) }
-    const buf = this.frame(Kind.dead, JSON.stringify(p), "the dead-letter reason")
+    if (live.status === "dead") return this.afterDurable(() => undefined, done)
+    const clipped = clipError(reason)
+    const buf = this.frameId(Kind.dead, id, 0, clipped, "the dead-letter reason")
     if (buf instanceof DeliveryLogError) return done(buf)
-    this.state.applyDead(p)
+    this.state.applyDead(id, clipped)
     this.write(buf, () => undefined, done)
   }
 
@@ -285,11 +322,10 @@ export class LogCore {
     if (no) return done(no)
     const live = this.state.live.get(id)
     if (live === undefined) return done(unknownId(String(id)))
-    if (live.entry.status === "pending") return this.afterDurable(() => undefined, done)
-    const p = { id }
-    const buf = this.frame(Kind.requeue, JSON.stringify(p), "the requeue")
+    if (live.status === "pending") return this.afterDurable(() => undefined, done)
+    const buf = this.frameId(Kind.requeue, id, 0, undefined, "the requeue")
     if (buf instanceof DeliveryLogError) return done(buf)
-    this.state.applyRequeue(p)
+    this.state.applyRequeue(id)
     this.write(buf, () => undefined, done)
   }
 
@@ -299,16 +335,16 @@ export class LogCore {
     this.afterDurable(() => undefined, done)
   }
 
-  /** Committed entry `id`, if pending or dead. */
+  /** Committed entry `id`, if pending or dead (a fresh object: its message parsed from the log's text). */
   get(id: string): DeliveryEntry | undefined {
     const l = this.state.live.get(id)
-    return l !== undefined && l.committed ? l.entry : undefined
+    return l !== undefined && l.committed ? l.toEntry() : undefined
   }
 
-  /** Committed entries with `status`, in seq order. */
+  /** Committed entries with `status`, in seq order (fresh objects). */
   list(status: "pending" | "dead"): Array<DeliveryEntry> {
     const out: Array<DeliveryEntry> = []
-    for (const l of this.state.live.values()) if (l.committed && l.entry.status === status) out.push(l.entry)
+    for (const l of this.state.live.values()) if (l.committed && l.status === status) out.push(l.toEntry())
     return out
   }
 
@@ -332,7 +368,7 @@ export class LogCore {
       const cp = await this.writer.requestCheckpoint((): Captured => {
         this.state.evict(this.lastNow, this.o.dedupeWindowMs)
         return {
-          entries: Array.from(this.state.live.values(), (l) => l.entry),
+          entries: Array.from(this.state.live.values(), (l) => l.clone()),
           acked: Array.from(this.state.acked),
           nextSeq: this.state.nextSeq,
           nextLsn: this.nextLsn

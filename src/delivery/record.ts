@@ -4,11 +4,11 @@
  * ```
  * 0       4       8               16  17                17+len
  * +-------+-------+---------------+---+-----------------+
- * | crc32 | len   | lsn           |kind| payload (JSON) |
+ * | crc32 | len   | lsn           |kind| payload        |
  * +-------+-------+---------------+---+-----------------+
  * ```
  * All integers big-endian. `crc32` (zlib) covers bytes 4..17+len: the length, lsn, kind and payload,
- * so a damaged length is caught as well as damaged contents.
+ * so a damaged length is caught as well as damaged contents. Payloads: payload.ts.
  */
 import { crc32 } from "node:zlib"
 
@@ -36,17 +36,27 @@ export const isKind = (k: number): k is Kind => validKinds.has(k)
 const TWO_32 = 0x1_0000_0000
 
 /**
- * Frame `payload` (a JSON string already measured at `payloadBytes` bytes) as one record.
- * Allocates exactly one buffer.
+ * Write the header of the record at `buf[at]` whose `payloadBytes` bytes of payload are already in
+ * place after it (at `at + HEADER_BYTES`), CRC-32 included. Returns the record's end.
+ */
+export const seal = (buf: Buffer, at: number, lsn: number, kind: Kind, payloadBytes: number): number => {
+  const end = at + HEADER_BYTES + payloadBytes
+  buf.writeUInt32BE(payloadBytes, at + 4)
+  buf.writeUInt32BE(Math.floor(lsn / TWO_32), at + 8)
+  buf.writeUInt32BE(lsn >>> 0, at + 12)
+  buf[at + 16] = kind
+  buf.writeUInt32BE(crc32(buf.subarray(at + 4, end)), at)
+  return end
+}
+
+/**
+ * Frame `payload` (a string already measured at `payloadBytes` bytes; the snapshot's begin and end
+ * records are JSON) as one record. Allocates exactly one buffer.
  */
 export const encode = (lsn: number, kind: Kind, payload: string, payloadBytes: number): Buffer => {
   const buf = Buffer.allocUnsafe(HEADER_BYTES + payloadBytes)
-  buf.writeUInt32BE(payloadBytes, 4)
-  buf.writeUInt32BE(Math.floor(lsn / TWO_32), 8)
-  buf.writeUInt32BE(lsn >>> 0, 12)
-  buf[16] = kind
   buf.write(payload, HEADER_BYTES, payloadBytes, "utf8")
-  buf.writeUInt32BE(crc32(buf.subarray(4)), 0)
+  seal(buf, 0, lsn, kind, payloadBytes)
   return buf
 }
 

@@ -7,18 +7,8 @@ import * as fs from "node:fs"
 import { join } from "node:path"
 import { describeInvalid, Kind, type Decoded } from "./record.js"
 import { type SegmentFile, SegmentReader, fsyncDir, listSegments } from "./segment.js"
-import {
-  type AckedPayload,
-  type AckPayload,
-  type AppendPayload,
-  type AttemptPayload,
-  type DeadPayload,
-  LogState,
-  type RequeuePayload,
-  type SnapshotBeginPayload,
-  type SnapshotEndPayload
-} from "./state.js"
-import type { DeliveryEntry } from "./types.js"
+import { BadPayload, readAck, readAcked, readAppend, readAttempt, readDead, readEntry, readRequeue } from "./payload.js"
+import { LogState, type SnapshotBeginPayload, type SnapshotEndPayload } from "./state.js"
 
 /** The log is damaged at `path`, `offset`: open must refuse and change nothing. */
 export class CorruptLog extends Error {
@@ -51,7 +41,8 @@ export interface Recovered {
   readonly remove: ReadonlyArray<string>
 }
 
-const parse = (d: Decoded, path: string, offset: number): any => {
+/** The JSON payload of a snapshot's begin or end record. */
+const parseJson = (d: Decoded, path: string, offset: number): any => {
   try {
     return JSON.parse(d.buf.toString("utf8", d.start, d.end))
   } catch {
@@ -59,27 +50,44 @@ const parse = (d: Decoded, path: string, offset: number): any => {
   }
 }
 
+const badPayload = (e: unknown, path: string, offset: number): never => {
+  if (e instanceof BadPayload) throw new CorruptLog(path, offset, `a record whose payload does not decode (${e.message}; its CRC-32 is valid)`)
+  throw e
+}
+
 const applyLogRecord = (state: LogState, d: Decoded, path: string, offset: number): void => {
-  const p = parse(d, path, offset)
-  switch (d.kind) {
-    case Kind.append:
-      state.replayAppend(p as AppendPayload, d.bytes)
-      return
-    case Kind.attempt:
-      state.applyAttempt(p as AttemptPayload)
-      return
-    case Kind.ack:
-      state.applyAck(p as AckPayload)
-      return
-    case Kind.dead:
-      state.applyDead(p as DeadPayload)
-      return
-    case Kind.requeue:
-      state.applyRequeue(p as RequeuePayload)
-      return
-    default:
-      throw new CorruptLog(path, offset, `a snapshot record (kind ${d.kind}) in a log segment`)
+  const { buf, start, end } = d
+  try {
+    switch (d.kind) {
+      case Kind.append: {
+        const e = readAppend(buf, start, end)
+        e.bytes = d.bytes
+        state.insert(e)
+        return
+      }
+      case Kind.attempt: {
+        const a = readAttempt(buf, start, end)
+        state.applyAttempt(a.id, a.attempts, a.lastError, a.nextAttemptAt)
+        return
+      }
+      case Kind.ack: {
+        const a = readAck(buf, start, end)
+        state.applyAck(a.id, a.at)
+        return
+      }
+      case Kind.dead: {
+        const a = readDead(buf, start, end)
+        state.applyDead(a.id, a.reason)
+        return
+      }
+      case Kind.requeue:
+        state.applyRequeue(readRequeue(buf, start, end))
+        return
+    }
+  } catch (e) {
+    badPayload(e, path, offset)
   }
+  throw new CorruptLog(path, offset, `a snapshot record (kind ${d.kind}) in a log segment`)
 }
 
 const withFile = <A>(path: string, f: (fd: number, size: number) => A): A => {
@@ -104,16 +112,28 @@ const replaySnapshot = (state: LogState, path: string, maxPayload: number): { ne
       if (typeof r === "string") throw new CorruptLog(path, at, describeInvalid(r))
       if (r.lsn !== lsn + 1) throw new CorruptLog(path, at, `record number ${r.lsn} where ${lsn + 1} was expected`)
       lsn = r.lsn
-      const p = parse(r, path, at)
       if (begin === undefined) {
         if (r.kind !== Kind.snapshotBegin) throw new CorruptLog(path, at, "a snapshot not starting with its begin record")
-        begin = p as SnapshotBeginPayload
+        begin = parseJson(r, path, at) as SnapshotBeginPayload
         continue
       }
-      if (r.kind === Kind.snapshotEntry) state.applyEntry(p as DeliveryEntry, r.bytes)
-      else if (r.kind === Kind.snapshotAcked) state.applyAcked(p as AckedPayload, r.bytes)
-      else if (r.kind === Kind.snapshotEnd) {
-        if ((p as SnapshotEndPayload).records !== lsn) throw new CorruptLog(path, at, "a snapshot end record with a wrong count")
+      if (r.kind === Kind.snapshotEntry) {
+        try {
+          const e = readEntry(r.buf, r.start, r.end)
+          e.bytes = r.bytes
+          state.insert(e)
+        } catch (e) {
+          badPayload(e, path, at)
+        }
+      } else if (r.kind === Kind.snapshotAcked) {
+        try {
+          const a = readAcked(r.buf, r.start, r.end)
+          state.applyAcked(a.id, a.at, a.entry, r.bytes)
+        } catch (e) {
+          badPayload(e, path, at)
+        }
+      } else if (r.kind === Kind.snapshotEnd) {
+        if ((parseJson(r, path, at) as SnapshotEndPayload).records !== lsn) throw new CorruptLog(path, at, "a snapshot end record with a wrong count")
         if (reader.offset !== size) throw new CorruptLog(path, reader.offset, "bytes after a snapshot's end record")
         if (begin.nextSeq > state.nextSeq) state.nextSeq = begin.nextSeq
         return { nextLsn: begin.nextLsn, size }

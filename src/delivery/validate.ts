@@ -133,10 +133,10 @@ const strictJson = (body: unknown): string => {
   return JSON.stringify(body)
 }
 
-/** The checked message (a copy, as replay will see it) and its body's JSON. */
+/** The checked message as the JSON text the log writes (`{"channel":…,"to":…,"body":…[,"idempotencyKey":…]}`), and its key. */
 export interface CheckedMessage {
-  readonly message: OutboundMessage
   readonly json: string
+  readonly key: string | undefined
 }
 
 const nonEmpty = (name: string, v: unknown): DeliveryLogError | undefined =>
@@ -164,11 +164,7 @@ export const checkMessage = (m: OutboundMessage): CheckedMessage | DeliveryLogEr
   }
   const key = m.idempotencyKey === undefined ? "" : `,"idempotencyKey":${JSON.stringify(m.idempotencyKey)}`
   const json = `{"channel":${JSON.stringify(m.channel)},"to":${JSON.stringify(m.to)},"body":${body}${key}}`
-  const message: OutboundMessage =
-    m.idempotencyKey === undefined
-      ? { channel: m.channel, to: m.to, body: JSON.parse(body) }
-      : { channel: m.channel, to: m.to, body: JSON.parse(body), idempotencyKey: m.idempotencyKey }
-  return { message, json }
+  return { json, key: m.idempotencyKey }
 }
 
 /** Longest `lastError` / dead-letter reason kept; longer ones are cut (records stay small). */

@@ -150,6 +150,31 @@ describe("DeliveryLog recovery", () => {
       assert.deepStrictEqual(snapshotFiles(dir), before)
     }))
 
+  it.effect("a whole record whose payload does not decode (valid CRC) is corruption, not a torn tail: refused, nothing changed", () =>
+    Effect.gen(function* () {
+      const dir = tmp.next()
+      yield* Effect.scoped(
+        Effect.flatMap(DeliveryLog.open({ dir, fsync: "never" }), (log) =>
+          Effect.forEach([1, 2], (i) => log.append({ channel: "c", to: "r", body: i }))
+        )
+      )
+      const name = segments(dir)[0]!
+      const size = fs.statSync(join(dir, name)).size
+      // kind 1 (append) whose id length runs past the payload, and one whose message is not the log's JSON object
+      for (const payload of ["\u00ffabc", "\u0001x" + "\u0000".repeat(20) + "not json"]) {
+        const d = tmp.next()
+        fs.mkdirSync(d)
+        fs.copyFileSync(join(dir, name), join(d, name))
+        fs.appendFileSync(join(d, name), encode(3, 1 as Kind, payload, Buffer.byteLength(payload)))
+        const before = snapshotFiles(d)
+        const e = yield* failure(Effect.scoped(DeliveryLog.open({ dir: d, fsync: "never" })))
+        assert.strictEqual(e.reason, "corrupt")
+        assert.include(e.message, `at offset ${size}`)
+        assert.include(e.message, "does not decode")
+        assert.deepStrictEqual(snapshotFiles(d), before)
+      }
+    }))
+
   it.effect("a record length is checked against maxRecordBytes before anything is allocated: a 4 GiB length is refused as corrupt", () =>
     Effect.gen(function* () {
       const dir = tmp.next()

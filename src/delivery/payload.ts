@@ -1,0 +1,308 @@
+/**
+ * Binary payloads of the log's records (docs/delivery-log-format.md, "Payloads"). Replay reads the
+ * fields it needs (id, seq, key, attempt state) straight from the bytes; a message stays the JSON text
+ * it was written as (`EntryData.text`) until an entry is read. Integers and numbers are big-endian;
+ * ids, keys and texts are UTF-8 with their byte length in front.
+ *
+ * Writers compute the payload size first (`*Bytes`), then fill a buffer at an offset (`write*`), so a
+ * record is framed with one allocation. Readers throw `BadPayload` when the bytes do not add up.
+ */
+import type { DeliveryEntry, OutboundMessage } from "./types.js"
+
+/** The payload's fields do not fit its length, or a flag is out of range: the record is corrupt. */
+export class BadPayload extends Error {}
+
+/** No `nextAttemptAt` (snapshot entries). */
+const NONE_F64 = Number.NaN
+/** No `lastError` (snapshot entries). */
+const NONE_U32 = 0xffff_ffff
+
+/**
+ * An entry as the log holds it: the message as its JSON text (parsed into a fresh object on every
+ * read), the delivery state as plain fields. One shape for every entry (fast property access).
+ */
+export class EntryData {
+  constructor(
+    readonly id: string,
+    readonly seq: number,
+    readonly enqueuedAt: number,
+    /** `message.idempotencyKey`, kept apart so that replay need not parse the message. */
+    readonly key: string | undefined,
+    /** The message as JSON, exactly as written: `{"channel":…,"to":…,"body":…[,"idempotencyKey":…]}`. */
+    readonly text: string,
+    public attempts: number,
+    public lastError: string | undefined,
+    public nextAttemptAt: number | undefined,
+    public status: "pending" | "dead",
+    /** Its append record is durable (reads hide it before). */
+    public committed: boolean,
+    /** Bytes its latest state takes on disk, roughly: counted as live weight for compaction. */
+    public bytes: number
+  ) {}
+
+  /** A copy of the current state (compaction writes copies while the live ones go on changing). */
+  clone(): EntryData {
+    return new EntryData(this.id, this.seq, this.enqueuedAt, this.key, this.text, this.attempts, this.lastError, this.nextAttemptAt, this.status, this.committed, this.bytes)
+  }
+
+  /** A fresh `DeliveryEntry` (its message parsed from `text`), with `message` given when the caller has its copy already. */
+  toEntry(message: OutboundMessage = JSON.parse(this.text) as OutboundMessage): DeliveryEntry {
+    const e: { -readonly [K in keyof DeliveryEntry]: DeliveryEntry[K] } = {
+      id: this.id,
+      seq: this.seq,
+      message,
+      enqueuedAt: this.enqueuedAt,
+      attempts: this.attempts,
+      status: this.status
+    }
+    if (this.lastError !== undefined) e.lastError = this.lastError
+    if (this.nextAttemptAt !== undefined) e.nextAttemptAt = this.nextAttemptAt
+    return e
+  }
+}
+
+/** UTF-8 bytes of `s`. */
+export const utf8Bytes = (s: string): number => Buffer.byteLength(s, "utf8")
+
+// ---- entry head: idLen u8 | id | seq f64 | enqueuedAt f64 | keyLen u32 | key ----
+
+const headBytes = (idBytes: number, keyBytes: number): number => 1 + idBytes + 16 + 4 + keyBytes
+
+const writeHead = (
+  buf: Buffer,
+  at: number,
+  id: string,
+  idBytes: number,
+  seq: number,
+  enqueuedAt: number,
+  key: string | undefined,
+  keyBytes: number
+): number => {
+  if (idBytes > 255) throw new RangeError(`an id over 255 bytes (${idBytes})`)
+  buf[at] = idBytes
+  at = 1 + at + buf.write(id, at + 1, idBytes, "utf8")
+  buf.writeDoubleBE(seq, at)
+  buf.writeDoubleBE(enqueuedAt, at + 8)
+  buf.writeUInt32BE(keyBytes, at + 16)
+  at += 20
+  if (key !== undefined) at += buf.write(key, at, keyBytes, "utf8")
+  return at
+}
+
+/** A cursor over one payload; every read checks that it stays inside `[start, end)`. */
+class Cursor {
+  constructor(
+    readonly buf: Buffer,
+    public at: number,
+    readonly end: number
+  ) {}
+  need(n: number): void {
+    if (this.at + n > this.end) throw new BadPayload("a payload shorter than its fields")
+  }
+  u8(): number {
+    this.need(1)
+    return this.buf[this.at++]!
+  }
+  u32(): number {
+    this.need(4)
+    const v = this.buf.readUInt32BE(this.at)
+    this.at += 4
+    return v
+  }
+  f64(): number {
+    this.need(8)
+    const v = this.buf.readDoubleBE(this.at)
+    this.at += 8
+    return v
+  }
+  text(n: number): string {
+    this.need(n)
+    const s = this.buf.toString("utf8", this.at, this.at + n)
+    this.at += n
+    return s
+  }
+  rest(): string {
+    const s = this.buf.toString("utf8", this.at, this.end)
+    this.at = this.end
+    return s
+  }
+}
+
+/** The message text must look like what `checkMessage` writes (the CRC-32 already vouches for its bytes). */
+const MESSAGE_START = Buffer.from('{"channel":', "latin1")
+const checkMessageText = (buf: Buffer, at: number, end: number): void => {
+  const n = MESSAGE_START.length
+  if (end - at < n + 1 || buf[end - 1] !== 0x7d || buf.compare(MESSAGE_START, 0, n, at, at + n) !== 0) {
+    throw new BadPayload("a message that is not the JSON object the log writes")
+  }
+}
+
+// ---- kind 1, append: head | message JSON ----
+
+/** Payload bytes of an append record. */
+export const appendBytes = (idBytes: number, keyBytes: number, textBytes: number): number => headBytes(idBytes, keyBytes) + textBytes
+
+/** Write an append payload at `at`; returns its end. */
+export const writeAppend = (
+  buf: Buffer,
+  at: number,
+  id: string,
+  idBytes: number,
+  seq: number,
+  enqueuedAt: number,
+  key: string | undefined,
+  keyBytes: number,
+  text: string,
+  textBytes: number
+): number => {
+  at = writeHead(buf, at, id, idBytes, seq, enqueuedAt, key, keyBytes)
+  return at + buf.write(text, at, textBytes, "utf8")
+}
+
+/** Read an append payload as a pending entry. */
+export const readAppend = (buf: Buffer, start: number, end: number): EntryData => {
+  const c = new Cursor(buf, start, end)
+  const id = c.text(c.u8())
+  const seq = c.f64()
+  const enqueuedAt = c.f64()
+  const keyLen = c.u32()
+  const key = keyLen === 0 ? undefined : c.text(keyLen)
+  checkMessageText(buf, c.at, end)
+  return new EntryData(id, seq, enqueuedAt, key, c.rest(), 0, undefined, undefined, "pending", true, end - start)
+}
+
+// ---- kind 17, snapshot entry: head | status u8 | attempts u32 | nextAttemptAt f64 | errLen u32 | lastError | message JSON ----
+
+/** Payload bytes of a snapshot entry (also the `entry` of a snapshot acked record). */
+export const entryBytes = (e: EntryData): number =>
+  headBytes(utf8Bytes(e.id), e.key === undefined ? 0 : utf8Bytes(e.key)) +
+  1 + 4 + 8 + 4 + (e.lastError === undefined ? 0 : utf8Bytes(e.lastError)) + utf8Bytes(e.text)
+
+/** Write a whole entry at `at`; returns its end. */
+export const writeEntry = (buf: Buffer, at: number, e: EntryData): number => {
+  at = writeHead(buf, at, e.id, utf8Bytes(e.id), e.seq, e.enqueuedAt, e.key, e.key === undefined ? 0 : utf8Bytes(e.key))
+  buf[at] = e.status === "dead" ? 1 : 0
+  buf.writeUInt32BE(e.attempts, at + 1)
+  buf.writeDoubleBE(e.nextAttemptAt ?? NONE_F64, at + 5)
+  at += 13
+  if (e.lastError === undefined) {
+    buf.writeUInt32BE(NONE_U32, at)
+    at += 4
+  } else {
+    const n = utf8Bytes(e.lastError)
+    buf.writeUInt32BE(n, at)
+    at += 4 + buf.write(e.lastError, at + 4, n, "utf8")
+  }
+  return at + buf.write(e.text, at, "utf8")
+}
+
+const readEntryAt = (c: Cursor): EntryData => {
+  const id = c.text(c.u8())
+  const seq = c.f64()
+  const enqueuedAt = c.f64()
+  const keyLen = c.u32()
+  const key = keyLen === 0 ? undefined : c.text(keyLen)
+  const status = c.u8()
+  if (status > 1) throw new BadPayload("an entry status that is neither pending nor dead")
+  const attempts = c.u32()
+  const next = c.f64()
+  const errLen = c.u32()
+  const lastError = errLen === NONE_U32 ? undefined : c.text(errLen)
+  checkMessageText(c.buf, c.at, c.end)
+  const bytes = c.end - c.at
+  return new EntryData(id, seq, enqueuedAt, key, c.rest(), attempts, lastError, Number.isNaN(next) ? undefined : next, status === 1 ? "dead" : "pending", true, bytes)
+}
+
+/** Read a snapshot entry payload. */
+export const readEntry = (buf: Buffer, start: number, end: number): EntryData => readEntryAt(new Cursor(buf, start, end))
+
+// ---- kind 2, attempt: idLen u8 | id | attempts u32 | nextAttemptAt f64 | lastError (rest) ----
+// ---- kind 3, ack: idLen u8 | id | at f64 ----
+// ---- kind 4, dead: idLen u8 | id | reason (rest) ----
+// ---- kind 5, requeue: idLen u8 | id ----
+// ---- kind 18, snapshot acked: idLen u8 | id | at f64 | hasEntry u8 | entry (as kind 17) ----
+
+/** Payload bytes of an id-keyed record: the id, `fixed` bytes of numbers, then `text` (if any). */
+export const idRecordBytes = (idBytes: number, fixed: number, textBytes: number): number => 1 + idBytes + fixed + textBytes
+
+/** Write the id of an id-keyed record at `at`; returns the offset after it. */
+export const writeId = (buf: Buffer, at: number, id: string, idBytes: number): number => {
+  if (idBytes > 255) throw new RangeError(`an id over 255 bytes (${idBytes})`)
+  buf[at] = idBytes
+  return 1 + at + buf.write(id, at + 1, idBytes, "utf8")
+}
+
+/** An attempt record's fields. */
+export interface AttemptFields {
+  readonly id: string
+  readonly attempts: number
+  readonly nextAttemptAt: number
+  readonly lastError: string
+}
+
+/** Read an attempt payload. */
+export const readAttempt = (buf: Buffer, start: number, end: number): AttemptFields => {
+  const c = new Cursor(buf, start, end)
+  const id = c.text(c.u8())
+  const attempts = c.u32()
+  const nextAttemptAt = c.f64()
+  return { id, attempts, nextAttemptAt, lastError: c.rest() }
+}
+
+/** An ack record's fields: the id and when (starts the dedupe window). */
+export const readAck = (buf: Buffer, start: number, end: number): { readonly id: string; readonly at: number } => {
+  const c = new Cursor(buf, start, end)
+  const id = c.text(c.u8())
+  const at = c.f64()
+  if (c.at !== end) throw new BadPayload("bytes after an ack record's fields")
+  return { id, at }
+}
+
+/** A dead record's fields: the id and the reason (becomes `lastError`). */
+export const readDead = (buf: Buffer, start: number, end: number): { readonly id: string; readonly reason: string } => {
+  const c = new Cursor(buf, start, end)
+  const id = c.text(c.u8())
+  return { id, reason: c.rest() }
+}
+
+/** A requeue record's id. */
+export const readRequeue = (buf: Buffer, start: number, end: number): string => {
+  const c = new Cursor(buf, start, end)
+  const id = c.text(c.u8())
+  if (c.at !== end) throw new BadPayload("bytes after a requeue record's id")
+  return id
+}
+
+/** A snapshot acked record's fields. */
+export interface AckedFields {
+  readonly id: string
+  readonly at: number
+  readonly entry: EntryData | undefined
+}
+
+/** Payload bytes of a snapshot acked record. */
+export const ackedBytes = (id: string, entry: EntryData | undefined): number =>
+  1 + utf8Bytes(id) + 8 + 1 + (entry === undefined ? 0 : entryBytes(entry))
+
+/** Write a snapshot acked payload at `at`; returns its end. */
+export const writeAcked = (buf: Buffer, at: number, id: string, time: number, entry: EntryData | undefined): number => {
+  at = writeId(buf, at, id, utf8Bytes(id))
+  buf.writeDoubleBE(time, at)
+  buf[at + 8] = entry === undefined ? 0 : 1
+  at += 9
+  return entry === undefined ? at : writeEntry(buf, at, entry)
+}
+
+/** Read a snapshot acked payload. */
+export const readAcked = (buf: Buffer, start: number, end: number): AckedFields => {
+  const c = new Cursor(buf, start, end)
+  const id = c.text(c.u8())
+  const at = c.f64()
+  const has = c.u8()
+  if (has > 1) throw new BadPayload("an acked record flag that is neither 0 nor 1")
+  if (has === 0) {
+    if (c.at !== end) throw new BadPayload("bytes after an acked record's fields")
+    return { id, at, entry: undefined }
+  }
+  return { id, at, entry: readEntryAt(c) }
+}
