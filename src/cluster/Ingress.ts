@@ -8,11 +8,13 @@
  *   joins the first run instead of adding one.
  * - `POST /lanes/:lane/restart`: `restartLane` for the whole cluster; 200 `{ lane, generation }` once
  *   every live runner applied it (the runs of older generations failed `stale`).
- * - `GET /status`: this runner's lanes, the cluster's live members, counters, delivery stats (JSON).
+ * - `GET /status`: this runner's shards and resident entities, its lanes, the cluster's live members,
+ *   counters, delivery stats (JSON).
  * - `GET /metrics`: the same numbers in Prometheus text format.
  * - `GET /healthz`: 200 while the runner takes messages.
  */
-import { Effect, Exit } from "effect"
+import { Effect, Exit, Metric } from "effect"
+import { ClusterMetrics } from "effect/cluster"
 import type { Scope } from "effect"
 import * as http from "node:http"
 import type { ClusterDelivery } from "./ClusterDelivery.js"
@@ -49,8 +51,15 @@ export const status = (options: Pick<IngressOptions, "queue" | "delivery" | "out
     const counters = yield* options.queue.counters
     const delivery = yield* options.delivery.stats
     const outbox = yield* options.outbox.stats
+    const gauge = (m: Metric.Metric<bigint, { readonly value: bigint }>) => Effect.map(Metric.value(m), (s) => Number(s.value))
     return {
       runner: options.queue.member,
+      // effect/cluster's own view of this runner: shards it holds, entities resident here.
+      cluster: {
+        shards: yield* gauge(ClusterMetrics.shards),
+        entities: yield* gauge(ClusterMetrics.entities),
+        singletons: yield* gauge(ClusterMetrics.singletons)
+      },
       lanes,
       members,
       counters,
@@ -71,6 +80,8 @@ const metricsText = (s: Effect.Success<ReturnType<typeof status>>): string => {
     lines.push(`switchyard_lane_generation${labels} ${l.generation}`)
   }
   lines.push(`switchyard_cluster_members{runner=${runner}} ${s.members.length}`)
+  lines.push(`switchyard_cluster_shards{runner=${runner}} ${s.cluster.shards}`)
+  lines.push(`switchyard_cluster_entities{runner=${runner}} ${s.cluster.entities}`)
   for (const [name, value] of Object.entries(s.delivery)) {
     lines.push(`switchyard_delivery_${name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)}{runner=${runner}} ${value}`)
   }

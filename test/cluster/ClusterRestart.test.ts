@@ -7,7 +7,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { startRunner, status, until } from "./support.js"
+import { shardsSettled, startRunner, status, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterRestart.test.ts")
@@ -37,6 +37,7 @@ describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
       }))
     }
     await until("both runners to see each other", 20_000, async () => (await status(runners[0].port)).members.length === 2)
+    await shardsSettled(runners.map((r) => r.port), 32)
   }, 90_000)
 
   afterAll(async () => {

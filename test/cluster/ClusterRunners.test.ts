@@ -13,7 +13,7 @@ import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { startRunner, until } from "./support.js"
+import { shardsSettled, startRunner, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterRunners.test.ts")
@@ -50,6 +50,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
         args: ["--latency", String(LATENCY_MS), "--main-concurrent", "8", "--drain-timeout", "2000", "--delivery-timeout", "2000", "--cron", "* * * * * *|tick"]
       }))
     }
+    await shardsSettled(runners.map((r) => r.port), 32)
   }, 120_000)
 
   afterAll(async () => {

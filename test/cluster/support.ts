@@ -83,6 +83,14 @@ export const until = async (what: string, ms: number, check: () => Promise<boole
 
 /** `GET /status` of a runner. */
 export const status = async (port: number): Promise<{
+  readonly cluster: { readonly shards: number; readonly entities: number }
   readonly lanes: ReadonlyArray<{ readonly lane: string; readonly running: number; readonly waiting: number; readonly generation: number }>
   readonly members: ReadonlyArray<{ readonly member: string }>
 }> => (await fetch(`http://127.0.0.1:${port}/status`)).json() as any
+
+/** Waits until every runner holds shards and together they hold all `shards` (the assignment settled). */
+export const shardsSettled = (ports: ReadonlyArray<number>, shards: number, ms = 30_000): Promise<void> =>
+  until(`the ${shards} shards to spread over ${ports.length} runners`, ms, async () => {
+    const held = await Promise.all(ports.map(async (p) => (await status(p)).cluster.shards))
+    return held.every((n) => n > 0) && held.reduce((a, b) => a + b, 0) === shards
+  })
