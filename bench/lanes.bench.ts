@@ -212,6 +212,37 @@ const fastqRun = async (keys: ReadonlyArray<string>, repeats: number): Promise<n
   return (total * 1e6) / (keys.length * repeats)
 }
 
+/**
+ * Floor: the same bookkeeping in plain JavaScript (a `Map` entry and a FIFO node per key, all keys
+ * queued first, then drained in order), no Effect and no activation: the memory cost alone.
+ */
+const plainRun = async (keys: ReadonlyArray<string>, repeats: number): Promise<number> => {
+  interface Node { readonly key: string; next: Node | undefined }
+  const map = new Map<string, Node>()
+  let total = 0
+  for (let r = 0; r < repeats; r++) {
+    const t0 = now()
+    let head: Node | undefined
+    let tail: Node | undefined
+    for (let i = 0; i < keys.length; i++) {
+      const key = keys[i]!
+      if (map.has(key)) continue
+      const node: Node = { key, next: undefined }
+      map.set(key, node)
+      if (tail === undefined) head = node
+      else tail.next = node
+      tail = node
+    }
+    while (head !== undefined) {
+      map.delete(head.key)
+      head = head.next
+    }
+    total += now() - t0
+  }
+  if (map.size !== 0) throw new Error("unreachable")
+  return (total * 1e6) / (keys.length * repeats)
+}
+
 const distinct = async () => {
   const small = Array.from({ length: 1_000 }, (_, i) => `room:${i}`)
   const medium = Array.from({ length: 100_000 }, (_, i) => `room:${i}`)
@@ -220,7 +251,13 @@ const distinct = async () => {
   // The machine is shared: each figure is the best of 3 rounds (the least disturbed one); a round
   // does the same work at every size (1_000 keys x 1_000 times, 100_000 x 10, 1_000_000 once) and
   // the sizes take turns, so that every size is exposed alike to the load of other processes.
-  for (const [name, run] of [["lanes", lanesRun], ["p-queue + Map", pqueueRun], ["fastq + Map", fastqRun]] as const) {
+  const peers = [
+    ["lanes", lanesRun],
+    ["p-queue + Map", pqueueRun],
+    ["fastq + Map (sync worker: keys never pile up)", fastqRun],
+    ["floor: Map + FIFO in plain JS, all keys held at once", plainRun]
+  ] as const
+  for (const [name, run] of peers) {
     await run(small, 50) // warm-up
     let nsSmall = Number.POSITIVE_INFINITY
     let nsMedium = Number.POSITIVE_INFINITY
