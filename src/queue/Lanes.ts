@@ -28,7 +28,10 @@ export interface LanesOptions<K, E = never, R = never> {
   readonly maxConcurrent: number
   /** Keys that may wait (queued, or owing a follow-up): an integer from 0 through `MAX_QUEUED`; unbounded when absent. */
   readonly maxQueued?: number
-  /** An activation running longer is interrupted and reported with `reason: "timeout"`. */
+  /**
+   * An activation running longer is interrupted and reported with `reason: "timeout"`. Interruption
+   * is Effect's: an uninterruptible region (or a synchronous loop) of `activate` runs to its end first.
+   */
   readonly turnTimeoutMs?: number
   /** The work for one key, called when its activation gets a slot; it runs in a Scope of its own, closed before `onExit`. */
   readonly activate: (key: K) => Effect.Effect<unknown, E, R | Scope.Scope>
