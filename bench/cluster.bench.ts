@@ -53,7 +53,7 @@ const startRunner = (url: string, port: number, clusterPort: number, outbox: str
       "--import", "tsx", "src/cluster/runner-main.ts", "--postgres", url, "--port", String(port),
       "--cluster-port", String(clusterPort), "--latency", String(latency), "--outbox", outbox,
       "--shards", "32", "--main-concurrent", "8", "--drain-timeout", "2000"
-    ], { cwd: root, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ANTHROPIC_API_KEY: "" } })
+    ], { cwd: root, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ANTHROPIC_API_KEY: "", SWITCHYARD_EXIT_WITH_PARENT: "1" } })
     const timer = setTimeout(() => reject(new Error("runner not ready in 60 s")), 60_000)
     child.stdout!.on("data", (d: Buffer) => {
       if (d.toString().includes(`"type":"ready"`)) {

@@ -79,6 +79,14 @@ const options: Runner.RunnerOptions = {
   ...(opts.mainConcurrent === undefined ? {} : { lanes: { main: { concurrent: opts.mainConcurrent } } })
 }
 
+// For test harnesses: a runner whose parent died (it was re-parented) exits instead of running on.
+if (process.env.SWITCHYARD_EXIT_WITH_PARENT === "1") {
+  const parent = process.ppid
+  setInterval(() => {
+    if (process.ppid !== parent) process.exit(1)
+  }, 1_000).unref()
+}
+
 runMain((main) =>
   Effect.scoped(Effect.gen(function*() {
     const runner = yield* Runner.start(options)

@@ -50,7 +50,7 @@ export const startRunner = async (options: {
     "--import", "tsx", "src/cluster/runner-main.ts",
     "--postgres", options.url, "--port", String(port), "--cluster-port", String(clusterPort), "--name", name,
     "--outbox", options.outbox, "--shards", "32", ...(options.args ?? [])
-  ], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ANTHROPIC_API_KEY: "" } })
+  ], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ANTHROPIC_API_KEY: "", SWITCHYARD_EXIT_WITH_PARENT: "1" } })
   const log: Array<string> = []
   const exited = new Promise<number | string>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal ?? -1)))
   const runner: RunnerProcess = { name, port, child, alive: true, log, exited }
