@@ -51,11 +51,21 @@ export const freshDatabase = async (tag: string): Promise<{ readonly url: string
   u.pathname = `/${name}`
   return {
     url: u.toString(),
-    drop: () =>
-      Effect.runPromise(Postgres.withClient(ADMIN_URL, (sql) =>
-        Effect.gen(function*() {
-          yield* sql.unsafe(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '${name}' AND pid <> pg_backend_pid()`)
-          yield* sql.unsafe(`DROP DATABASE IF EXISTS ${name}`)
-        }))).then(() => undefined)
+    drop: async () => {
+      // A backend can connect between the terminate and the drop (a runner reconnecting): try again.
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await Effect.runPromise(Postgres.withClient(ADMIN_URL, (sql) =>
+            Effect.gen(function*() {
+              yield* sql.unsafe(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '${name}' AND pid <> pg_backend_pid()`)
+              yield* sql.unsafe(`DROP DATABASE IF EXISTS ${name}`)
+            })))
+          return
+        } catch (e) {
+          if (attempt >= 5) throw e
+          await new Promise((r) => setTimeout(r, 200 * attempt))
+        }
+      }
+    }
   }
 }
