@@ -181,8 +181,26 @@ export class LogCore {
   }
 
   /**
+   * Frame a record of `payloadBytes` straight into the writer's staging buffer: `fill` writes the
+   * payload at the offset given, then the header and CRC are sealed. If `fill` throws, the room is
+   * given back (nothing is written) and the error is returned.
+   */
+  private stage(kind: Kind, payloadBytes: number, fill: (buf: Buffer, at: number) => void): DeliveryLogError | undefined {
+    const at = this.writer.reserve(HEADER_BYTES + payloadBytes)
+    const buf = this.writer.buffer
+    try {
+      fill(buf, at + HEADER_BYTES)
+    } catch (e) {
+      this.writer.cancel(at)
+      return new DeliveryLogError({ reason: "invalid", message: `Could not encode the record (${String(e)})` })
+    }
+    seal(buf, at, this.nextLsn++, kind, payloadBytes)
+    return undefined
+  }
+
+  /**
    * Frame an id-keyed record (attempt, ack, dead, requeue): the id, `fixed` bytes written by `fill`
-   * at the offset after the id, then `text`. Returns the record, or why it is refused.
+   * at the offset after the id, then `text`. Returns why it is refused, if it is.
    */
   private frameId(
     kind: Kind,
@@ -191,27 +209,27 @@ export class LogCore {
     text: string | undefined,
     what: string,
     fill?: (buf: Buffer, at: number) => void
-  ): Buffer | DeliveryLogError {
+  ): DeliveryLogError | undefined {
     const idBytes = utf8Bytes(id)
     const textBytes = text === undefined ? 0 : utf8Bytes(text)
     const payloadBytes = idRecordBytes(idBytes, fixed, textBytes)
     const big = this.tooLarge(payloadBytes, what)
     if (big) return big
-    const buf = Buffer.allocUnsafe(HEADER_BYTES + payloadBytes)
-    const at = writeId(buf, HEADER_BYTES, id, idBytes)
-    fill?.(buf, at)
-    if (text !== undefined) buf.write(text, at + fixed, textBytes, "utf8")
-    seal(buf, 0, this.nextLsn++, kind, payloadBytes)
-    return buf
+    return this.stage(kind, payloadBytes, (buf, start) => {
+      const at = writeId(buf, start, id, idBytes)
+      fill?.(buf, at)
+      if (text !== undefined) buf.write(text, at + fixed, textBytes, "utf8")
+    })
   }
 
   /** Complete `done` once everything queued so far is durable. */
   private afterDurable<A>(value: () => A, done: Done<A>): void {
-    this.writer.enqueue(undefined, (err) => (err ? done(ioError(this.o.dir, err)) : done(undefined, value())))
+    this.writer.mark((err) => (err ? done(ioError(this.o.dir, err)) : done(undefined, value())))
   }
 
-  private write<A>(buf: Buffer, value: () => A, done: Done<A>): void {
-    this.writer.enqueue(buf, (err) => (err ? done(ioError(this.o.dir, err)) : done(undefined, value())))
+  /** Complete `done` with `value` once the record just staged is durable. */
+  private pushed<A>(value: A, done: Done<A>): void {
+    this.writer.push((err) => (err ? done(ioError(this.o.dir, err)) : done(undefined, value)))
   }
 
   append(m: OutboundMessage, now: number, done: Done<DeliveryEntry>): void {
@@ -241,20 +259,18 @@ export class LogCore {
     const payloadBytes = appendBytes(idBytes, keyBytes, textBytes)
     const big = this.tooLarge(payloadBytes, "the message")
     if (big) return done(big)
-    const buf = Buffer.allocUnsafe(HEADER_BYTES + payloadBytes)
-    writeAppend(buf, HEADER_BYTES, id, idBytes, seq, now, key, keyBytes, json, textBytes)
-    seal(buf, 0, this.nextLsn++, Kind.append, payloadBytes)
-    const data = new EntryData(id, seq, now, key, json, 0, undefined, undefined, "pending", false, buf.length)
+    const at = this.writer.reserve(HEADER_BYTES + payloadBytes)
+    const buf = this.writer.buffer
+    writeAppend(buf, at + HEADER_BYTES, id, idBytes, seq, now, key, keyBytes, json, textBytes)
+    seal(buf, at, this.nextLsn++, Kind.append, payloadBytes)
+    const data = new EntryData(id, seq, now, key, json, 0, undefined, undefined, "pending", false, HEADER_BYTES + payloadBytes)
     state.insert(data)
     // Nobody knows the id before this call returns, so the entry cannot change before it is durable.
-    this.write(
-      buf,
-      () => {
-        data.committed = true
-        return data.toEntry()
-      },
-      done
-    )
+    this.writer.push((err) => {
+      if (err) return done(ioError(this.o.dir, err))
+      data.committed = true
+      done(undefined, data.toEntry())
+    })
   }
 
   attempt(id: string, failure: { readonly error: string; readonly nextAttemptAt: number }, done: Done<DeliveryEntry>): void {
@@ -274,15 +290,14 @@ export class LogCore {
     const attempts = live.attempts + 1
     const lastError = clipError(failure.error)
     const next = failure.nextAttemptAt
-    const buf = this.frameId(Kind.attempt, id, 12, lastError, "the attempt", (b, at) => {
+    const no2 = this.frameId(Kind.attempt, id, 12, lastError, "the attempt", (b, at) => {
       b.writeUInt32BE(attempts, at)
       b.writeDoubleBE(next, at + 4)
     })
-    if (buf instanceof DeliveryLogError) return done(buf)
+    if (no2) return done(no2)
     this.state.applyAttempt(id, attempts, lastError, next)
     // The entry as of this attempt (a later call may change it before this one is durable).
-    const entry = live.toEntry()
-    this.write(buf, () => entry, done)
+    this.pushed(live.toEntry(), done)
   }
 
   ack(id: string, now: number, done: Done<void>): void {
@@ -295,10 +310,10 @@ export class LogCore {
       if (this.state.acked.has(id)) return this.afterDurable(() => undefined, done)
       return done(unknownId(String(id)))
     }
-    const buf = this.frameId(Kind.ack, id, 8, undefined, "the ack", (b, at) => b.writeDoubleBE(now, at))
-    if (buf instanceof DeliveryLogError) return done(buf)
+    const no2 = this.frameId(Kind.ack, id, 8, undefined, "the ack", (b, at) => b.writeDoubleBE(now, at))
+    if (no2) return done(no2)
     this.state.applyAck(id, now)
-    this.write(buf, () => undefined, done)
+    this.pushed(undefined, done)
   }
 
   deadLetter(id: string, reason: string, done: Done<void>): void {
@@ -311,10 +326,10 @@ export class LogCore {
     if (live === undefined) return done(unknownId(String(id)))
     if (live.status === "dead") return this.afterDurable(() => undefined, done)
     const clipped = clipError(reason)
-    const buf = this.frameId(Kind.dead, id, 0, clipped, "the dead-letter reason")
-    if (buf instanceof DeliveryLogError) return done(buf)
+    const no2 = this.frameId(Kind.dead, id, 0, clipped, "the dead-letter reason")
+    if (no2) return done(no2)
     this.state.applyDead(id, clipped)
-    this.write(buf, () => undefined, done)
+    this.pushed(undefined, done)
   }
 
   requeue(id: string, done: Done<void>): void {
@@ -323,10 +338,10 @@ export class LogCore {
     const live = this.state.live.get(id)
     if (live === undefined) return done(unknownId(String(id)))
     if (live.status === "pending") return this.afterDurable(() => undefined, done)
-    const buf = this.frameId(Kind.requeue, id, 0, undefined, "the requeue")
-    if (buf instanceof DeliveryLogError) return done(buf)
+    const no2 = this.frameId(Kind.requeue, id, 0, undefined, "the requeue")
+    if (no2) return done(no2)
     this.state.applyRequeue(id)
-    this.write(buf, () => undefined, done)
+    this.pushed(undefined, done)
   }
 
   flush(done: Done<void>): void {

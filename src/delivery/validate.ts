@@ -86,50 +86,60 @@ const plainProto = (v: object): boolean => {
 /**
  * Throws `NotJson` naming the first value JSON cannot carry (JSON.stringify would drop or mangle it).
  * A walk with typeof checks: much cheaper than a JSON.stringify replacer. Values with `toJSON` (Date)
- * are left to JSON.stringify. `path` holds the objects being walked, to report a cycle.
+ * are left to JSON.stringify. `path` holds the objects being walked (a stack: bodies are shallow), to
+ * report a cycle. `where` is a function so that the path text is built only for an error.
  */
-const assertJson = (value: unknown, where: string, path: Set<object>): void => {
+const assertJson = (value: unknown, where: () => string, path: Array<object>): void => {
   switch (typeof value) {
     case "string":
     case "boolean":
       return
     case "number":
-      if (!Number.isFinite(value)) throw new NotJson(`${where} is ${value}`)
+      if (!Number.isFinite(value)) throw new NotJson(`${where()} is ${value}`)
       return
     case "undefined":
-      throw new NotJson(`${where} is undefined`)
+      throw new NotJson(`${where()} is undefined`)
     case "function":
-      throw new NotJson(`${where} is a function`)
+      throw new NotJson(`${where()} is a function`)
     case "symbol":
-      throw new NotJson(`${where} is a symbol`)
+      throw new NotJson(`${where()} is a symbol`)
     case "bigint":
-      throw new NotJson(`${where} is a BigInt (send it as a string)`)
+      throw new NotJson(`${where()} is a BigInt (send it as a string)`)
     case "object": {
       if (value === null) return
       if (typeof (value as { toJSON?: unknown }).toJSON === "function") return
-      if (path.has(value)) throw new NotJson(`${where} is circular (it contains itself); send a tree`)
-      path.add(value)
+      if (path.includes(value)) throw new NotJson(`${where()} is circular (it contains itself); send a tree`)
+      path.push(value)
       if (Array.isArray(value)) {
-        for (let i = 0; i < value.length; i++) assertJson(value[i], `${where}[${i}]`, path)
+        for (let i = 0; i < value.length; i++) {
+          const item = value[i]
+          // Strings and finite numbers (most items) need no path: skip making its closure.
+          if (typeof item === "string" || (typeof item === "number" && Number.isFinite(item))) continue
+          assertJson(item, () => `${where()}[${i}]`, path)
+        }
       } else {
         if (!plainProto(value)) {
-          throw new NotJson(`${where} is a ${value.constructor?.name ?? "non-plain object"} (send plain objects and arrays)`)
+          throw new NotJson(`${where()} is a ${value.constructor?.name ?? "non-plain object"} (send plain objects and arrays)`)
         }
         for (const k in value) {
           if (Object.prototype.hasOwnProperty.call(value, k)) {
-            assertJson((value as Record<string, unknown>)[k], `${where}.${k}`, path)
+            const item = (value as Record<string, unknown>)[k]
+            if (typeof item === "string" || (typeof item === "number" && Number.isFinite(item))) continue
+            assertJson(item, () => `${where()}.${k}`, path)
           }
         }
       }
-      path.delete(value)
+      path.pop()
       return
     }
   }
 }
 
+const bodyName = (): string => "`body`"
+
 /** JSON.stringify that refuses what JSON cannot carry instead of dropping or mangling it. */
 const strictJson = (body: unknown): string => {
-  assertJson(body, "`body`", new Set())
+  assertJson(body, bodyName, [])
   return JSON.stringify(body)
 }
 
