@@ -57,18 +57,31 @@ export interface Lanes<K> {
 type Reason = "cancel" | "close" | "timeout"
 
 const QUEUED = 0
+/** Given a slot: `activate(key)` was called (or is being called); its fiber may not exist yet. */
 const RUNNING = 1
+/** RUNNING, and waiting in the start list for its fiber to be forked (see `runStarts`). */
+const STARTING = 2
+
+/**
+ * Activations forked per run of the start list before the next run waits for a macrotask
+ * (`setImmediate`): chains of activations that end synchronously never starve the event loop.
+ */
+const START_BUDGET = 512
 
 /** One key that runs or owes work; deleted from the map the moment the key is idle. */
 class Entry<K> {
-  state: typeof QUEUED | typeof RUNNING = QUEUED
+  state: typeof QUEUED | typeof RUNNING | typeof STARTING = QUEUED
   /** Running, and a follow-up activation is owed. */
   owed = false
   /** Why the lanes interrupt the current activation (set once per activation). */
   reason: Reason | undefined = undefined
+  /** Links in the FIFO of queued keys (QUEUED) or in the start list (STARTING). */
   prev: Entry<K> | undefined = undefined
   next: Entry<K> | undefined = undefined
+  /** The activation's fiber, set by the fiber itself when it first runs. */
   fiber: Fiber.Fiber<void> | undefined = undefined
+  /** The Effect `activate(key)` returned, kept from `start` until its fiber is forked. */
+  work: Effect.Effect<unknown, any, Scope.Scope> | undefined = undefined
   /** `wake(key)` for a held key, made on its second wake (see `wake`). */
   wake: Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> | undefined = undefined
   constructor(readonly key: K) {}
@@ -206,41 +219,39 @@ const make = <K, E, R>(
   /**
    * The whole life of one activation, in a fiber that is uninterruptible outside `work`: run
    * `work` (the Effect `activate` returned; its Scope is `scope`), take its outcome before the
-   * Scope closes, close the Scope, report, hand the slot on. It yields first, so that `wake`
-   * never runs an activation and chains of activations never recurse.
+   * Scope closes, close the Scope, report, hand the slot on. The fiber is forked from the start
+   * list (`runStarts`), never from `wake`, so `wake` never runs an activation and chains of
+   * activations never recurse.
    */
   const activation = (
     e: Entry<K>,
     work: Effect.Effect<unknown, E, Scope.Scope>,
     scope: Scope.Closeable
   ): Effect.Effect<void, never, Scope.Scope> =>
-    Effect.andThen(
-      Effect.yieldNow,
-      Effect.suspend(() => {
-        if (e.reason !== undefined) {
-          // cut short before its fiber first ran: activate was called, its Effect never ran
-          const exit: ActivationExit<K, E> = { _tag: "ActivationInterrupted", key: e.key, reason: e.reason, started: true }
-          return Effect.andThen(Scope.close(scope, Exit.void), Effect.suspend(() => end(e, exit)))
-        }
-        let timer: Fiber.Fiber<void> | undefined
-        if (turnTimeoutMs !== undefined) {
-          const self = e.fiber!
-          timer = fork(Effect.andThen(
-            Effect.sleep(turnTimeoutMs),
-            Effect.sync(() => {
-              if (e.reason === undefined) e.reason = "timeout"
-              self.interruptUnsafe()
-            })
-          ))
-        }
-        return Effect.flatMap(Effect.exit(Effect.interruptible(work)), (exit) => {
-          if (timer !== undefined) timer.interruptUnsafe()
-          // why the lanes cut it short, if they did, as of the moment `work` ended (not later)
-          const reason = e.reason
-          return Effect.flatMap(Effect.exit(Scope.close(scope, exit)), (closing) => end(e, outcome(e, exit, closing, reason)))
-        })
+    Effect.withFiber((self) => {
+      e.fiber = self as Fiber.Fiber<any>
+      if (e.reason !== undefined) {
+        // cut short before its fiber first ran: activate was called, its Effect never ran
+        const exit: ActivationExit<K, E> = { _tag: "ActivationInterrupted", key: e.key, reason: e.reason, started: true }
+        return Effect.andThen(Scope.close(scope, Exit.void), Effect.suspend(() => end(e, exit)))
+      }
+      let timer: Fiber.Fiber<void> | undefined
+      if (turnTimeoutMs !== undefined) {
+        timer = fork(Effect.andThen(
+          Effect.sleep(turnTimeoutMs),
+          Effect.sync(() => {
+            if (e.reason === undefined) e.reason = "timeout"
+            self.interruptUnsafe()
+          })
+        ))
+      }
+      return Effect.flatMap(Effect.exit(Effect.interruptible(work)), (exit) => {
+        if (timer !== undefined) timer.interruptUnsafe()
+        // why the lanes cut it short, if they did, as of the moment `work` ended (not later)
+        const reason = e.reason
+        return Effect.flatMap(Effect.exit(Scope.close(scope, exit)), (closing) => end(e, outcome(e, exit, closing, reason)))
       })
-    )
+    })
 
   /** Reports the activation (now) and then lets the key move on and the slot pass on. */
   const end = (e: Entry<K>, exit: ActivationExit<K, E>): Effect.Effect<void> => {
@@ -254,17 +265,75 @@ const make = <K, E, R>(
 
   /**
    * Gives `e` a slot: `activate(key)` is called now (so `started` is true from here on) and its
-   * Effect runs in a fiber of its own, with the lanes' context and the activation's own Scope.
+   * Effect will run in a fiber of its own, with the lanes' context and the activation's own
+   * Scope, forked from the start list right after the caller's synchronous code (a microtask).
    */
   const start = (e: Entry<K>): void => {
     e.state = RUNNING
     e.reason = undefined
     running++
-    const work = callActivate(e.key)
+    e.work = callActivate(e.key)
+    e.state = STARTING
+    e.prev = startTail
+    e.next = undefined
+    if (startTail === undefined) startHead = e
+    else startTail.next = e
+    startTail = e
+    if (!startScheduled) {
+      startScheduled = true
+      if (startedSinceMacrotask < START_BUDGET) queueMicrotask(runStarts)
+      else setImmediate(runStartsAfterMacrotask)
+    }
+  }
+
+  // The start list: keys given a slot whose activation fiber is not forked yet.
+  let startHead: Entry<K> | undefined
+  let startTail: Entry<K> | undefined
+  let startScheduled = false
+  let startedSinceMacrotask = 0
+
+  const unlinkStart = (e: Entry<K>): void => {
+    if (e.prev === undefined) startHead = e.next
+    else e.prev.next = e.next
+    if (e.next === undefined) startTail = e.prev
+    else e.next.prev = e.prev
+    e.prev = undefined
+    e.next = undefined
+  }
+
+  /** Forks the activation fiber of a STARTING entry now; the fiber runs synchronously until it first waits. */
+  const forkNow = (e: Entry<K>): Fiber.Fiber<void> => {
+    unlinkStart(e)
+    e.state = RUNNING
+    const work = e.work as Effect.Effect<unknown, E, Scope.Scope>
+    e.work = undefined
     const scope = Scope.makeUnsafe()
     // the Scope goes into the fiber's context at fork: cheaper than provideService per activation
     const forkWithScope = Effect.runForkWith(Context.add(context, Scope.Scope, scope) as Context.Context<Scope.Scope>)
-    e.fiber = forkWithScope(activation(e, work, scope), { uninterruptible: true })
+    return forkWithScope(activation(e, work, scope), { uninterruptible: true })
+  }
+
+  /**
+   * Forks the activations waiting in the start list, oldest first, in one loop (an activation
+   * that ends synchronously hands its slot on by appending to this list, never by recursing).
+   * After `START_BUDGET` forks since the last macrotask, the rest waits for a `setImmediate`.
+   */
+  const runStarts = (): void => {
+    startScheduled = false
+    while (startHead !== undefined) {
+      if (startedSinceMacrotask >= START_BUDGET) {
+        startScheduled = true
+        setImmediate(runStartsAfterMacrotask)
+        return
+      }
+      startedSinceMacrotask++
+      forkNow(startHead)
+    }
+  }
+
+  const runStartsAfterMacrotask = (): void => {
+    startedSinceMacrotask = 0
+    runStarts()
   }
 
   /** The activation of `e` has ended (Scope closed, `onExit` returned): the key moves on, the slot passes on. */
@@ -343,8 +412,9 @@ const make = <K, E, R>(
         e.owed = false
         waiting--
       }
-      const fiber = e.fiber
       if (e.reason === undefined) e.reason = "cancel"
+      // Given a slot but not forked yet: fork it now; it sees the reason and ends (interrupted) at once.
+      const fiber = e.state === STARTING ? forkNow(e) : e.fiber
       const dropReport = owed ? Effect.uninterruptible(report(dropped(key, "cancel"))) : Effect.void
       if (fiber === undefined) return dropReport // only from inside activate(key) itself, before its fiber exists
       if (fiber === self) {
@@ -360,7 +430,8 @@ const make = <K, E, R>(
   const runningFibers = (self: Fiber.Fiber<unknown, unknown>): Array<Fiber.Fiber<void>> => {
     const out: Array<Fiber.Fiber<void>> = []
     for (const e of entries.values()) {
-      if (e.state === RUNNING && e.fiber !== undefined && e.fiber !== self) out.push(e.fiber)
+      const fiber = e.state === STARTING ? forkNow(e) : e.fiber
+      if (e.state !== QUEUED && fiber !== undefined && fiber !== self) out.push(fiber)
     }
     return out
   }
@@ -381,6 +452,7 @@ const make = <K, E, R>(
     tail = undefined
     waiting -= drops.length
     const fibers: Array<Fiber.Fiber<void>> = []
+    const starting: Array<Entry<K>> = []
     for (const e of entries.values()) {
       if (e.owed) {
         e.owed = false
@@ -389,7 +461,10 @@ const make = <K, E, R>(
       }
       if (e.reason === undefined) e.reason = "close"
       if (e.fiber !== undefined) fibers.push(e.fiber)
+      else if (e.state === STARTING) starting.push(e)
     }
+    // Given a slot but not forked yet: forked now, each sees the reason and ends (interrupted) at once.
+    for (const e of starting) fibers.push(forkNow(e))
     const others = fibers.filter((f) => f !== self)
     for (const f of others) f.interruptUnsafe(self.id)
     const reports = Effect.uninterruptible(

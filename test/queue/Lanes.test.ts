@@ -337,3 +337,40 @@ describe("Lanes: end of an activation", () => {
       ])
     }))
 })
+
+describe("Lanes: activations start after the caller's synchronous code, never starving the event loop", () => {
+  it.effect("wake never runs an activation in the caller's stack", () =>
+    Effect.gen(function*() {
+      let ran = 0
+      const lanes = yield* createLanes<string>({ maxConcurrent: 4, activate: () => Effect.sync(() => void ran++) })
+      expect(yield* lanes.wake("a")).toBe("started")
+      expect(yield* lanes.wake("b")).toBe("started")
+      expect(ran).toBe(0)
+      yield* idle(lanes)
+      expect(ran).toBe(2)
+    }))
+
+  it.effect("activations that end at once and wake their own key forever leave the event loop free", () =>
+    Effect.gen(function*() {
+      let runs = 0
+      const self: { wake: (k: string) => Effect.Effect<unknown, unknown> } = { wake: () => Effect.void }
+      const lanes = yield* createLanes<string>({
+        maxConcurrent: 2,
+        activate: (key) => Effect.suspend(() => {
+          runs++
+          return Effect.ignore(self.wake(key))
+        })
+      })
+      self.wake = lanes.wake
+      yield* lanes.wake("a")
+      yield* lanes.wake("b")
+      // a macrotask still gets its turn while the chain of synchronous activations goes on
+      yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+      const seen = runs
+      yield* Effect.promise(() => new Promise<void>((resolve) => setImmediate(resolve)))
+      expect(seen).toBeGreaterThan(0)
+      expect(runs).toBeGreaterThan(seen)
+      yield* lanes.close
+      expect(yield* lanes.stats).toEqual({ running: 0, waiting: 0, keys: 0 })
+    }))
+})
