@@ -39,6 +39,16 @@ export interface LanesOptions<K, E = never, R = never> {
   readonly onExit?: (exit: ActivationExit<K, E>) => Effect.Effect<void> | void
 }
 
+/**
+ * What `createLanes` really returns: `Lanes` plus a synchronous `wake` for the command queue's
+ * engine (it wakes keys from plain code: the Promise API's `dispatch`, the end of a task).
+ * Internal to `src/queue` (not exported from the package).
+ */
+export interface LanesInternal<K> extends Lanes<K> {
+  /** The transition of `wake(key)`, run now; the refusal is returned as a value. */
+  readonly wakeUnsafe: (key: K) => WakeResult | LaneQueueFull | LanesClosed
+}
+
 /** What `wake` did: an activation started now, one is owed, or an owed one already serves this wake. */
 export type WakeResult = "started" | "queued" | "coalesced"
 
@@ -90,7 +100,8 @@ class Entry<K> {
 const STARTED: Effect.Effect<WakeResult> = Effect.succeed("started")
 const QUEUED_RESULT: Effect.Effect<WakeResult> = Effect.succeed("queued")
 const COALESCED: Effect.Effect<WakeResult> = Effect.succeed("coalesced")
-const CLOSED: Effect.Effect<never, LanesClosed> = Effect.fail(new LanesClosed())
+const CLOSED_ERROR = new LanesClosed()
+const CLOSED: Effect.Effect<never, LanesClosed> = Effect.fail(CLOSED_ERROR)
 
 /**
  * A refusal is expected and typed: it is made without a JavaScript stack trace, which would cost
@@ -112,9 +123,14 @@ const queueFull = (key: unknown, maxQueued: number): LaneQueueFull => {
  * activation that starts after it, the longest waiter served first, an activation's Scope
  * closed and its `onExit` returned before its slot passes on, and no state kept for idle keys.
  */
-export const createLanes = <K, E = never, R = never>(
+export const createLanes: <K, E = never, R = never>(
   options: LanesOptions<K, E, R>
-): Effect.Effect<Lanes<K>, LanesConfigInvalid, Scope.Scope | R> =>
+) => Effect.Effect<Lanes<K>, LanesConfigInvalid, Scope.Scope | R> = (options) => createLanesInternal(options)
+
+/** `createLanes`, typed with its synchronous wake (for the command queue's engine). @internal */
+export const createLanesInternal = <K, E = never, R = never>(
+  options: LanesOptions<K, E, R>
+): Effect.Effect<LanesInternal<K>, LanesConfigInvalid, Scope.Scope | R> =>
   Effect.suspend(() => {
     const error = validateLanesOptions(options)
     if (error !== undefined) return Effect.fail(error)
@@ -127,7 +143,7 @@ export const createLanes = <K, E = never, R = never>(
 const make = <K, E, R>(
   options: LanesOptions<K, E, R>,
   context: Context.Context<Scope.Scope | R>
-): Lanes<K> => {
+): LanesInternal<K> => {
   const maxConcurrent = options.maxConcurrent
   const maxQueued = options.maxQueued ?? Number.POSITIVE_INFINITY
   const turnTimeoutMs = options.turnTimeoutMs
@@ -360,9 +376,12 @@ const make = <K, E, R>(
     }
   }
 
-  /** The state transition of one wake; synchronous, O(1), allocates only for a new entry or a failure. */
-  const transition = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
-    if (closed) return CLOSED
+  /**
+   * The state transition of one wake; synchronous, O(1), allocates only for a new entry or a
+   * refusal. Returns the result, or the refusal as a value (never throws).
+   */
+  const wakeUnsafe = (key: K): WakeResult | LaneQueueFull | LanesClosed => {
+    if (closed) return CLOSED_ERROR
     const e = entries.get(key)
     if (e === undefined) {
       // With a slot free the queue is empty (every freed slot drains it), so the key starts now.
@@ -370,20 +389,37 @@ const make = <K, E, R>(
         const fresh = new Entry(key)
         entries.set(key, fresh)
         start(fresh)
-        return STARTED
+        return "started"
       }
-      if (waiting >= maxQueued) return Effect.fail(queueFull(key, maxQueued))
+      if (waiting >= maxQueued) return queueFull(key, maxQueued)
       const fresh = new Entry(key)
       entries.set(key, fresh)
       enqueue(fresh)
       waiting++
-      return QUEUED_RESULT
+      return "queued"
     }
-    if (e.state === QUEUED || e.owed) return COALESCED
-    if (waiting >= maxQueued) return Effect.fail(queueFull(key, maxQueued))
+    if (e.state === QUEUED || e.owed) return "coalesced"
+    if (waiting >= maxQueued) return queueFull(key, maxQueued)
     e.owed = true
     waiting++
-    return QUEUED_RESULT
+    return "queued"
+  }
+
+  /** `wakeUnsafe` as an Effect: the three results and `LanesClosed` are constant Effects (no allocation). */
+  const transition = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
+    const r = wakeUnsafe(key)
+    switch (r) {
+      case "started":
+        return STARTED
+      case "queued":
+        return QUEUED_RESULT
+      case "coalesced":
+        return COALESCED
+      case CLOSED_ERROR:
+        return CLOSED
+      default:
+        return Effect.fail(r)
+    }
   }
 
   const makeWake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> =>
@@ -477,5 +513,5 @@ const make = <K, E, R>(
 
   const stats = Effect.sync(() => ({ running, waiting, keys: entries.size }))
 
-  return { wake, cancel, close, stats }
+  return { wake, cancel, close, stats, wakeUnsafe }
 }

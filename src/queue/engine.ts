@@ -19,7 +19,7 @@ import { FutureImpl } from "./Future.js"
 import type { BodyKind, TaskOptions } from "./lane.js"
 import { DROPPING, EFFECT_BODY, ENDED, FINISHING, KeyTasks, LaneState, RUNNING, Task, WAITING } from "./lane.js"
 import { complete, VOID } from "./ending.js"
-import { createLanes } from "./Lanes.js"
+import { createLanesInternal } from "./Lanes.js"
 import type { WakeResult } from "./Lanes.js"
 import { cancelKey, drain, futureOps, restartLane, snapshotUnsafe } from "./lifecycle.js"
 import { LaneMetrics } from "./metrics.js"
@@ -69,7 +69,7 @@ export class Engine {
       return Effect.gen(function*() {
         for (const [name, limits] of options.lanes) {
           const lane = new LaneState(name, limits)
-          lane.lanes = yield* Effect.orDie(createLanes<string>({
+          lane.lanes = yield* Effect.orDie(createLanesInternal<string>({
             maxConcurrent: limits.concurrent,
             activate: engine.activator(lane)
           }))
@@ -238,12 +238,14 @@ export class Engine {
   ): Effect.Effect<FutureImpl<any, any>, AdmissionError | RequestError> {
     const task = this.admit(laneName, key, body, EFFECT_BODY, options, context, false)
     if (!(task instanceof Task)) return Effect.fail(task)
-    const admission = this.admission
-    if (admission !== WAKE) return Effect.succeed(new FutureImpl(task, admission, this.ops))
-    return Effect.matchEffect(task.lane.lanes.wake(key), {
-      onFailure: () => Effect.fail(this.wakeFailed(task)),
-      onSuccess: (result) => Effect.succeed(new FutureImpl(task, this.woke(task, result), this.ops))
-    })
+    const admission = this.admission === WAKE ? this.wake(task) : this.admission
+    return typeof admission === "string" ? Effect.succeed(new FutureImpl(task, admission, this.ops)) : Effect.fail(admission)
+  }
+
+  /** After `admit` returned `WAKE`: wakes the task's key now (synchronously); its admission, or the refusal. */
+  wake(task: Task): Admission | AdmissionError {
+    const result = task.lane.lanes.wakeUnsafe(task.key)
+    return typeof result === "string" ? this.woke(task, result) : this.wakeFailed(task)
   }
 
   armQueueTimer(task: Task): void {
@@ -342,15 +344,15 @@ export class Engine {
   }
 
   wakeKey(lane: LaneState, key: string, ks: KeyTasks): Effect.Effect<void> {
-    return Effect.catch(Effect.asVoid(lane.lanes.wake(key)), () => {
+    if (typeof lane.lanes.wakeUnsafe(key) !== "string") {
       // The lanes closed (end of a drain): nothing may run any more.
       for (let t = ks.head; t !== undefined;) {
         const next = t.next
         this.fork(this.drop(t, "closed"))
         t = next
       }
-      return Effect.void
-    })
+    }
+    return VOID
   }
 
   // ---------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 import type { Context, Deferred, Effect, Exit, Fiber } from "effect"
 import type { QueueFailure, Participation } from "./errors.js"
 import type { LaneMetrics } from "./metrics.js"
-import type { Lanes } from "./Lanes.js"
+import type { LanesInternal } from "./Lanes.js"
 
 /** A task waits in its key's FIFO. */
 export const WAITING = 0
@@ -121,7 +121,7 @@ export class LaneState {
   waiting = 0
   readonly keys = new Map<string, KeyTasks>()
   readonly capacity: number
-  lanes!: Lanes<string>
+  lanes!: LanesInternal<string>
   metrics!: LaneMetrics
   constructor(readonly name: string, readonly limits: ResolvedLimits) {
     this.capacity = limits.concurrent + limits.queued

@@ -183,12 +183,8 @@ class AsyncQueue implements AsyncCommandQueue {
     const aborted = signal instanceof AbortSignal && signal.aborted
     const admitted = engine.admit(lane, key, task, PROMISE_BODY, options, undefined, aborted)
     if (!(admitted instanceof Task)) throw admitted
-    let admission = engine.admission
-    if (admission === WAKE) {
-      const woke = Effect.runSyncExit(admitted.lane.lanes.wake(key))
-      if (Exit.isFailure(woke)) throw engine.wakeFailed(admitted)
-      admission = engine.woke(admitted, woke.value)
-    }
+    const admission = engine.admission === WAKE ? engine.wake(admitted) : engine.admission
+    if (typeof admission !== "string") throw admission
     const future = new AsyncFutureImpl<A>(admitted, admission, engine)
     if (signal instanceof AbortSignal && !aborted && admitted.exit === undefined) {
       const onAbort = () => {
