@@ -132,7 +132,9 @@ class Cursor {
 const MESSAGE_START = Buffer.from('{"channel":', "latin1")
 const checkMessageText = (buf: Buffer, at: number, end: number): void => {
   const n = MESSAGE_START.length
-  if (end - at < n + 1 || buf[end - 1] !== 0x7d || buf.compare(MESSAGE_START, 0, n, at, at + n) !== 0) {
+  let ok = end - at > n && buf[end - 1] === 0x7d
+  for (let i = 0; ok && i < n; i++) ok = buf[at + i] === MESSAGE_START[i]
+  if (!ok) {
     throw new BadPayload("a message that is not the JSON object the log writes")
   }
 }
@@ -159,16 +161,27 @@ export const writeAppend = (
   return at + buf.write(text, at, textBytes, "utf8")
 }
 
-/** Read an append payload as a pending entry. */
+/** Read an append payload as a pending entry (the hot path of replay: no cursor object). */
 export const readAppend = (buf: Buffer, start: number, end: number): EntryData => {
-  const c = new Cursor(buf, start, end)
-  const id = c.text(c.u8())
-  const seq = c.f64()
-  const enqueuedAt = c.f64()
-  const keyLen = c.u32()
-  const key = keyLen === 0 ? undefined : c.text(keyLen)
-  checkMessageText(buf, c.at, end)
-  return new EntryData(id, seq, enqueuedAt, key, c.rest(), 0, undefined, undefined, "pending", true, end - start)
+  const idEnd = start + 1 + buf[start]!
+  const keyAt = idEnd + 20
+  if (keyAt > end) throw new BadPayload("a payload shorter than its fields")
+  const keyEnd = keyAt + buf.readUInt32BE(idEnd + 16)
+  if (keyEnd > end) throw new BadPayload("a payload shorter than its fields")
+  checkMessageText(buf, keyEnd, end)
+  return new EntryData(
+    buf.toString("utf8", start + 1, idEnd),
+    buf.readDoubleBE(idEnd),
+    buf.readDoubleBE(idEnd + 8),
+    keyEnd === keyAt ? undefined : buf.toString("utf8", keyAt, keyEnd),
+    buf.toString("utf8", keyEnd, end),
+    0,
+    undefined,
+    undefined,
+    "pending",
+    true,
+    end - start
+  )
 }
 
 // ---- kind 17, snapshot entry: head | status u8 | attempts u32 | nextAttemptAt f64 | errLen u32 | lastError | message JSON ----
