@@ -49,6 +49,16 @@ export interface LanesInternal<K> extends Lanes<K> {
   readonly wakeUnsafe: (key: K) => WakeResult | LaneQueueFull | LanesClosed
 }
 
+/** Options of `createLanesInternal` that users of `createLanes` never see. @internal */
+export interface InternalOptions {
+  /**
+   * `activate`'s Effect runs uninterruptibly: cancel, close and timeout never cut it short (the
+   * command queue stops its tasks itself, and a task's end must always run). Saves entering and
+   * leaving an interruptible region per activation.
+   */
+  readonly uninterruptibleWork?: boolean
+}
+
 /** What `wake` did: an activation started now, one is owed, or an owed one already serves this wake. */
 export type WakeResult = "started" | "queued" | "coalesced"
 
@@ -129,21 +139,24 @@ export const createLanes: <K, E = never, R = never>(
 
 /** `createLanes`, typed with its synchronous wake (for the command queue's engine). @internal */
 export const createLanesInternal = <K, E = never, R = never>(
-  options: LanesOptions<K, E, R>
+  options: LanesOptions<K, E, R>,
+  internal?: InternalOptions
 ): Effect.Effect<LanesInternal<K>, LanesConfigInvalid, Scope.Scope | R> =>
   Effect.suspend(() => {
     const error = validateLanesOptions(options)
     if (error !== undefined) return Effect.fail(error)
     return Effect.flatMap(Effect.context<Scope.Scope | R>(), (context) => {
-      const lanes = make(options, context)
+      const lanes = make(options, context, internal)
       return Effect.as(Effect.addFinalizer(() => lanes.close), lanes)
     })
   })
 
 const make = <K, E, R>(
   options: LanesOptions<K, E, R>,
-  context: Context.Context<Scope.Scope | R>
+  context: Context.Context<Scope.Scope | R>,
+  internal: InternalOptions | undefined
 ): LanesInternal<K> => {
+  const interruptibleWork = internal?.uninterruptibleWork !== true
   const maxConcurrent = options.maxConcurrent
   const maxQueued = options.maxQueued ?? Number.POSITIVE_INFINITY
   const turnTimeoutMs = options.turnTimeoutMs
@@ -261,11 +274,14 @@ const make = <K, E, R>(
           })
         ))
       }
-      return Effect.flatMap(Effect.exit(Effect.interruptible(work)), (exit) => {
+      return Effect.flatMap(Effect.exit(interruptibleWork ? Effect.interruptible(work) : work), (exit) => {
         if (timer !== undefined) timer.interruptUnsafe()
         // why the lanes cut it short, if they did, as of the moment `work` ended (not later)
         const reason = e.reason
-        return Effect.flatMap(Effect.exit(Scope.close(scope, exit)), (closing) => end(e, outcome(e, exit, closing, reason)))
+        // (the fiber is uninterruptible here, as Scope.close would make it)
+        const closing = Scope.closeUnsafe(scope, exit)
+        if (closing === undefined) return end(e, outcome(e, exit, Exit.void, reason)) // no finalizer to run
+        return Effect.flatMap(Effect.exit(closing), (closed) => end(e, outcome(e, exit, closed, reason)))
       })
     })
 

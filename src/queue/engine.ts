@@ -72,7 +72,7 @@ export class Engine {
           lane.lanes = yield* Effect.orDie(createLanesInternal<string>({
             maxConcurrent: limits.concurrent,
             activate: engine.activator(lane)
-          }))
+          }, { uninterruptibleWork: true }))
           engine.byName.set(name, lane)
           engine.all.push(lane)
           lane.metrics = new LaneMetrics(lane, engine.context)
@@ -272,7 +272,8 @@ export class Engine {
   activator(lane: LaneState): (key: string) => Effect.Effect<void> {
     return (key) => {
       const task = this.pick(lane, key)
-      return task === undefined ? VOID : Effect.uninterruptible(Effect.suspend(() => this.run(lane, key, task)))
+      // (the lanes run it uninterruptibly: a task's end always runs; the engine stops tasks itself)
+      return task === undefined ? VOID : Effect.suspend(() => this.run(lane, key, task))
     }
   }
 
