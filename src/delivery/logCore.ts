@@ -9,7 +9,8 @@ import { type CompactionHooks, type Captured, removeReplaced, writeSnapshot } fr
 import { DeliveryLogError } from "./errors.js"
 import { GroupCommitWriter } from "./groupCommit.js"
 import { acquireLock, releaseLock } from "./lockfile.js"
-import { appendBytes, EntryData, idRecordBytes, utf8Bytes, writeAppend, writeId } from "./payload.js"
+import { stageIdRecord, tooLarge } from "./framing.js"
+import { appendBytes, EntryData, utf8Bytes, writeAppend } from "./payload.js"
 import { HEADER_BYTES, Kind, seal } from "./record.js"
 import { CorruptLog, finishRecovery, type KeptSegment, recover } from "./recovery.js"
 import { createSegment, DIR_MODE, segmentName } from "./segment.js"
@@ -171,37 +172,7 @@ export class LogCore {
     return f === undefined ? undefined : ioError(this.o.dir, f)
   }
 
-  /** Refuse (writing nothing) a record whose payload would take it over `maxRecordBytes`. */
-  private tooLarge(payloadBytes: number, what: string): DeliveryLogError | undefined {
-    if (HEADER_BYTES + payloadBytes <= this.o.maxRecordBytes) return undefined
-    return new DeliveryLogError({
-      reason: "too-large",
-      message: `Expected ${what} to encode to at most \`maxRecordBytes\` = ${this.o.maxRecordBytes} bytes, got ${HEADER_BYTES + payloadBytes}; make it smaller or open the log with a larger \`maxRecordBytes\``
-    })
-  }
-
-  /**
-   * Frame a record of `payloadBytes` straight into the writer's staging buffer: `fill` writes the
-   * payload at the offset given, then the header and CRC are sealed. If `fill` throws, the room is
-   * given back (nothing is written) and the error is returned.
-   */
-  private stage(kind: Kind, payloadBytes: number, fill: (buf: Buffer, at: number) => void): DeliveryLogError | undefined {
-    const at = this.writer.reserve(HEADER_BYTES + payloadBytes)
-    const buf = this.writer.buffer
-    try {
-      fill(buf, at + HEADER_BYTES)
-    } catch (e) {
-      this.writer.cancel(at)
-      return new DeliveryLogError({ reason: "invalid", message: `Could not encode the record (${String(e)})` })
-    }
-    seal(buf, at, this.nextLsn++, kind, payloadBytes)
-    return undefined
-  }
-
-  /**
-   * Frame an id-keyed record (attempt, ack, dead, requeue): the id, `fixed` bytes written by `fill`
-   * at the offset after the id, then `text`. Returns why it is refused, if it is.
-   */
+  /** Stage an id-keyed record (see `stageIdRecord`), taking the next lsn if it was staged. */
   private frameId(
     kind: Kind,
     id: string,
@@ -210,16 +181,9 @@ export class LogCore {
     what: string,
     fill?: (buf: Buffer, at: number) => void
   ): DeliveryLogError | undefined {
-    const idBytes = utf8Bytes(id)
-    const textBytes = text === undefined ? 0 : utf8Bytes(text)
-    const payloadBytes = idRecordBytes(idBytes, fixed, textBytes)
-    const big = this.tooLarge(payloadBytes, what)
-    if (big) return big
-    return this.stage(kind, payloadBytes, (buf, start) => {
-      const at = writeId(buf, start, id, idBytes)
-      fill?.(buf, at)
-      if (text !== undefined) buf.write(text, at + fixed, textBytes, "utf8")
-    })
+    const no = stageIdRecord(this.writer, this.o.maxRecordBytes, this.nextLsn, kind, id, fixed, text, what, fill)
+    if (no === undefined) this.nextLsn++
+    return no
   }
 
   /** Complete `done` once everything queued so far is durable. */
@@ -257,7 +221,7 @@ export class LogCore {
     const keyBytes = key === undefined ? 0 : utf8Bytes(key)
     const textBytes = utf8Bytes(json)
     const payloadBytes = appendBytes(idBytes, keyBytes, textBytes)
-    const big = this.tooLarge(payloadBytes, "the message")
+    const big = tooLarge(this.o.maxRecordBytes, payloadBytes, "the message")
     if (big) return done(big)
     const at = this.writer.reserve(HEADER_BYTES + payloadBytes)
     const buf = this.writer.buffer
