@@ -57,7 +57,28 @@ export interface InternalOptions {
    * leaving an interruptible region per activation.
    */
   readonly uninterruptibleWork?: boolean
+  /**
+   * `activate` may return an `InlineWork` instead of an Effect (only without `onExit` and
+   * `turnTimeoutMs`, and with `uninterruptibleWork`): when its turn comes it is run as plain code,
+   * without a fiber or a Scope; a fiber is forked only for the Effect it returns, unless that is
+   * `Effect.void` (the activation ended synchronously).
+   */
+  readonly inlineWork?: boolean
 }
+
+/** The method of an `InlineWork`. @internal */
+export const RunInline: unique symbol = Symbol.for("switchyard/Lanes/RunInline")
+
+/**
+ * Work that runs synchronously when its activation's turn comes (never in `wake`'s caller): it
+ * returns what is left to do as an Effect, or `Effect.void` when the activation is over. @internal
+ */
+export interface InlineWork {
+  readonly [RunInline]: () => Effect.Effect<unknown>
+}
+
+const isInlineWork = (u: unknown): u is InlineWork =>
+  typeof u === "object" && u !== null && typeof (u as { [RunInline]?: unknown })[RunInline] === "function"
 
 /** What `wake` did: an activation started now, one is owed, or an owed one already serves this wake. */
 export type WakeResult = "started" | "queued" | "coalesced"
@@ -157,6 +178,8 @@ const make = <K, E, R>(
   internal: InternalOptions | undefined
 ): LanesInternal<K> => {
   const interruptibleWork = internal?.uninterruptibleWork !== true
+  const inline = internal?.inlineWork === true && !interruptibleWork && options.onExit === undefined &&
+    options.turnTimeoutMs === undefined
   const maxConcurrent = options.maxConcurrent
   const maxQueued = options.maxQueued ?? Number.POSITIVE_INFINITY
   const turnTimeoutMs = options.turnTimeoutMs
@@ -219,7 +242,7 @@ const make = <K, E, R>(
   const callActivate = (key: K): Effect.Effect<unknown, E, Scope.Scope> => {
     try {
       const r = activate(key)
-      return Effect.isEffect(r)
+      return Effect.isEffect(r) || (inline && isInlineWork(r))
         ? (r as Effect.Effect<unknown, E, Scope.Scope>)
         : Effect.die(new TypeError(`activate must return an Effect, got ${show(r)}`))
     } catch (defect) {
@@ -259,7 +282,7 @@ const make = <K, E, R>(
   ): Effect.Effect<void, never, Scope.Scope> =>
     Effect.withFiber((self) => {
       e.fiber = self as Fiber.Fiber<any>
-      if (e.reason !== undefined) {
+      if (e.reason !== undefined && interruptibleWork) {
         // cut short before its fiber first ran: activate was called, its Effect never ran
         const exit: ActivationExit<K, E> = { _tag: "ActivationInterrupted", key: e.key, reason: e.reason, started: true }
         return Effect.andThen(Scope.close(scope, Exit.void), Effect.suspend(() => end(e, exit)))
@@ -333,12 +356,27 @@ const make = <K, E, R>(
     e.next = undefined
   }
 
-  /** Forks the activation fiber of a STARTING entry now; the fiber runs synchronously until it first waits. */
-  const forkNow = (e: Entry<K>): Fiber.Fiber<void> => {
+  /**
+   * Forks the activation fiber of a STARTING entry now; the fiber runs synchronously until it
+   * first waits. An `InlineWork` runs first, as plain code: no fiber at all when it ends the
+   * activation synchronously (then `undefined` is returned: the activation is over).
+   */
+  const forkNow = (e: Entry<K>): Fiber.Fiber<void> | undefined => {
     unlinkStart(e)
     e.state = RUNNING
-    const work = e.work as Effect.Effect<unknown, E, Scope.Scope>
+    let work = e.work as Effect.Effect<unknown, E, Scope.Scope>
     e.work = undefined
+    if (inline && isInlineWork(work)) {
+      try {
+        work = (work as InlineWork)[RunInline]()
+      } catch (defect) {
+        work = Effect.die(defect)
+      }
+      if (work === Effect.void) {
+        finish(e)
+        return undefined
+      }
+    }
     const scope = Scope.makeUnsafe()
     // the Scope goes into the fiber's context at fork: cheaper than provideService per activation
     const forkWithScope = Effect.runForkWith(Context.add(context, Scope.Scope, scope) as Context.Context<Scope.Scope>)
@@ -516,7 +554,10 @@ const make = <K, E, R>(
       else if (e.state === STARTING) starting.push(e)
     }
     // Given a slot but not forked yet: forked now, each sees the reason and ends (interrupted) at once.
-    for (const e of starting) fibers.push(forkNow(e))
+    for (const e of starting) {
+      const fiber = forkNow(e)
+      if (fiber !== undefined) fibers.push(fiber)
+    }
     const others = fibers.filter((f) => f !== self)
     for (const f of others) f.interruptUnsafe(self.id)
     const reports = Effect.uninterruptible(

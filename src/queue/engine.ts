@@ -69,10 +69,11 @@ export class Engine {
       return Effect.gen(function*() {
         for (const [name, limits] of options.lanes) {
           const lane = new LaneState(name, limits)
+          lane.engine = engine
           lane.lanes = yield* Effect.orDie(createLanesInternal<string>({
             maxConcurrent: limits.concurrent,
             activate: engine.activator(lane)
-          }, { uninterruptibleWork: true }))
+          }, { uninterruptibleWork: true, inlineWork: true }))
           engine.byName.set(name, lane)
           engine.all.push(lane)
           lane.metrics = new LaneMetrics(lane, engine.context)
@@ -272,8 +273,10 @@ export class Engine {
   activator(lane: LaneState): (key: string) => Effect.Effect<void> {
     return (key) => {
       const task = this.pick(lane, key)
-      // (the lanes run it uninterruptibly: a task's end always runs; the engine stops tasks itself)
-      return task === undefined ? VOID : Effect.suspend(() => this.run(lane, key, task))
+      // The task is the activation's work (an InlineWork: `run` when its turn comes, as plain
+      // code; a fiber only for what does not end synchronously). The lanes run it
+      // uninterruptibly: a task's end always runs; the engine stops tasks itself.
+      return task === undefined ? VOID : (task as unknown as Effect.Effect<void>)
     }
   }
 
@@ -299,25 +302,32 @@ export class Engine {
     return task
   }
 
-  /** The activation's work: the body, then its end; one warning first if it waited too long. */
+  /**
+   * The activation's work: one warning first if the task waited too long, then the body, then its
+   * end. `VOID` when all of it ended synchronously.
+   */
   run(lane: LaneState, key: string, task: Task): Effect.Effect<void> {
+    const waited = task.startedAt - task.admittedAt
+    const warnAfter = lane.limits.warnAfterMs
+    if (warnAfter === undefined || waited <= warnAfter || task.stopped !== undefined) return this.runBody(lane, key, task)
+    return Effect.andThen(
+      Effect.logWarning(
+        `switchyard: task ${task.runId} waited ${waited} ms to start in lane \`${lane.name}\` (warnAfterMs ${warnAfter})`
+      ).pipe(Effect.annotateLogs({ runId: task.runId, lane: lane.name, key, waitedMs: waited })),
+      Effect.suspend(() => this.runBody(lane, key, task))
+    )
+  }
+
+  /** The body, then its end. */
+  runBody(lane: LaneState, key: string, task: Task): Effect.Effect<void> {
     // Stopped (cancel, restart, drain) between its slot and its first step: the body never runs.
     if (task.stopped !== undefined) return this.finish(lane, key, task, Exit.fail(task.stopped))
     const turnMs = task.options?.turnTimeoutMs ?? lane.limits.turnTimeoutMs
     const body = task.kind === EFFECT_BODY ? startEffect(this, task, turnMs) : startPromise(this, task, turnMs)
     // A body that ended synchronously is finished without another step.
-    const main: Effect.Effect<void> = Exit.isExit(body)
+    return Exit.isExit(body)
       ? this.finish(lane, key, task, body)
       : Effect.flatMap(body as Effect.Effect<Exit.Exit<any, any>>, (exit) => this.finish(lane, key, task, exit))
-    const waited = task.startedAt - task.admittedAt
-    const warnAfter = lane.limits.warnAfterMs
-    if (warnAfter === undefined || waited <= warnAfter) return main
-    return Effect.andThen(
-      Effect.logWarning(
-        `switchyard: task ${task.runId} waited ${waited} ms to start in lane \`${lane.name}\` (warnAfterMs ${warnAfter})`
-      ).pipe(Effect.annotateLogs({ runId: task.runId, lane: lane.name, key, waitedMs: waited })),
-      main
-    )
   }
 
   finish(lane: LaneState, key: string, task: Task, exit: Exit.Exit<any, any>): Effect.Effect<void> {

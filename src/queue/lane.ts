@@ -5,7 +5,9 @@
 import type { Context, Deferred, Effect, Exit, Fiber } from "effect"
 import type { QueueFailure, Participation } from "./errors.js"
 import type { LaneMetrics } from "./metrics.js"
-import type { LanesInternal } from "./Lanes.js"
+import type { Engine } from "./engine.js"
+import { RunInline } from "./Lanes.js"
+import type { InlineWork, LanesInternal } from "./Lanes.js"
 
 /** A task waits in its key's FIFO. */
 export const WAITING = 0
@@ -35,8 +37,12 @@ export interface TaskOptions {
 /** Called when the task settles (Promise API futures, abort-signal clean-up). */
 export type Listener = ((exit: Exit.Exit<unknown, unknown>) => void) | { readonly settled: (exit: Exit.Exit<unknown, unknown>) => void }
 
-/** One admitted task. Linked into its key's FIFO while it waits. */
-export class Task {
+/**
+ * One admitted task. Linked into its key's FIFO while it waits. It is also the work of the lane
+ * activation that runs it (`InlineWork`): run as plain code when its turn comes, so a task that
+ * ends synchronously needs no activation fiber.
+ */
+export class Task implements InlineWork {
   state: TaskState = WAITING
   next: Task | undefined = undefined
   prev: Task | undefined = undefined
@@ -65,6 +71,10 @@ export class Task {
     readonly admittedAt: number,
     readonly options: TaskOptions | undefined
   ) {}
+  /** Its activation's turn: runs the task (see `Engine.run`); what is left as an Effect, or `Effect.void`. */
+  [RunInline](): Effect.Effect<unknown> {
+    return this.lane.engine.run(this.lane, this.key, this)
+  }
   /** Unique within the process (a counter, in base 36). */
   get runId(): string {
     return `run-${this.seq.toString(36)}`
@@ -122,6 +132,7 @@ export class LaneState {
   readonly keys = new Map<string, KeyTasks>()
   readonly capacity: number
   lanes!: LanesInternal<string>
+  engine!: Engine
   metrics!: LaneMetrics
   constructor(readonly name: string, readonly limits: ResolvedLimits) {
     this.capacity = limits.concurrent + limits.queued
