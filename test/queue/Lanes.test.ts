@@ -5,6 +5,7 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Fiber } from "effect"
 import { createLanes, LaneQueueFull, LanesClosed } from "../../src/queue/index.js"
+import { createLanesInternal, RunInline } from "../../src/queue/Lanes.js"
 import { idle, lanesWith } from "./Lanes.probe.js"
 
 describe("Lanes: the wake table", () => {
@@ -371,6 +372,62 @@ describe("Lanes: activations start after the caller's synchronous code, never st
       expect(seen).toBeGreaterThan(0)
       expect(runs).toBeGreaterThan(seen)
       yield* lanes.close
+      expect(yield* lanes.stats).toEqual({ running: 0, waiting: 0, keys: 0 })
+    }))
+})
+
+describe("Lanes (internal): inline work, as the command queue uses it", () => {
+  const inlineLanes = (maxConcurrent: number, activate: (key: string) => unknown) =>
+    createLanesInternal<string>(
+      { maxConcurrent, activate: activate as (key: string) => Effect.Effect<unknown> },
+      { uninterruptibleWork: true, inlineWork: true }
+    )
+
+  it.effect("inline work runs when its turn comes, never in wake's caller, and hands its slot on", () =>
+    Effect.gen(function*() {
+      const ran: Array<string> = []
+      const lanes = yield* inlineLanes(1, (key) => ({ [RunInline]: () => (ran.push(key), Effect.void) }))
+      expect(yield* lanes.wake("a")).toBe("started")
+      expect(yield* lanes.wake("b")).toBe("queued")
+      expect(ran).toEqual([])
+      yield* idle(lanes)
+      expect(ran).toEqual(["a", "b"])
+    }))
+
+  it.effect("what inline work leaves to do runs in a fiber, and the slot passes on after it", () =>
+    Effect.gen(function*() {
+      const gate = yield* Deferred.make<void>()
+      const events: Array<string> = []
+      const lanes = yield* inlineLanes(1, (key) => ({
+        [RunInline]: () => {
+          events.push(`run:${key}`)
+          return key === "a" ? Effect.andThen(Deferred.await(gate), Effect.sync(() => void events.push("a:rest"))) : Effect.void
+        }
+      }))
+      yield* lanes.wake("a")
+      yield* lanes.wake("b")
+      yield* Effect.yieldNow
+      expect(events).toEqual(["run:a"])
+      expect(yield* lanes.stats).toEqual({ running: 1, waiting: 1, keys: 2 })
+      yield* Deferred.succeed(gate, undefined)
+      yield* idle(lanes)
+      expect(events).toEqual(["run:a", "a:rest", "run:b"])
+    }))
+
+  it.effect("inline work that throws is a defect of its activation: the slot still passes on", () =>
+    Effect.gen(function*() {
+      const ran: Array<string> = []
+      const lanes = yield* inlineLanes(1, (key) => ({
+        [RunInline]: () => {
+          ran.push(key)
+          if (key === "a") throw new Error("boom")
+          return Effect.void
+        }
+      }))
+      yield* lanes.wake("a")
+      yield* lanes.wake("b")
+      yield* idle(lanes)
+      expect(ran).toEqual(["a", "b"])
       expect(yield* lanes.stats).toEqual({ running: 0, waiting: 0, keys: 0 })
     }))
 })
