@@ -217,6 +217,7 @@ export class LogCore {
     const id = randomUUID()
     const seq = state.nextSeq
     const json = checked.json
+    const copy = checked.message
     const idBytes = id.length // a UUID: ASCII
     const keyBytes = key === undefined ? 0 : utf8Bytes(key)
     const textBytes = utf8Bytes(json)
@@ -233,7 +234,8 @@ export class LogCore {
     this.writer.push((err) => {
       if (err) return done(ioError(this.o.dir, err))
       data.committed = true
-      done(undefined, data.toEntry())
+      // The copy made while checking the body is the message as replay will parse it from the record.
+      done(undefined, copy === undefined ? data.toEntry() : data.toEntry(copy))
     })
   }
 

@@ -45,7 +45,7 @@ export class EntryData {
     return new EntryData(this.id, this.seq, this.enqueuedAt, this.key, this.text, this.attempts, this.lastError, this.nextAttemptAt, this.status, this.committed, this.bytes)
   }
 
-  /** A fresh `DeliveryEntry` (its message parsed from `text`), with `message` given when the caller has its copy already. */
+  /** A fresh `DeliveryEntry`: its message parsed from `text`, or `message` when the caller has that copy already. */
   toEntry(message: OutboundMessage = JSON.parse(this.text) as OutboundMessage): DeliveryEntry {
     const e: { -readonly [K in keyof DeliveryEntry]: DeliveryEntry[K] } = {
       id: this.id,

@@ -83,20 +83,29 @@ const plainProto = (v: object): boolean => {
   return p === Object.prototype || p === null || Array.isArray(v)
 }
 
+/** Set by `copyJson` when it met a value with `toJSON`: the copy must then come from the JSON text. */
+let metToJson = false
+
+/** A copy of a JSON-safe property value, as JSON.parse(JSON.stringify(v)) gives it (-0 becomes 0). */
+const copyItem = (item: unknown, where: () => string, path: Array<object>): unknown =>
+  typeof item === "string" ? item : typeof item === "number" && Number.isFinite(item) ? item + 0 : copyJson(item, where, path)
+
 /**
- * Throws `NotJson` naming the first value JSON cannot carry (JSON.stringify would drop or mangle it).
- * A walk with typeof checks: much cheaper than a JSON.stringify replacer. Values with `toJSON` (Date)
- * are left to JSON.stringify. `path` holds the objects being walked (a stack: bodies are shallow), to
- * report a cycle. `where` is a function so that the path text is built only for an error.
+ * Checks `value` and returns a copy of it, as JSON.parse(JSON.stringify(value)) would (about 10x
+ * cheaper than that round trip). Throws `NotJson` naming the first value JSON cannot carry
+ * (JSON.stringify would drop or mangle it). Values with `toJSON` (Date) are left to JSON.stringify
+ * (and set `metToJson`: the caller then parses the copy from the JSON text). `path` holds the objects
+ * being walked (a stack: bodies are shallow), to report a cycle. `where` is a function so that the
+ * path text is built only for an error.
  */
-const assertJson = (value: unknown, where: () => string, path: Array<object>): void => {
+const copyJson = (value: unknown, where: () => string, path: Array<object>): unknown => {
   switch (typeof value) {
     case "string":
     case "boolean":
-      return
+      return value
     case "number":
       if (!Number.isFinite(value)) throw new NotJson(`${where()} is ${value}`)
-      return
+      return value + 0
     case "undefined":
       throw new NotJson(`${where()} is undefined`)
     case "function":
@@ -106,47 +115,50 @@ const assertJson = (value: unknown, where: () => string, path: Array<object>): v
     case "bigint":
       throw new NotJson(`${where()} is a BigInt (send it as a string)`)
     case "object": {
-      if (value === null) return
-      if (typeof (value as { toJSON?: unknown }).toJSON === "function") return
+      if (value === null) return null
+      if (typeof (value as { toJSON?: unknown }).toJSON === "function") {
+        metToJson = true
+        return undefined
+      }
       if (path.includes(value)) throw new NotJson(`${where()} is circular (it contains itself); send a tree`)
       path.push(value)
+      let out: unknown
       if (Array.isArray(value)) {
-        for (let i = 0; i < value.length; i++) {
-          const item = value[i]
-          // Strings and finite numbers (most items) need no path: skip making its closure.
-          if (typeof item === "string" || (typeof item === "number" && Number.isFinite(item))) continue
-          assertJson(item, () => `${where()}[${i}]`, path)
-        }
+        const copy: Array<unknown> = []
+        for (let i = 0; i < value.length; i++) copy.push(copyItem(value[i], () => `${where()}[${i}]`, path))
+        out = copy
       } else {
         if (!plainProto(value)) {
           throw new NotJson(`${where()} is a ${value.constructor?.name ?? "non-plain object"} (send plain objects and arrays)`)
         }
+        const copy: Record<string, unknown> = {}
         for (const k in value) {
           if (Object.prototype.hasOwnProperty.call(value, k)) {
-            const item = (value as Record<string, unknown>)[k]
-            if (typeof item === "string" || (typeof item === "number" && Number.isFinite(item))) continue
-            assertJson(item, () => `${where()}.${k}`, path)
+            const item = copyItem((value as Record<string, unknown>)[k], () => `${where()}.${k}`, path)
+            // An own "__proto__" is data in JSON (JSON.parse makes it an own property), not the prototype.
+            if (k === "__proto__") Object.defineProperty(copy, k, { value: item, enumerable: true, writable: true, configurable: true })
+            else copy[k] = item
           }
         }
+        out = copy
       }
       path.pop()
-      return
+      return out
     }
   }
 }
 
 const bodyName = (): string => "`body`"
 
-/** JSON.stringify that refuses what JSON cannot carry instead of dropping or mangling it. */
-const strictJson = (body: unknown): string => {
-  assertJson(body, bodyName, [])
-  return JSON.stringify(body)
-}
-
-/** The checked message as the JSON text the log writes (`{"channel":…,"to":…,"body":…[,"idempotencyKey":…]}`), and its key. */
+/**
+ * The checked message as the JSON text the log writes (`{"channel":…,"to":…,"body":…[,"idempotencyKey":…]}`),
+ * its key, and a copy of it as replay will see it (JSON.parse of `json`; `undefined` when the body
+ * holds a value with `toJSON`: then parse `json`).
+ */
 export interface CheckedMessage {
   readonly json: string
   readonly key: string | undefined
+  readonly message: OutboundMessage | undefined
 }
 
 const nonEmpty = (name: string, v: unknown): DeliveryLogError | undefined =>
@@ -161,8 +173,11 @@ export const checkMessage = (m: OutboundMessage): CheckedMessage | DeliveryLogEr
     (m.idempotencyKey === undefined ? undefined : nonEmpty("idempotencyKey", m.idempotencyKey))
   if (bad) return bad
   let body: string
+  let copy: unknown
   try {
-    body = strictJson(m.body)
+    metToJson = false
+    copy = copyJson(m.body, bodyName, [])
+    body = JSON.stringify(m.body)
   } catch (e) {
     if (e instanceof NotJson) return invalid(`Expected \`body\` to be a JSON value: ${e.message}`)
     const circular = e instanceof TypeError && /circular/i.test(e.message)
@@ -174,7 +189,12 @@ export const checkMessage = (m: OutboundMessage): CheckedMessage | DeliveryLogEr
   }
   const key = m.idempotencyKey === undefined ? "" : `,"idempotencyKey":${JSON.stringify(m.idempotencyKey)}`
   const json = `{"channel":${JSON.stringify(m.channel)},"to":${JSON.stringify(m.to)},"body":${body}${key}}`
-  return { json, key: m.idempotencyKey }
+  const message: OutboundMessage | undefined = metToJson
+    ? undefined
+    : m.idempotencyKey === undefined
+      ? { channel: m.channel, to: m.to, body: copy }
+      : { channel: m.channel, to: m.to, body: copy, idempotencyKey: m.idempotencyKey }
+  return { json, key: m.idempotencyKey, message }
 }
 
 /** Longest `lastError` / dead-letter reason kept; longer ones are cut (records stay small). */

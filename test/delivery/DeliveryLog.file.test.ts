@@ -9,7 +9,7 @@ import { syncBuiltinESMExports } from "node:module"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { afterAll, assert, describe, it } from "@effect/vitest"
-import { Effect, Exit, Fiber, Scope } from "effect"
+import { Effect, Exit, Fiber, Option, Scope } from "effect"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import { failure, tempRoot } from "./fixtures/files.js"
 
@@ -127,6 +127,36 @@ describe("DeliveryLog file store", () => {
       const old = new Date(Date.now() - 60_000)
       fs.utimesSync(join(dir, "LOCK"), old, old)
       yield* Effect.scoped(DeliveryLog.open({ dir }))
+    }))
+
+  it.effect("append returns its message as replay will see it: a copy equal to JSON.parse of what was written (-0, own __proto__, toJSON)", () =>
+    Effect.gen(function* () {
+      const dir = tmp.next()
+      const bodies: Array<unknown> = [
+        { a: -0, b: [1, "x", { c: null, d: [true, -0] }], e: "é\u2028" },
+        JSON.parse('{"__proto__": {"p": 1}, "q": [[]]}'),
+        { when: new Date(0), n: 1 },
+        "plain text",
+        -0
+      ]
+      const expected = bodies.map((b) => JSON.parse(JSON.stringify(b)))
+      const appended = yield* Effect.scoped(
+        Effect.gen(function* () {
+          const log = yield* DeliveryLog.open({ dir, fsync: "never" })
+          const es = yield* Effect.forEach(bodies, (body, i) => log.append({ channel: "c", to: `r${i}`, body }))
+          // The caller changing its body afterwards changes neither the returned entry nor the log.
+          ;(bodies[0] as { a: number }).a = 99
+          for (let i = 0; i < es.length; i++) {
+            assert.deepStrictEqual(es[i]!.message.body, expected[i], `body ${i}`)
+            assert.deepStrictEqual(yield* log.get(es[i]!.id), Option.some(es[i]!))
+          }
+          assert.isTrue(Object.prototype.hasOwnProperty.call(es[1]!.message.body, "__proto__"), "own __proto__ stays data")
+          assert.isTrue(Object.is((es[0]!.message.body as { a: number }).a, 0), "-0 becomes 0, as in JSON")
+          return es
+        })
+      )
+      const reopened = yield* Effect.scoped(Effect.flatMap(DeliveryLog.open({ dir, fsync: "never" }), (l) => l.pending))
+      assert.deepStrictEqual(reopened, appended)
     }))
 
   it.effect("group commit: 64 overlapping appends share few fdatasyncs, and none returns before a sync covering it completed", () =>
