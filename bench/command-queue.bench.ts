@@ -1,6 +1,8 @@
 /**
  * CommandQueue: (1) dispatch + await of no-op tasks over 1_000 keys, concurrency 4, through the
- * Promise API and the Effect API, side by side with p-queue 10 and fastq (concurrency 4);
+ * Promise API and the Effect API, side by side with p-queue 10 and fastq (concurrency 4), with
+ * synchronous tasks (the issue's goal) and again with asynchronous ones (an `async` function, or
+ * `Effect.promise` for the Effect API: every task waits for a promise, as real work does);
  * (2) heap bytes retained per waiting task, beside p-queue. `npm run bench -- command-queue`
  */
 import fastq from "fastq"
@@ -20,17 +22,20 @@ const noop = (i: number) => i
 // ---------------------------------------------------------------------------------------------
 // (1) throughput
 
-const pQueueRun = async () => {
+const asyncNoop = async (i: number) => i
+
+const pQueueRun = (async_: boolean) => async () => {
   const q = new PQueue({ concurrency: 4 })
+  const task = async_ ? asyncNoop : noop
   return () => {
     const all: Array<Promise<unknown>> = []
-    for (let i = 0; i < BATCH; i++) all.push(q.add(() => noop(i)))
+    for (let i = 0; i < BATCH; i++) all.push(q.add(() => task(i)))
     return Promise.all(all).then(() => undefined)
   }
 }
 
-const fastqRun = async () => {
-  const q = fastq.promise((i: number) => Promise.resolve(noop(i)), 4)
+const fastqRun = (async_: boolean) => async () => {
+  const q = async_ ? fastq.promise(asyncNoop, 4) : fastq.promise((i: number) => Promise.resolve(noop(i)), 4)
   return () => {
     const all: Array<Promise<unknown>> = []
     for (let i = 0; i < BATCH; i++) all.push(q.push(i))
@@ -40,34 +45,36 @@ const fastqRun = async () => {
 
 const lanes = { bench: { concurrent: 4, queued: BATCH } }
 
-const promiseApiRun = async () => {
+const promiseApiRun = (async_: boolean) => async () => {
   const q = await createCommandQueue({ lanes })
   const keys = Array.from({ length: KEYS }, (_, i) => `key-${i}`)
+  const task = async_ ? asyncNoop : noop
   return () => {
     const all: Array<Promise<unknown>> = []
-    for (let i = 0; i < BATCH; i++) all.push(q.dispatch("bench", keys[i % KEYS]!, () => noop(i)).result)
+    for (let i = 0; i < BATCH; i++) all.push(q.dispatch("bench", keys[i % KEYS]!, () => task(i)).result)
     return Promise.all(all).then(() => undefined)
   }
 }
 
-const effectApiRun = async () => {
+const effectApiRun = (async_: boolean) => async () => {
   const scope = Scope.makeUnsafe()
   const q = await Effect.runPromise(Scope.provide(scope)(CommandQueue.make({ lanes })))
   const keys = Array.from({ length: KEYS }, (_, i) => `key-${i}`)
+  const task = async_ ? (i: number) => Effect.promise(() => asyncNoop(i)) : (i: number) => Effect.sync(() => noop(i))
   const batch = Effect.gen(function*() {
     const futures: Array<CommandQueue.Future<number, never>> = []
-    for (let i = 0; i < BATCH; i++) futures.push(yield* q.dispatch("bench", keys[i % KEYS]!, Effect.sync(() => noop(i))))
+    for (let i = 0; i < BATCH; i++) futures.push(yield* q.dispatch("bench", keys[i % KEYS]!, task(i)))
     for (const f of futures) yield* f.await
   })
   return () => Effect.runPromise(batch)
 }
 
-const throughput = async () => {
+const throughput = async (async_: boolean) => {
   const peers: ReadonlyArray<readonly [string, () => Promise<() => Promise<void>>]> = [
-    ["p-queue 10 (concurrency 4)", pQueueRun],
-    ["fastq (concurrency 4)", fastqRun],
-    ["switchyard Promise API (1_000 keys, concurrent 4)", promiseApiRun],
-    ["switchyard Effect API (1_000 keys, concurrent 4)", effectApiRun]
+    ["p-queue 10 (concurrency 4)", pQueueRun(async_)],
+    ["fastq (concurrency 4)", fastqRun(async_)],
+    ["switchyard Promise API (1_000 keys, concurrent 4)", promiseApiRun(async_)],
+    ["switchyard Effect API (1_000 keys, concurrent 4)", effectApiRun(async_)]
   ]
   const best = new Map<string, number>()
   for (let round = 0; round < ROUNDS; round++) {
@@ -78,7 +85,8 @@ const throughput = async () => {
     }
   }
   const pq = best.get(peers[0]![0])!
-  table(`dispatch + await of no-op tasks, batches of ${BATCH.toLocaleString("en-US")}, best of ${ROUNDS} rounds`, peers.map(([name]) => ({
+  const kind = async_ ? "asynchronous (async function / Effect.promise)" : "synchronous"
+  table(`dispatch + await of ${kind} no-op tasks, batches of ${BATCH.toLocaleString("en-US")}, best of ${ROUNDS} rounds`, peers.map(([name]) => ({
     name,
     "tasks/s": best.get(name)!,
     "vs p-queue": ratio(best.get(name)!, pq)
@@ -147,6 +155,7 @@ const retained = async () => {
   table("heap retained per waiting task (lower is better; goal <= 0.50x p-queue)", rows)
 }
 
-await throughput()
+await throughput(false)
+await throughput(true)
 await retained()
 void Exit
