@@ -229,7 +229,7 @@ export class LogCore {
     writeAppend(buf, at + HEADER_BYTES, id, idBytes, seq, now, key, keyBytes, json, textBytes)
     seal(buf, at, this.nextLsn++, Kind.append, payloadBytes)
     const data = new EntryData(id, seq, now, key, json, 0, undefined, undefined, "pending", false, HEADER_BYTES + payloadBytes)
-    state.insert(data)
+    state.insertNew(data)
     // Nobody knows the id before this call returns, so the entry cannot change before it is durable.
     this.writer.push((err) => {
       if (err) return done(ioError(this.o.dir, err))

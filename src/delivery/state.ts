@@ -42,6 +42,11 @@ export class LogState {
   /** An appended entry, or a snapshot's entry (with its whole state). A second one with the same id is ignored. */
   insert(entry: EntryData): void {
     if (this.live.has(entry.id)) return
+    this.insertNew(entry)
+  }
+
+  /** `insert` for an id known to be new (a fresh UUID from `append`): one hash lookup less. */
+  insertNew(entry: EntryData): void {
     this.live.set(entry.id, entry)
     if (entry.status === "pending") this.pending++
     else this.dead++
