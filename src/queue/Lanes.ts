@@ -188,6 +188,15 @@ const make = <K, E, R>(
   const fork = Effect.runForkWith(context as Context.Context<never>)
 
   const entries = new Map<K, Entry<K>>()
+  // The last lookup made by `wake(key)`, valid until the map changes (every set/delete clears it).
+  let lookedUp = false
+  let lookedUpKey: K | undefined
+  let lookedUpEntry: Entry<K> | undefined
+  const deleteEntry = (key: K): void => {
+    lookedUp = false
+    lookedUpEntry = undefined
+    entries.delete(key)
+  }
   let head: Entry<K> | undefined
   let tail: Entry<K> | undefined
   let running = 0
@@ -416,7 +425,7 @@ const make = <K, E, R>(
       enqueue(e)
       waiting++
     } else {
-      entries.delete(e.key)
+      deleteEntry(e.key)
     }
     drain()
   }
@@ -436,17 +445,21 @@ const make = <K, E, R>(
    */
   const wakeUnsafe = (key: K): WakeResult | LaneQueueFull | LanesClosed => {
     if (closed) return CLOSED_ERROR
-    const e = entries.get(key)
+    // the lookup `wake(key)` just made, when nothing changed since (one Map lookup per wake, not two)
+    const e = lookedUp && lookedUpKey === key ? lookedUpEntry : entries.get(key)
+    lookedUp = false
     if (e === undefined) {
       // With a slot free the queue is empty (every freed slot drains it), so the key starts now.
       if (running < maxConcurrent) {
         const fresh = new Entry(key)
+        lookedUp = false
         entries.set(key, fresh)
         start(fresh)
         return "started"
       }
       if (waiting >= maxQueued) return queueFull(key, maxQueued)
       const fresh = new Entry(key)
+      lookedUp = false
       entries.set(key, fresh)
       enqueue(fresh)
       waiting++
@@ -483,6 +496,9 @@ const make = <K, E, R>(
   // coalesced case) allocates nothing at all; the Effect looks the key up afresh each time it runs.
   const wake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
     const e = entries.get(key)
+    lookedUp = true
+    lookedUpKey = key
+    lookedUpEntry = e
     if (e === undefined) return makeWake(key)
     return e.wake ??= makeWake(key)
   }
@@ -494,7 +510,7 @@ const make = <K, E, R>(
       if (e.state === QUEUED) {
         unlink(e)
         waiting--
-        entries.delete(key)
+        deleteEntry(key)
         return Effect.uninterruptible(report(dropped(key, "cancel")))
       }
       const owed = e.owed
@@ -534,7 +550,7 @@ const make = <K, E, R>(
       const next = e.next
       e.prev = undefined
       e.next = undefined
-      entries.delete(e.key)
+      deleteEntry(e.key)
       drops.push(e.key)
       e = next
     }
