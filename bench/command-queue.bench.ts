@@ -77,11 +77,21 @@ const throughput = async (async_: boolean) => {
     ["switchyard Effect API (1_000 keys, concurrent 4)", effectApiRun(async_)]
   ]
   const best = new Map<string, number>()
+  const cpu = new Map<string, number>()
   for (let round = 0; round < ROUNDS; round++) {
     for (const [name, make] of peers) {
       const fn = await make()
-      const ops = await opsPerSecond(BATCH, fn, MIN_MS)
+      await fn() // warm-up, outside the CPU reading
+      const c0 = process.cpuUsage()
+      let tasks = 0
+      const ops = await opsPerSecond(BATCH, () => {
+        tasks += BATCH
+        return fn()
+      }, MIN_MS)
+      const c = process.cpuUsage(c0)
       best.set(name, Math.max(best.get(name) ?? 0, ops))
+      // CPU of the whole process (this thread and V8's helper threads) per task, lowest round
+      cpu.set(name, Math.min(cpu.get(name) ?? Number.POSITIVE_INFINITY, (c.user + c.system) / tasks))
     }
   }
   const pq = best.get(peers[0]![0])!
@@ -89,7 +99,8 @@ const throughput = async (async_: boolean) => {
   table(`dispatch + await of ${kind} no-op tasks, batches of ${BATCH.toLocaleString("en-US")}, best of ${ROUNDS} rounds`, peers.map(([name]) => ({
     name,
     "tasks/s": best.get(name)!,
-    "vs p-queue": ratio(best.get(name)!, pq)
+    "vs p-queue": ratio(best.get(name)!, pq),
+    "CPU µs/task": cpu.get(name)!
   })))
 }
 

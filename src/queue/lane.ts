@@ -6,8 +6,8 @@ import type { Context, Deferred, Effect, Exit, Fiber } from "effect"
 import type { QueueFailure, Participation } from "./errors.js"
 import type { LaneMetrics } from "./metrics.js"
 import type { Engine } from "./engine.js"
-import { RunInline } from "./Lanes.js"
-import type { InlineWork, LanesInternal } from "./Lanes.js"
+import { RunInline } from "./lanesEntry.js"
+import type { InlineWork, LanesInternal } from "./lanesEntry.js"
 
 /** A task waits in its key's FIFO. */
 export const WAITING = 0

@@ -1,0 +1,463 @@
+/**
+ * The lanes scheduler behind `createLanes` (the contract is `shared/spec/lanes.md`). Internal to
+ * `src/queue`: users call `createLanes` (Lanes.ts); the command queue's engine calls
+ * `createLanesInternal` for the synchronous wake and inline work.
+ *
+ * Inside, all state is plain and mutable, owned by one closure: a `Map` of the keys that run or
+ * owe work, an intrusive doubly linked FIFO of queued entries (O(1) unlink on cancel), a start
+ * list of keys given a slot whose activation is not forked yet, and counters. Every transition is
+ * synchronous; an activation is a fiber of its own (forked from the start list, in a microtask),
+ * uninterruptible outside its work so that its end (scope closed, `onExit`, hand-off of the slot)
+ * always runs.
+ */
+import { Cause, Context, Effect, Exit, Fiber, Scope } from "effect"
+import type { LaneQueueFull, LanesClosed, LanesConfigInvalid } from "./errors.js"
+import type { ActivationExit, LanesOptions, WakeResult } from "./Lanes.js"
+import { show, validateLanesOptions } from "./LanesConfig.js"
+import type { InlineWork, InternalOptions, LanesInternal, Reason } from "./lanesEntry.js"
+import {
+  CLOSED,
+  CLOSED_ERROR,
+  COALESCED,
+  Entry,
+  isInlineWork,
+  QUEUED,
+  QUEUED_RESULT,
+  queueFull,
+  RunInline,
+  RUNNING,
+  START_BUDGET,
+  STARTED,
+  STARTING
+} from "./lanesEntry.js"
+
+/** `createLanes`, typed with its synchronous wake (for the command queue's engine). @internal */
+export const createLanesInternal = <K, E = never, R = never>(
+  options: LanesOptions<K, E, R>,
+  internal?: InternalOptions
+): Effect.Effect<LanesInternal<K>, LanesConfigInvalid, Scope.Scope | R> =>
+  Effect.suspend(() => {
+    const error = validateLanesOptions(options)
+    if (error !== undefined) return Effect.fail(error)
+    return Effect.flatMap(Effect.context<Scope.Scope | R>(), (context) => {
+      const lanes = make(options, context, internal)
+      return Effect.as(Effect.addFinalizer(() => lanes.close), lanes)
+    })
+  })
+
+const make = <K, E, R>(
+  options: LanesOptions<K, E, R>,
+  context: Context.Context<Scope.Scope | R>,
+  internal: InternalOptions | undefined
+): LanesInternal<K> => {
+  const interruptibleWork = internal?.uninterruptibleWork !== true
+  const inline = internal?.inlineWork === true && !interruptibleWork && options.onExit === undefined &&
+    options.turnTimeoutMs === undefined
+  const maxConcurrent = options.maxConcurrent
+  const maxQueued = options.maxQueued ?? Number.POSITIVE_INFINITY
+  const turnTimeoutMs = options.turnTimeoutMs
+  const activate = options.activate
+  const onExit = options.onExit
+  const fork = Effect.runForkWith(context as Context.Context<never>)
+
+  const entries = new Map<K, Entry<K>>()
+  // The last lookup made by `wake(key)`, valid until the map changes (every set/delete clears it).
+  let lookedUp = false
+  let lookedUpKey: K | undefined
+  let lookedUpEntry: Entry<K> | undefined
+  const deleteEntry = (key: K): void => {
+    lookedUp = false
+    lookedUpEntry = undefined
+    entries.delete(key)
+  }
+  let head: Entry<K> | undefined
+  let tail: Entry<K> | undefined
+  let running = 0
+  let waiting = 0
+  let closed = false
+
+  const enqueue = (e: Entry<K>): void => {
+    e.state = QUEUED
+    e.prev = tail
+    e.next = undefined
+    if (tail === undefined) head = e
+    else tail.next = e
+    tail = e
+  }
+
+  const unlink = (e: Entry<K>): void => {
+    if (e.prev === undefined) head = e.next
+    else e.prev.next = e.next
+    if (e.next === undefined) tail = e.prev
+    else e.next.prev = e.prev
+    e.prev = undefined
+    e.next = undefined
+  }
+
+  const warnOnExit = (cause: Cause.Cause<unknown>): Effect.Effect<void> =>
+    Effect.logWarning("switchyard lanes: onExit raised a defect; it is ignored", cause)
+
+  /** Calls `onExit(exit)` now; a throw, or a defect of the Effect it returns, is logged as a warning. */
+  const callOnExit = (exit: ActivationExit<K, E>): Effect.Effect<void> => {
+    if (onExit === undefined) return Effect.void
+    let r: Effect.Effect<void> | void
+    try {
+      r = onExit(exit)
+    } catch (defect) {
+      return warnOnExit(Cause.die(defect))
+    }
+    return Effect.isEffect(r) ? Effect.catchCause(r, warnOnExit) : Effect.void
+  }
+
+  /** Reports `exit` through `onExit` when run. */
+  const report = (exit: ActivationExit<K, E>): Effect.Effect<void> =>
+    onExit === undefined ? Effect.void : Effect.suspend(() => callOnExit(exit))
+
+  const dropped = (key: K, reason: Reason): ActivationExit<K, E> => ({
+    _tag: "ActivationInterrupted",
+    key,
+    reason,
+    started: false
+  })
+
+  /** Calls `activate(key)`; a throw, or a value that is not an Effect, becomes a defect of the activation. */
+  const callActivate = (key: K): Effect.Effect<unknown, E, Scope.Scope> => {
+    try {
+      const r = activate(key)
+      return Effect.isEffect(r) || (inline && isInlineWork(r))
+        ? (r as Effect.Effect<unknown, E, Scope.Scope>)
+        : Effect.die(new TypeError(`activate must return an Effect, got ${show(r)}`))
+    } catch (defect) {
+      return Effect.die(defect)
+    }
+  }
+
+  /** What the activation of `e` came to, from the exit of its Effect and of its Scope's closing. */
+  const outcome = (
+    e: Entry<K>,
+    exit: Exit.Exit<unknown, E>,
+    closing: Exit.Exit<void>,
+    reason: Reason | undefined
+  ): ActivationExit<K, E> => {
+    if (Exit.isSuccess(exit)) {
+      return Exit.isSuccess(closing)
+        ? { _tag: "ActivationSucceeded", key: e.key, value: exit.value }
+        : { _tag: "ActivationFailed", key: e.key, cause: closing.cause as Cause.Cause<E> }
+    }
+    if (reason !== undefined && Cause.hasInterrupts(exit.cause)) {
+      return { _tag: "ActivationInterrupted", key: e.key, reason, started: true }
+    }
+    return { _tag: "ActivationFailed", key: e.key, cause: exit.cause }
+  }
+
+  /**
+   * The whole life of one activation, in a fiber that is uninterruptible outside `work`: run
+   * `work` (the Effect `activate` returned; its Scope is `scope`), take its outcome before the
+   * Scope closes, close the Scope, report, hand the slot on. The fiber is forked from the start
+   * list (`runStarts`), never from `wake`, so `wake` never runs an activation and chains of
+   * activations never recurse.
+   */
+  const activation = (
+    e: Entry<K>,
+    work: Effect.Effect<unknown, E, Scope.Scope>,
+    scope: Scope.Closeable
+  ): Effect.Effect<void, never, Scope.Scope> =>
+    Effect.withFiber((self) => {
+      e.fiber = self as Fiber.Fiber<any>
+      if (e.reason !== undefined && interruptibleWork) {
+        // cut short before its fiber first ran: activate was called, its Effect never ran
+        const exit: ActivationExit<K, E> = { _tag: "ActivationInterrupted", key: e.key, reason: e.reason, started: true }
+        return Effect.andThen(Scope.close(scope, Exit.void), Effect.suspend(() => end(e, exit)))
+      }
+      let timer: Fiber.Fiber<void> | undefined
+      if (turnTimeoutMs !== undefined) {
+        timer = fork(Effect.andThen(
+          Effect.sleep(turnTimeoutMs),
+          Effect.sync(() => {
+            if (e.reason === undefined) e.reason = "timeout"
+            self.interruptUnsafe()
+          })
+        ))
+      }
+      return Effect.flatMap(Effect.exit(interruptibleWork ? Effect.interruptible(work) : work), (exit) => {
+        if (timer !== undefined) timer.interruptUnsafe()
+        // why the lanes cut it short, if they did, as of the moment `work` ended (not later)
+        const reason = e.reason
+        // (the fiber is uninterruptible here, as Scope.close would make it)
+        const closing = Scope.closeUnsafe(scope, exit)
+        if (closing === undefined) return end(e, outcome(e, exit, Exit.void, reason)) // no finalizer to run
+        return Effect.flatMap(Effect.exit(closing), (closed) => end(e, outcome(e, exit, closed, reason)))
+      })
+    })
+
+  /** Reports the activation (now) and then lets the key move on and the slot pass on. */
+  const end = (e: Entry<K>, exit: ActivationExit<K, E>): Effect.Effect<void> => {
+    const reported = callOnExit(exit)
+    if (reported === Effect.void) {
+      finish(e)
+      return Effect.void
+    }
+    return Effect.andThen(reported, Effect.sync(() => finish(e)))
+  }
+
+  /**
+   * Gives `e` a slot: `activate(key)` is called now (so `started` is true from here on) and its
+   * Effect will run in a fiber of its own, with the lanes' context and the activation's own
+   * Scope, forked from the start list right after the caller's synchronous code (a microtask).
+   */
+  const start = (e: Entry<K>): void => {
+    e.state = RUNNING
+    e.reason = undefined
+    running++
+    e.work = callActivate(e.key)
+    e.state = STARTING
+    e.prev = startTail
+    e.next = undefined
+    if (startTail === undefined) startHead = e
+    else startTail.next = e
+    startTail = e
+    if (!startScheduled) {
+      startScheduled = true
+      if (startedSinceMacrotask < START_BUDGET) queueMicrotask(runStarts)
+      else setImmediate(runStartsAfterMacrotask)
+    }
+  }
+
+  // The start list: keys given a slot whose activation fiber is not forked yet.
+  let startHead: Entry<K> | undefined
+  let startTail: Entry<K> | undefined
+  let startScheduled = false
+  let startedSinceMacrotask = 0
+
+  const unlinkStart = (e: Entry<K>): void => {
+    if (e.prev === undefined) startHead = e.next
+    else e.prev.next = e.next
+    if (e.next === undefined) startTail = e.prev
+    else e.next.prev = e.prev
+    e.prev = undefined
+    e.next = undefined
+  }
+
+  /**
+   * Forks the activation fiber of a STARTING entry now; the fiber runs synchronously until it
+   * first waits. An `InlineWork` runs first, as plain code: no fiber at all when it ends the
+   * activation synchronously (then `undefined` is returned: the activation is over).
+   */
+  const forkNow = (e: Entry<K>): Fiber.Fiber<void> | undefined => {
+    unlinkStart(e)
+    e.state = RUNNING
+    let work = e.work as Effect.Effect<unknown, E, Scope.Scope>
+    e.work = undefined
+    if (inline && isInlineWork(work)) {
+      try {
+        work = (work as InlineWork)[RunInline]()
+      } catch (defect) {
+        work = Effect.die(defect)
+      }
+      if (work === Effect.void) {
+        finish(e)
+        return undefined
+      }
+    }
+    const scope = Scope.makeUnsafe()
+    // the Scope goes into the fiber's context at fork: cheaper than provideService per activation
+    const forkWithScope = Effect.runForkWith(Context.add(context, Scope.Scope, scope) as Context.Context<Scope.Scope>)
+    return forkWithScope(activation(e, work, scope), { uninterruptible: true })
+  }
+
+  /**
+   * Forks the activations waiting in the start list, oldest first, in one loop (an activation
+   * that ends synchronously hands its slot on by appending to this list, never by recursing).
+   * After `START_BUDGET` forks since the last macrotask, the rest waits for a `setImmediate`.
+   */
+  const runStarts = (): void => {
+    startScheduled = false
+    while (startHead !== undefined) {
+      if (startedSinceMacrotask >= START_BUDGET) {
+        startScheduled = true
+        setImmediate(runStartsAfterMacrotask)
+        return
+      }
+      startedSinceMacrotask++
+      forkNow(startHead)
+    }
+  }
+
+  const runStartsAfterMacrotask = (): void => {
+    startedSinceMacrotask = 0
+    runStarts()
+  }
+
+  /** The activation of `e` has ended (Scope closed, `onExit` returned): the key moves on, the slot passes on. */
+  const finish = (e: Entry<K>): void => {
+    running--
+    e.fiber = undefined
+    if (e.owed) {
+      e.owed = false
+      waiting-- // the owed follow-up becomes a queue entry, which counts again below
+      enqueue(e)
+      waiting++
+    } else {
+      deleteEntry(e.key)
+    }
+    drain()
+  }
+
+  const drain = (): void => {
+    while (running < maxConcurrent && head !== undefined) {
+      const e = head
+      unlink(e)
+      waiting--
+      start(e)
+    }
+  }
+
+  /**
+   * The state transition of one wake; synchronous, O(1), allocates only for a new entry or a
+   * refusal. Returns the result, or the refusal as a value (never throws).
+   */
+  const wakeUnsafe = (key: K): WakeResult | LaneQueueFull | LanesClosed => {
+    if (closed) return CLOSED_ERROR
+    // the lookup `wake(key)` just made, when nothing changed since (one Map lookup per wake, not two)
+    const e = lookedUp && lookedUpKey === key ? lookedUpEntry : entries.get(key)
+    lookedUp = false
+    if (e === undefined) {
+      // With a slot free the queue is empty (every freed slot drains it), so the key starts now.
+      if (running < maxConcurrent) {
+        const fresh = new Entry(key)
+        lookedUp = false
+        entries.set(key, fresh)
+        start(fresh)
+        return "started"
+      }
+      if (waiting >= maxQueued) return queueFull(key, maxQueued)
+      const fresh = new Entry(key)
+      lookedUp = false
+      entries.set(key, fresh)
+      enqueue(fresh)
+      waiting++
+      return "queued"
+    }
+    if (e.state === QUEUED || e.owed) return "coalesced"
+    if (waiting >= maxQueued) return queueFull(key, maxQueued)
+    e.owed = true
+    waiting++
+    return "queued"
+  }
+
+  /** `wakeUnsafe` as an Effect: the three results and `LanesClosed` are constant Effects (no allocation). */
+  const transition = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
+    const r = wakeUnsafe(key)
+    switch (r) {
+      case "started":
+        return STARTED
+      case "queued":
+        return QUEUED_RESULT
+      case "coalesced":
+        return COALESCED
+      case CLOSED_ERROR:
+        return CLOSED
+      default:
+        return Effect.fail(r)
+    }
+  }
+
+  const makeWake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> =>
+    Effect.suspend(() => transition(key))
+
+  // A key that is held (queued or running) keeps its wake Effect, so that waking it again (the
+  // coalesced case) allocates nothing at all; the Effect looks the key up afresh each time it runs.
+  const wake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
+    const e = entries.get(key)
+    lookedUp = true
+    lookedUpKey = key
+    lookedUpEntry = e
+    if (e === undefined) return makeWake(key)
+    return e.wake ??= makeWake(key)
+  }
+
+  const cancel = (key: K): Effect.Effect<void> =>
+    Effect.withFiber((self) => {
+      const e = entries.get(key)
+      if (e === undefined) return Effect.void
+      if (e.state === QUEUED) {
+        unlink(e)
+        waiting--
+        deleteEntry(key)
+        return Effect.uninterruptible(report(dropped(key, "cancel")))
+      }
+      const owed = e.owed
+      if (owed) {
+        e.owed = false
+        waiting--
+      }
+      if (e.reason === undefined) e.reason = "cancel"
+      // Given a slot but not forked yet: fork it now; it sees the reason and ends (interrupted) at once.
+      const fiber = e.state === STARTING ? forkNow(e) : e.fiber
+      const dropReport = owed ? Effect.uninterruptible(report(dropped(key, "cancel"))) : Effect.void
+      if (fiber === undefined) return dropReport // only from inside activate(key) itself, before its fiber exists
+      if (fiber === self) {
+        // From inside its own activation the caller cannot wait for itself: the report comes
+        // first, then the interruption, which takes effect once the activation is interruptible.
+        return Effect.andThen(dropReport, Effect.sync(() => self.interruptUnsafe(self.id)))
+      }
+      fiber.interruptUnsafe(self.id) // may run the activation's end synchronously, right here
+      return Effect.andThen(dropReport, Effect.asVoid(Fiber.await(fiber)))
+    })
+
+  /** The running activations' fibers, except the caller's own (it cannot wait for itself). */
+  const runningFibers = (self: Fiber.Fiber<unknown, unknown>): Array<Fiber.Fiber<void>> => {
+    const out: Array<Fiber.Fiber<void>> = []
+    for (const e of entries.values()) {
+      const fiber = e.state === STARTING ? forkNow(e) : e.fiber
+      if (e.state !== QUEUED && fiber !== undefined && fiber !== self) out.push(fiber)
+    }
+    return out
+  }
+
+  const close: Effect.Effect<void> = Effect.withFiber((self) => {
+    if (closed) return Effect.asVoid(Fiber.awaitAll(runningFibers(self)))
+    closed = true
+    const drops: Array<K> = []
+    for (let e = head; e !== undefined;) {
+      const next = e.next
+      e.prev = undefined
+      e.next = undefined
+      deleteEntry(e.key)
+      drops.push(e.key)
+      e = next
+    }
+    head = undefined
+    tail = undefined
+    waiting -= drops.length
+    const fibers: Array<Fiber.Fiber<void>> = []
+    const starting: Array<Entry<K>> = []
+    for (const e of entries.values()) {
+      if (e.owed) {
+        e.owed = false
+        waiting--
+        drops.push(e.key)
+      }
+      if (e.reason === undefined) e.reason = "close"
+      if (e.fiber !== undefined) fibers.push(e.fiber)
+      else if (e.state === STARTING) starting.push(e)
+    }
+    // Given a slot but not forked yet: forked now, each sees the reason and ends (interrupted) at once.
+    for (const e of starting) {
+      const fiber = forkNow(e)
+      if (fiber !== undefined) fibers.push(fiber)
+    }
+    const others = fibers.filter((f) => f !== self)
+    for (const f of others) f.interruptUnsafe(self.id)
+    const reports = Effect.uninterruptible(
+      Effect.forEach(drops, (key) => report(dropped(key, "close")), { discard: true })
+    )
+    // From inside an activation the caller cannot wait for itself: it is interrupted last.
+    const last = others.length === fibers.length ? Effect.void : Effect.sync(() => self.interruptUnsafe(self.id))
+    return Effect.andThen(reports, Effect.andThen(Fiber.awaitAll(others), last))
+  })
+
+  const stats = Effect.sync(() => ({ running, waiting, keys: entries.size }))
+
+  return { wake, cancel, close, stats, wakeUnsafe }
+}

@@ -1,0 +1,103 @@
+/**
+ * The per-key entry of the lanes, their constants, and the internal types the command queue's
+ * engine uses (`LanesInternal`, `InternalOptions`, `InlineWork`). Internal to `src/queue` (not
+ * exported from the package).
+ */
+import { Effect } from "effect"
+import type { Fiber, Scope } from "effect"
+import { LaneQueueFull, LanesClosed } from "./errors.js"
+import type { Lanes, WakeResult } from "./Lanes.js"
+
+/**
+ * What `createLanes` really returns: `Lanes` plus a synchronous `wake` for the command queue's
+ * engine (it wakes keys from plain code: the Promise API's `dispatch`, the end of a task).
+ * Internal to `src/queue` (not exported from the package).
+ */
+export interface LanesInternal<K> extends Lanes<K> {
+  /** The transition of `wake(key)`, run now; the refusal is returned as a value. */
+  readonly wakeUnsafe: (key: K) => WakeResult | LaneQueueFull | LanesClosed
+}
+
+/** Options of `createLanesInternal` that users of `createLanes` never see. @internal */
+export interface InternalOptions {
+  /**
+   * `activate`'s Effect runs uninterruptibly: cancel, close and timeout never cut it short (the
+   * command queue stops its tasks itself, and a task's end must always run). Saves entering and
+   * leaving an interruptible region per activation.
+   */
+  readonly uninterruptibleWork?: boolean
+  /**
+   * `activate` may return an `InlineWork` instead of an Effect (only without `onExit` and
+   * `turnTimeoutMs`, and with `uninterruptibleWork`): when its turn comes it is run as plain code,
+   * without a fiber or a Scope; a fiber is forked only for the Effect it returns, unless that is
+   * `Effect.void` (the activation ended synchronously).
+   */
+  readonly inlineWork?: boolean
+}
+
+/** The method of an `InlineWork`. @internal */
+export const RunInline: unique symbol = Symbol.for("switchyard/Lanes/RunInline")
+
+/**
+ * Work that runs synchronously when its activation's turn comes (never in `wake`'s caller): it
+ * returns what is left to do as an Effect, or `Effect.void` when the activation is over. @internal
+ */
+export interface InlineWork {
+  readonly [RunInline]: () => Effect.Effect<unknown>
+}
+
+export const isInlineWork = (u: unknown): u is InlineWork =>
+  typeof u === "object" && u !== null && typeof (u as { [RunInline]?: unknown })[RunInline] === "function"
+
+export type Reason = "cancel" | "close" | "timeout"
+
+export const QUEUED = 0
+/** Given a slot: `activate(key)` was called (or is being called); its fiber may not exist yet. */
+export const RUNNING = 1
+/** RUNNING, and waiting in the start list for its fiber to be forked (see `runStarts`). */
+export const STARTING = 2
+
+/**
+ * Activations forked per run of the start list before the next run waits for a macrotask
+ * (`setImmediate`): chains of activations that end synchronously never starve the event loop.
+ */
+export const START_BUDGET = 512
+
+/** One key that runs or owes work; deleted from the map the moment the key is idle. */
+export class Entry<K> {
+  state: typeof QUEUED | typeof RUNNING | typeof STARTING = QUEUED
+  /** Running, and a follow-up activation is owed. */
+  owed = false
+  /** Why the lanes interrupt the current activation (set once per activation). */
+  reason: Reason | undefined = undefined
+  /** Links in the FIFO of queued keys (QUEUED) or in the start list (STARTING). */
+  prev: Entry<K> | undefined = undefined
+  next: Entry<K> | undefined = undefined
+  /** The activation's fiber, set by the fiber itself when it first runs. */
+  fiber: Fiber.Fiber<void> | undefined = undefined
+  /** The Effect `activate(key)` returned, kept from `start` until its fiber is forked. */
+  work: Effect.Effect<unknown, any, Scope.Scope> | undefined = undefined
+  /** `wake(key)` for a held key, made on its second wake (see `wake`). */
+  wake: Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> | undefined = undefined
+  constructor(readonly key: K) {}
+}
+
+export const STARTED: Effect.Effect<WakeResult> = Effect.succeed("started")
+export const QUEUED_RESULT: Effect.Effect<WakeResult> = Effect.succeed("queued")
+export const COALESCED: Effect.Effect<WakeResult> = Effect.succeed("coalesced")
+export const CLOSED_ERROR = new LanesClosed()
+export const CLOSED: Effect.Effect<never, LanesClosed> = Effect.fail(CLOSED_ERROR)
+
+/**
+ * A refusal is expected and typed: it is made without a JavaScript stack trace, which would cost
+ * a few microseconds per refused wake (most of its price) and say nothing the tag does not.
+ */
+export const queueFull = (key: unknown, maxQueued: number): LaneQueueFull => {
+  const limit = Error.stackTraceLimit
+  Error.stackTraceLimit = 0
+  try {
+    return new LaneQueueFull({ key, maxQueued })
+  } finally {
+    Error.stackTraceLimit = limit
+  }
+}
