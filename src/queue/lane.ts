@@ -73,7 +73,7 @@ export class Task implements InlineWork {
   ) {}
   /** Its activation's turn: runs the task (see `Engine.run`); what is left as an Effect, or `Effect.void`. */
   [RunInline](): Effect.Effect<unknown> {
-    return this.lane.engine.run(this.lane, this.key, this)
+    return this.lane.engine.run(this.lane, this.key, this, true)
   }
   /** Unique within the process (a counter, in base 36). */
   get runId(): string {

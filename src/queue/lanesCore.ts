@@ -10,7 +10,7 @@
  * uninterruptible outside its work so that its end (scope closed, `onExit`, hand-off of the slot)
  * always runs.
  */
-import { Cause, Context, Effect, Exit, Fiber, Scope } from "effect"
+import { Cause, Context, Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import type { LaneQueueFull, LanesClosed, LanesConfigInvalid } from "./errors.js"
 import type { ActivationExit, LanesOptions, WakeResult } from "./Lanes.js"
 import { show, validateLanesOptions } from "./LanesConfig.js"
@@ -20,7 +20,9 @@ import {
   CLOSED_ERROR,
   COALESCED,
   Entry,
+  INLINE,
   isInlineWork,
+  PENDING,
   QUEUED,
   QUEUED_RESULT,
   queueFull,
@@ -258,6 +260,10 @@ const make = <K, E, R>(
         finish(e)
         return undefined
       }
+      if (work === PENDING) {
+        e.state = INLINE // goes on without a fiber, until endInline(key)
+        return undefined
+      }
     }
     const scope = Scope.makeUnsafe()
     // the Scope goes into the fiber's context at fork: cheaper than provideService per activation
@@ -286,6 +292,32 @@ const make = <K, E, R>(
   const runStartsAfterMacrotask = (): void => {
     startedSinceMacrotask = 0
     runStarts()
+  }
+
+  /** The inline activation of `key` (it returned `PENDING`) is over: the key moves on, the slot passes on. */
+  const endInline = (key: K): void => {
+    const e = entries.get(key)
+    if (e === undefined || e.state !== INLINE) return
+    e.state = RUNNING
+    const ended = e.work as Deferred.Deferred<void> | undefined
+    e.work = undefined
+    finish(e)
+    if (ended !== undefined) Deferred.doneUnsafe(ended, Exit.void)
+  }
+
+  /** Waits until an INLINE activation of `e` is over. */
+  const awaitInline = (e: Entry<K>): Effect.Effect<void> =>
+    Effect.suspend(() => {
+      if (e.state !== INLINE) return Effect.void
+      const ended = (e.work ??= Deferred.makeUnsafe<void>()) as Deferred.Deferred<void>
+      return Deferred.await(ended)
+    })
+
+  /** The INLINE activations (no fiber) as Effects that wait for their end. */
+  const inlineEnds = (): Array<Effect.Effect<void>> => {
+    const out: Array<Effect.Effect<void>> = []
+    for (const e of entries.values()) if (e.state === INLINE) out.push(awaitInline(e))
+    return out
   }
 
   /** The activation of `e` has ended (Scope closed, `onExit` returned): the key moves on, the slot passes on. */
@@ -395,6 +427,8 @@ const make = <K, E, R>(
       // Given a slot but not forked yet: fork it now; it sees the reason and ends (interrupted) at once.
       const fiber = e.state === STARTING ? forkNow(e) : e.fiber
       const dropReport = owed ? Effect.uninterruptible(report(dropped(key, "cancel"))) : Effect.void
+      // inline work that goes on without a fiber: it cannot be interrupted, the caller waits for its end
+      if (e.state === INLINE) return Effect.andThen(dropReport, awaitInline(e))
       if (fiber === undefined) return dropReport // only from inside activate(key) itself, before its fiber exists
       if (fiber === self) {
         // From inside its own activation the caller cannot wait for itself: the report comes
@@ -416,7 +450,10 @@ const make = <K, E, R>(
   }
 
   const close: Effect.Effect<void> = Effect.withFiber((self) => {
-    if (closed) return Effect.asVoid(Fiber.awaitAll(runningFibers(self)))
+    if (closed) {
+      const fibers = runningFibers(self)
+      return Effect.andThen(Fiber.awaitAll(fibers), Effect.all(inlineEnds(), { discard: true }))
+    }
     closed = true
     const drops: Array<K> = []
     for (let e = head; e !== undefined;) {
@@ -454,10 +491,12 @@ const make = <K, E, R>(
     )
     // From inside an activation the caller cannot wait for itself: it is interrupted last.
     const last = others.length === fibers.length ? Effect.void : Effect.sync(() => self.interruptUnsafe(self.id))
-    return Effect.andThen(reports, Effect.andThen(Fiber.awaitAll(others), last))
+    const inlines = inlineEnds()
+    const waits = inlines.length === 0 ? Fiber.awaitAll(others) : Effect.andThen(Fiber.awaitAll(others), Effect.all(inlines, { discard: true }))
+    return Effect.andThen(reports, Effect.andThen(waits, last))
   })
 
   const stats = Effect.sync(() => ({ running, waiting, keys: entries.size }))
 
-  return { wake, cancel, close, stats, wakeUnsafe }
+  return { wake, cancel, close, stats, wakeUnsafe, endInline }
 }

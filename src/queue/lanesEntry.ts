@@ -4,7 +4,7 @@
  * exported from the package).
  */
 import { Effect } from "effect"
-import type { Fiber, Scope } from "effect"
+import type { Deferred, Fiber, Scope } from "effect"
 import { LaneQueueFull, LanesClosed } from "./errors.js"
 import type { Lanes, WakeResult } from "./Lanes.js"
 
@@ -16,6 +16,8 @@ import type { Lanes, WakeResult } from "./Lanes.js"
 export interface LanesInternal<K> extends Lanes<K> {
   /** The transition of `wake(key)`, run now; the refusal is returned as a value. */
   readonly wakeUnsafe: (key: K) => WakeResult | LaneQueueFull | LanesClosed
+  /** Ends the activation of `key` whose inline work returned `PENDING` (nothing otherwise). */
+  readonly endInline: (key: K) => void
 }
 
 /** Options of `createLanesInternal` that users of `createLanes` never see. @internal */
@@ -46,6 +48,12 @@ export interface InlineWork {
   readonly [RunInline]: () => Effect.Effect<unknown>
 }
 
+/**
+ * What inline work returns when its activation goes on without a fiber: the work itself calls
+ * `endInline(key)` once it is over (compared by identity; never run).
+ */
+export const PENDING: Effect.Effect<void> = Effect.die("switchyard: PENDING marks an inline activation that goes on")
+
 export const isInlineWork = (u: unknown): u is InlineWork =>
   typeof u === "object" && u !== null && typeof (u as { [RunInline]?: unknown })[RunInline] === "function"
 
@@ -56,6 +64,8 @@ export const QUEUED = 0
 export const RUNNING = 1
 /** RUNNING, and waiting in the start list for its fiber to be forked (see `runStarts`). */
 export const STARTING = 2
+/** RUNNING as inline work that returned `PENDING`: no fiber; it ends when `endInline(key)` is called. */
+export const INLINE = 3
 
 /**
  * Activations forked per run of the start list before the next run waits for a macrotask
@@ -65,7 +75,7 @@ export const START_BUDGET = 512
 
 /** One key that runs or owes work; deleted from the map the moment the key is idle. */
 export class Entry<K> {
-  state: typeof QUEUED | typeof RUNNING | typeof STARTING = QUEUED
+  state: typeof QUEUED | typeof RUNNING | typeof STARTING | typeof INLINE = QUEUED
   /** Running, and a follow-up activation is owed. */
   owed = false
   /** Why the lanes interrupt the current activation (set once per activation). */
@@ -75,8 +85,11 @@ export class Entry<K> {
   next: Entry<K> | undefined = undefined
   /** The activation's fiber, set by the fiber itself when it first runs. */
   fiber: Fiber.Fiber<void> | undefined = undefined
-  /** The Effect `activate(key)` returned, kept from `start` until its fiber is forked. */
-  work: Effect.Effect<unknown, any, Scope.Scope> | undefined = undefined
+  /**
+   * The Effect `activate(key)` returned, kept from `start` until its fiber is forked; while INLINE,
+   * the Deferred that `cancel`/`close` wait on (made when one of them has to wait).
+   */
+  work: Effect.Effect<unknown, any, Scope.Scope> | Deferred.Deferred<void> | undefined = undefined
   /** `wake(key)` for a held key, made on its second wake (see `wake`). */
   wake: Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> | undefined = undefined
   constructor(readonly key: K) {}

@@ -8,6 +8,9 @@ import type { Engine } from "./engine.js"
 import type { QueueFailureReason } from "./errors.js"
 import type { Task } from "./lane.js"
 import { EFFECT_BODY, RUNNING } from "./lane.js"
+import { PENDING } from "./lanesEntry.js"
+
+const noop = (): void => {}
 
 /** What a task that declares no parameter gets: it cannot look at a signal, so none is made for it. */
 const NO_SIGNAL = new AbortController().signal
@@ -45,7 +48,12 @@ export function startEffect(engine: Engine, task: Task, turnMs: number | undefin
  * `signal => ...`; one that declares none cannot see it). Its exit if it returned a plain value
  * or threw, else an Effect of the promise's outcome, or of the queue's stop, whichever is first.
  */
-export function startPromise(engine: Engine, task: Task, turnMs: number | undefined): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> {
+export function startPromise(
+  engine: Engine,
+  task: Task,
+  turnMs: number | undefined,
+  inline: boolean
+): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> | typeof PENDING {
   const fn = task.body as (signal: AbortSignal) => unknown
   task.body = undefined
   let signal = NO_SIGNAL
@@ -61,8 +69,26 @@ export function startPromise(engine: Engine, task: Task, turnMs: number | undefi
     return Exit.fail(error)
   }
   if (!isThenable(out)) return Exit.succeed(out)
-  if (turnMs !== undefined) task.timer = turnTimer(engine, task, turnMs)
   const promise = out
+  if (inline) {
+    // Stopped while the function ran: its late result is dropped (and its rejection handled).
+    if (task.stopped !== undefined) {
+      promise.then(noop, noop)
+      return Exit.fail(task.stopped)
+    }
+    if (turnMs !== undefined) task.timer = turnTimer(engine, task, turnMs)
+    // No fiber: the promise's outcome, or the queue's stop, whichever comes first, ends the task.
+    task.resume = (exit) => {
+      task.resume = undefined
+      engine.resumeInline(task, exit)
+    }
+    promise.then(
+      (value) => task.resume?.(Exit.succeed(value)),
+      (error) => task.resume?.(Exit.fail(error))
+    )
+    return PENDING
+  }
+  if (turnMs !== undefined) task.timer = turnTimer(engine, task, turnMs)
   return Effect.callback<Exit.Exit<any, any>>((resume) => {
     let settled = false
     task.resume = (exit) => {

@@ -6,7 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Fiber } from "effect"
 import { createLanes, LaneQueueFull, LanesClosed } from "../../src/queue/index.js"
 import { createLanesInternal } from "../../src/queue/lanesCore.js"
-import { RunInline } from "../../src/queue/lanesEntry.js"
+import { PENDING, RunInline } from "../../src/queue/lanesEntry.js"
 import { idle, lanesWith } from "./Lanes.probe.js"
 
 describe("Lanes: the wake table", () => {
@@ -413,6 +413,32 @@ describe("Lanes (internal): inline work, as the command queue uses it", () => {
       yield* Deferred.succeed(gate, undefined)
       yield* idle(lanes)
       expect(events).toEqual(["run:a", "a:rest", "run:b"])
+    }))
+
+  it.effect("inline work that returns PENDING holds its slot without a fiber until endInline; cancel and close wait for it", () =>
+    Effect.gen(function*() {
+      const ran: Array<string> = []
+      const lanes = yield* inlineLanes(1, (key) => ({ [RunInline]: () => (ran.push(key), PENDING) }))
+      yield* lanes.wake("a")
+      yield* lanes.wake("b")
+      yield* Effect.yieldNow
+      expect(ran).toEqual(["a"])
+      expect(yield* lanes.stats).toEqual({ running: 1, waiting: 1, keys: 2 })
+      // cancel of a pending inline activation returns only once it has ended
+      const canceling = yield* Effect.forkChild(lanes.cancel("a"))
+      yield* Effect.yieldNow
+      expect(canceling.pollUnsafe()).toBeUndefined()
+      lanes.endInline("a")
+      yield* Fiber.join(canceling)
+      yield* Effect.yieldNow
+      expect(ran).toEqual(["a", "b"])
+      // close waits for it too
+      const closing = yield* Effect.forkChild(lanes.close)
+      yield* Effect.yieldNow
+      expect(closing.pollUnsafe()).toBeUndefined()
+      lanes.endInline("b")
+      yield* Fiber.join(closing)
+      expect(yield* lanes.stats).toEqual({ running: 0, waiting: 0, keys: 0 })
     }))
 
   it.effect("inline work that throws is a defect of its activation: the slot still passes on", () =>
