@@ -321,14 +321,14 @@ export class Engine {
 
   /**
    * The body, then its end. `inline`: run as the activation's inline work (no fiber), where a
-   * Promise body that has not settled returns `PENDING`: its end runs from the promise's callback
-   * (`resumeInline`), which then ends the activation.
+   * body that has not ended returns `PENDING`: its end runs from the promise's callback or the
+   * body fiber's observer (`resumeInline`), which then ends the activation.
    */
   runBody(lane: LaneState, key: string, task: Task, inline: boolean): Effect.Effect<void> {
     // Stopped (cancel, restart, drain) between its slot and its first step: the body never runs.
     if (task.stopped !== undefined) return this.finish(lane, key, task, Exit.fail(task.stopped))
     const turnMs = task.options?.turnTimeoutMs ?? lane.limits.turnTimeoutMs
-    const body = task.kind === EFFECT_BODY ? startEffect(this, task, turnMs) : startPromise(this, task, turnMs, inline)
+    const body = task.kind === EFFECT_BODY ? startEffect(this, task, turnMs, inline) : startPromise(this, task, turnMs, inline)
     if (body === PENDING) return PENDING
     // A body that ended synchronously is finished without another step.
     return Exit.isExit(body)
@@ -337,7 +337,7 @@ export class Engine {
   }
 
   /**
-   * A Promise body run inline has settled (or was stopped): its end runs now, then its activation
+   * A body run inline has ended (or was stopped): its end runs now, then its activation
    * ends (in a fiber, when the end has Effects to run: finalizer, report). Never throws (it runs
    * in a promise callback).
    */

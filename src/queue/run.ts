@@ -24,7 +24,12 @@ export function turnTimer(engine: Engine, task: Task, ms: number): Fiber.Fiber<v
 }
 
 /** Forks the body in the caller's context; its exit if it ended synchronously, else an Effect of it. */
-export function startEffect(engine: Engine, task: Task, turnMs: number | undefined): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> {
+export function startEffect(
+  engine: Engine,
+  task: Task,
+  turnMs: number | undefined,
+  inline: boolean
+): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> | typeof PENDING {
   const body = task.body as Effect.Effect<any, any>
   task.body = undefined
   const fiber = Effect.runForkWith(task.context!)(body)
@@ -38,6 +43,11 @@ export function startEffect(engine: Engine, task: Task, turnMs: number | undefin
     if (interrupted !== undefined) return interrupted
   } else if (turnMs !== undefined) {
     task.timer = turnTimer(engine, task, turnMs)
+  }
+  if (inline) {
+    // No activation fiber: the body's own fiber ends the task when it exits.
+    fiber.addObserver((exit) => engine.resumeInline(task, exit))
+    return PENDING
   }
   // Not done: this is a callback, never an Exit (so `runNext` cannot take it for one).
   return Fiber.await(fiber)
