@@ -29,6 +29,7 @@ import {
   RunInline,
   RUNNING,
   START_BUDGET,
+  START_BUDGET_MS,
   STARTED,
   STARTING
 } from "./lanesEntry.js"
@@ -230,6 +231,7 @@ const make = <K, E, R>(
   let startTail: Entry<K> | undefined
   let startScheduled = false
   let startedSinceMacrotask = 0
+  let turnStartedAt = 0
 
   const unlinkStart = (e: Entry<K>): void => {
     if (e.prev === undefined) startHead = e.next
@@ -274,12 +276,16 @@ const make = <K, E, R>(
   /**
    * Forks the activations waiting in the start list, oldest first, in one loop (an activation
    * that ends synchronously hands its slot on by appending to this list, never by recursing).
-   * After `START_BUDGET` forks since the last macrotask, the rest waits for a `setImmediate`.
+   * After `START_BUDGET` forks, or `START_BUDGET_MS` of them, since the last macrotask, the rest
+   * waits for a `setImmediate` (an activation that runs synchronously for long holds the event
+   * loop only that long).
    */
   const runStarts = (): void => {
     startScheduled = false
     while (startHead !== undefined) {
-      if (startedSinceMacrotask >= START_BUDGET) {
+      if (startedSinceMacrotask === 0) {
+        turnStartedAt = performance.now()
+      } else if (startedSinceMacrotask >= START_BUDGET || performance.now() - turnStartedAt >= START_BUDGET_MS) {
         startScheduled = true
         setImmediate(runStartsAfterMacrotask)
         return

@@ -72,6 +72,12 @@ export const INLINE = 3
  * (`setImmediate`): chains of activations that end synchronously never starve the event loop.
  */
 export const START_BUDGET = 512
+/**
+ * Milliseconds of forks (an activation's synchronous part included) per run of the start list
+ * before the next run waits for a macrotask: a long synchronous activation holds the event loop
+ * only that long.
+ */
+export const START_BUDGET_MS = 4
 
 /** One key that runs or owes work; deleted from the map the moment the key is idle. */
 export class Entry<K> {

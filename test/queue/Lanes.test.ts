@@ -377,6 +377,32 @@ describe("Lanes: activations start after the caller's synchronous code, never st
     }))
 })
 
+describe("Lanes: long synchronous activations", () => {
+  it.effect("an activation that runs synchronously for long holds the event loop only that long", () =>
+    Effect.gen(function*() {
+      const events: Array<string> = []
+      const busy = (ms: number) => {
+        const end = performance.now() + ms
+        while (performance.now() < end) {
+          // a synchronous activation, longer than the start loop's time budget
+        }
+      }
+      const lanes = yield* createLanes<string>({
+        maxConcurrent: 4,
+        activate: (key) => Effect.sync(() => {
+          busy(6)
+          events.push(`run:${key}`)
+        })
+      })
+      for (const key of ["a", "b", "c", "d"]) yield* lanes.wake(key)
+      setImmediate(() => events.push("macrotask"))
+      yield* idle(lanes)
+      // the macrotask queued before any activation ran gets its turn before the second one runs
+      expect(events.indexOf("macrotask")).toBe(1)
+      expect(events.filter((e) => e.startsWith("run:"))).toEqual(["run:a", "run:b", "run:c", "run:d"])
+    }))
+})
+
 describe("Lanes (internal): inline work, as the command queue uses it", () => {
   const inlineLanes = (maxConcurrent: number, activate: (key: string) => unknown) =>
     createLanesInternal<string>(
