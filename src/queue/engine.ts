@@ -20,11 +20,10 @@ import type { BodyKind, TaskOptions } from "./lane.js"
 import { DROPPING, EFFECT_BODY, ENDED, FINISHING, KeyTasks, LaneState, RUNNING, Task, WAITING } from "./lane.js"
 import { complete, VOID } from "./ending.js"
 import { createLanesInternal } from "./lanesCore.js"
-import { PENDING } from "./lanesEntry.js"
 import type { WakeResult } from "./Lanes.js"
 import { cancelKey, drain, futureOps, restartLane, snapshotUnsafe } from "./lifecycle.js"
 import { LaneMetrics } from "./metrics.js"
-import { startEffect, startPromise } from "./run.js"
+import { runTask } from "./run.js"
 import type { ResolvedOptions } from "./validate.js"
 import { checkDispatchOptions, checkKey, show } from "./validate.js"
 
@@ -303,58 +302,9 @@ export class Engine {
     return task
   }
 
-  /**
-   * The activation's work: one warning first if the task waited too long, then the body, then its
-   * end. `VOID` when all of it ended synchronously.
-   */
+  /** The activation's work (see `runTask` in run.ts); `VOID` when all of it ended synchronously. */
   run(lane: LaneState, key: string, task: Task, inline: boolean): Effect.Effect<void> {
-    const waited = task.startedAt - task.admittedAt
-    const warnAfter = lane.limits.warnAfterMs
-    if (warnAfter === undefined || waited <= warnAfter || task.stopped !== undefined) return this.runBody(lane, key, task, inline)
-    return Effect.andThen(
-      Effect.logWarning(
-        `switchyard: task ${task.runId} waited ${waited} ms to start in lane \`${lane.name}\` (warnAfterMs ${warnAfter})`
-      ).pipe(Effect.annotateLogs({ runId: task.runId, lane: lane.name, key, waitedMs: waited })),
-      Effect.suspend(() => this.runBody(lane, key, task, false))
-    )
-  }
-
-  /**
-   * The body, then its end. `inline`: run as the activation's inline work (no fiber), where a
-   * body that has not ended returns `PENDING`: its end runs from the promise's callback or the
-   * body fiber's observer (`resumeInline`), which then ends the activation.
-   */
-  runBody(lane: LaneState, key: string, task: Task, inline: boolean): Effect.Effect<void> {
-    // Stopped (cancel, restart, drain) between its slot and its first step: the body never runs.
-    if (task.stopped !== undefined) return this.finish(lane, key, task, Exit.fail(task.stopped))
-    const turnMs = task.options?.turnTimeoutMs ?? lane.limits.turnTimeoutMs
-    const body = task.kind === EFFECT_BODY ? startEffect(this, task, turnMs, inline) : startPromise(this, task, turnMs, inline)
-    if (body === PENDING) return PENDING
-    // A body that ended synchronously is finished without another step.
-    return Exit.isExit(body)
-      ? this.finish(lane, key, task, body)
-      : Effect.flatMap(body as Effect.Effect<Exit.Exit<any, any>>, (exit) => this.finish(lane, key, task, exit))
-  }
-
-  /**
-   * A body run inline has ended (or was stopped): its end runs now, then its activation
-   * ends (in a fiber, when the end has Effects to run: finalizer, report). Never throws (it runs
-   * in a promise callback).
-   */
-  resumeInline(task: Task, exit: Exit.Exit<any, any>): void {
-    const lane = task.lane
-    const key = task.key
-    let rest: Effect.Effect<void>
-    try {
-      rest = this.finish(lane, key, task, exit)
-    } catch (defect) {
-      rest = Effect.die(defect)
-    }
-    if (rest === VOID) {
-      lane.lanes.endInline(key)
-      return
-    }
-    this.fork(Effect.uninterruptible(Effect.ensuring(Effect.ignoreCause(rest), Effect.sync(() => lane.lanes.endInline(key)))))
+    return runTask(this, lane, key, task, inline)
   }
 
   finish(lane: LaneState, key: string, task: Task, exit: Exit.Exit<any, any>): Effect.Effect<void> {

@@ -1,37 +1,35 @@
 /**
- * The lanes scheduler behind `createLanes` (the contract is `shared/spec/lanes.md`). Internal to
- * `src/queue`: users call `createLanes` (Lanes.ts); the command queue's engine calls
- * `createLanesInternal` for the synchronous wake and inline work.
+ * The lanes scheduler behind `createLanes` (contract: `shared/spec/lanes.md`). Internal to
+ * `src/queue`: users call `createLanes`; the command queue's engine calls `createLanesInternal`.
  *
- * Inside, all state is plain and mutable, owned by one closure: a `Map` of the keys that run or
- * owe work, an intrusive doubly linked FIFO of queued entries (O(1) unlink on cancel), a start
- * list of keys given a slot whose activation is not forked yet, and counters. Every transition is
- * synchronous; an activation is a fiber of its own (forked from the start list, in a microtask),
- * uninterruptible outside its work so that its end (scope closed, `onExit`, hand-off of the slot)
- * always runs.
+ * All state is plain and mutable, in one closure: a `Map` of the keys that run or owe work, an
+ * intrusive FIFO of queued entries (O(1) unlink), a start list of keys given a slot whose
+ * activation is not forked yet, and counters. Transitions are synchronous; an activation is a
+ * fiber (forked from the start list, in a microtask), uninterruptible outside its work so that
+ * its end (scope closed, `onExit`, hand-off of the slot) always runs.
  */
-import { Cause, Context, Deferred, Effect, Exit, Fiber, Scope } from "effect"
+import { Context, Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import type { LaneQueueFull, LanesClosed, LanesConfigInvalid } from "./errors.js"
 import type { ActivationExit, LanesOptions, WakeResult } from "./Lanes.js"
 import { show, validateLanesOptions } from "./LanesConfig.js"
-import type { InlineWork, InternalOptions, LanesInternal, Reason } from "./lanesEntry.js"
+import type { InlineWork, InternalOptions, LanesInternal } from "./lanesEntry.js"
 import {
-  CLOSED,
   CLOSED_ERROR,
-  COALESCED,
   Entry,
   INLINE,
+  callOnExitOf,
+  dropped,
   isInlineWork,
+  outcome,
   PENDING,
   QUEUED,
-  QUEUED_RESULT,
   queueFull,
   RunInline,
   RUNNING,
   START_BUDGET,
   START_BUDGET_MS,
-  STARTED,
-  STARTING
+  STARTING,
+  wakeEffect
 } from "./lanesEntry.js"
 
 /** `createLanes`, typed with its synchronous wake (for the command queue's engine). @internal */
@@ -97,31 +95,12 @@ const make = <K, E, R>(
     e.next = undefined
   }
 
-  const warnOnExit = (cause: Cause.Cause<unknown>): Effect.Effect<void> =>
-    Effect.logWarning("switchyard lanes: onExit raised a defect; it is ignored", cause)
-
-  /** Calls `onExit(exit)` now; a throw, or a defect of the Effect it returns, is logged as a warning. */
-  const callOnExit = (exit: ActivationExit<K, E>): Effect.Effect<void> => {
-    if (onExit === undefined) return Effect.void
-    let r: Effect.Effect<void> | void
-    try {
-      r = onExit(exit)
-    } catch (defect) {
-      return warnOnExit(Cause.die(defect))
-    }
-    return Effect.isEffect(r) ? Effect.catchCause(r, warnOnExit) : Effect.void
-  }
+  /** Calls `onExit(exit)` now (see `callOnExit`). */
+  const callOnExit = (exit: ActivationExit<K, E>): Effect.Effect<void> => callOnExitOf(onExit, exit)
 
   /** Reports `exit` through `onExit` when run. */
   const report = (exit: ActivationExit<K, E>): Effect.Effect<void> =>
-    onExit === undefined ? Effect.void : Effect.suspend(() => callOnExit(exit))
-
-  const dropped = (key: K, reason: Reason): ActivationExit<K, E> => ({
-    _tag: "ActivationInterrupted",
-    key,
-    reason,
-    started: false
-  })
+    onExit === undefined ? Effect.void : Effect.suspend(() => callOnExitOf(onExit, exit))
 
   /** Calls `activate(key)`; a throw, or a value that is not an Effect, becomes a defect of the activation. */
   const callActivate = (key: K): Effect.Effect<unknown, E, Scope.Scope> => {
@@ -133,24 +112,6 @@ const make = <K, E, R>(
     } catch (defect) {
       return Effect.die(defect)
     }
-  }
-
-  /** What the activation of `e` came to, from the exit of its Effect and of its Scope's closing. */
-  const outcome = (
-    e: Entry<K>,
-    exit: Exit.Exit<unknown, E>,
-    closing: Exit.Exit<void>,
-    reason: Reason | undefined
-  ): ActivationExit<K, E> => {
-    if (Exit.isSuccess(exit)) {
-      return Exit.isSuccess(closing)
-        ? { _tag: "ActivationSucceeded", key: e.key, value: exit.value }
-        : { _tag: "ActivationFailed", key: e.key, cause: closing.cause as Cause.Cause<E> }
-    }
-    if (reason !== undefined && Cause.hasInterrupts(exit.cause)) {
-      return { _tag: "ActivationInterrupted", key: e.key, reason, started: true }
-    }
-    return { _tag: "ActivationFailed", key: e.key, cause: exit.cause }
   }
 
   /**
@@ -231,7 +192,6 @@ const make = <K, E, R>(
   let startTail: Entry<K> | undefined
   let startScheduled = false
   let startedSinceMacrotask = 0
-  let turnStartedAt = 0
 
   const unlinkStart = (e: Entry<K>): void => {
     if (e.prev === undefined) startHead = e.next
@@ -276,20 +236,21 @@ const make = <K, E, R>(
   /**
    * Forks the activations waiting in the start list, oldest first, in one loop (an activation
    * that ends synchronously hands its slot on by appending to this list, never by recursing).
-   * After `START_BUDGET` forks, or `START_BUDGET_MS` of them, since the last macrotask, the rest
-   * waits for a `setImmediate` (an activation that runs synchronously for long holds the event
-   * loop only that long).
+   * After `START_BUDGET` forks since the last macrotask, or `START_BUDGET_MS` of forks in this
+   * run, the rest waits for a `setImmediate` (a long synchronous activation holds the event loop
+   * only about that long).
    */
   const runStarts = (): void => {
     startScheduled = false
+    const runStartedAt = performance.now()
+    let first = true
     while (startHead !== undefined) {
-      if (startedSinceMacrotask === 0) {
-        turnStartedAt = performance.now()
-      } else if (startedSinceMacrotask >= START_BUDGET || performance.now() - turnStartedAt >= START_BUDGET_MS) {
+      if (startedSinceMacrotask >= START_BUDGET || (!first && performance.now() - runStartedAt >= START_BUDGET_MS)) {
         startScheduled = true
         setImmediate(runStartsAfterMacrotask)
         return
       }
+      first = false
       startedSinceMacrotask++
       forkNow(startHead)
     }
@@ -383,22 +344,8 @@ const make = <K, E, R>(
     return "queued"
   }
 
-  /** `wakeUnsafe` as an Effect: the three results and `LanesClosed` are constant Effects (no allocation). */
-  const transition = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
-    const r = wakeUnsafe(key)
-    switch (r) {
-      case "started":
-        return STARTED
-      case "queued":
-        return QUEUED_RESULT
-      case "coalesced":
-        return COALESCED
-      case CLOSED_ERROR:
-        return CLOSED
-      default:
-        return Effect.fail(r)
-    }
-  }
+  /** `wakeUnsafe` as an Effect (constant Effects: no allocation but for a refusal). */
+  const transition = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => wakeEffect(wakeUnsafe(key))
 
   const makeWake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> =>
     Effect.suspend(() => transition(key))

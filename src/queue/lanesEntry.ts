@@ -3,10 +3,10 @@
  * engine uses (`LanesInternal`, `InternalOptions`, `InlineWork`). Internal to `src/queue` (not
  * exported from the package).
  */
-import { Effect } from "effect"
+import { Cause, Effect, Exit } from "effect"
 import type { Deferred, Fiber, Scope } from "effect"
 import { LaneQueueFull, LanesClosed } from "./errors.js"
-import type { Lanes, WakeResult } from "./Lanes.js"
+import type { ActivationExit, Lanes, WakeResult } from "./Lanes.js"
 
 /**
  * What `createLanes` really returns: `Lanes` plus a synchronous `wake` for the command queue's
@@ -73,9 +73,9 @@ export const INLINE = 3
  */
 export const START_BUDGET = 512
 /**
- * Milliseconds of forks (an activation's synchronous part included) per run of the start list
- * before the next run waits for a macrotask: a long synchronous activation holds the event loop
- * only that long.
+ * Milliseconds of forks (an activation's synchronous part included) in one run of the start list
+ * before the rest waits for a macrotask: a long synchronous activation holds the event loop only
+ * about that long.
  */
 export const START_BUDGET_MS = 4
 
@@ -118,5 +118,65 @@ export const queueFull = (key: unknown, maxQueued: number): LaneQueueFull => {
     return new LaneQueueFull({ key, maxQueued })
   } finally {
     Error.stackTraceLimit = limit
+  }
+}
+
+const warnOnExit = (cause: Cause.Cause<unknown>): Effect.Effect<void> =>
+  Effect.logWarning("switchyard lanes: onExit raised a defect; it is ignored", cause)
+
+/** Calls `onExit(exit)` now; a throw, or a defect of the Effect it returns, is logged as a warning. */
+export const callOnExitOf = <K, E>(
+  onExit: ((exit: ActivationExit<K, E>) => Effect.Effect<void> | void) | undefined,
+  exit: ActivationExit<K, E>
+): Effect.Effect<void> => {
+  if (onExit === undefined) return Effect.void
+  let r: Effect.Effect<void> | void
+  try {
+    r = onExit(exit)
+  } catch (defect) {
+    return warnOnExit(Cause.die(defect))
+  }
+  return Effect.isEffect(r) ? Effect.catchCause(r, warnOnExit) : Effect.void
+}
+
+/** The report of a key's owed activation that was dropped before it started. */
+export const dropped = <K, E>(key: K, reason: Reason): ActivationExit<K, E> => ({
+  _tag: "ActivationInterrupted",
+  key,
+  reason,
+  started: false
+})
+
+/** What the activation of `e` came to, from the exit of its Effect and of its Scope's closing. */
+export const outcome = <K, E>(
+  e: Entry<K>,
+  exit: Exit.Exit<unknown, E>,
+  closing: Exit.Exit<void>,
+  reason: Reason | undefined
+): ActivationExit<K, E> => {
+  if (Exit.isSuccess(exit)) {
+    return Exit.isSuccess(closing)
+      ? { _tag: "ActivationSucceeded", key: e.key, value: exit.value }
+      : { _tag: "ActivationFailed", key: e.key, cause: closing.cause as Cause.Cause<E> }
+  }
+  if (reason !== undefined && Cause.hasInterrupts(exit.cause)) {
+    return { _tag: "ActivationInterrupted", key: e.key, reason, started: true }
+  }
+  return { _tag: "ActivationFailed", key: e.key, cause: exit.cause }
+}
+
+/** A wake's result as an Effect: the three results and `LanesClosed` are constant Effects (no allocation). */
+export const wakeEffect = (r: WakeResult | LaneQueueFull | LanesClosed): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
+  switch (r) {
+    case "started":
+      return STARTED
+    case "queued":
+      return QUEUED_RESULT
+    case "coalesced":
+      return COALESCED
+    case CLOSED_ERROR:
+      return CLOSED
+    default:
+      return Effect.fail(r)
   }
 }

@@ -4,6 +4,8 @@
  * Internal to `src/queue` (part of the engine).
  */
 import { Effect, Exit, Fiber } from "effect"
+import type { LaneState } from "./lane.js"
+import { VOID } from "./ending.js"
 import type { Engine } from "./engine.js"
 import type { QueueFailureReason } from "./errors.js"
 import type { Task } from "./lane.js"
@@ -46,7 +48,7 @@ export function startEffect(
   }
   if (inline) {
     // No activation fiber: the body's own fiber ends the task when it exits.
-    fiber.addObserver((exit) => engine.resumeInline(task, exit))
+    fiber.addObserver((exit) => resumeInline(engine, task, exit))
     return PENDING
   }
   // Not done: this is a callback, never an Exit (so `runNext` cannot take it for one).
@@ -90,7 +92,7 @@ export function startPromise(
     // No fiber: the promise's outcome, or the queue's stop, whichever comes first, ends the task.
     task.resume = (exit) => {
       task.resume = undefined
-      engine.resumeInline(task, exit)
+      resumeInline(engine, task, exit)
     }
     promise.then(
       (value) => task.resume?.(Exit.succeed(value)),
@@ -128,4 +130,59 @@ export function stop(engine: Engine, task: Task, reason: QueueFailureReason): vo
     ;(handle as AbortController | undefined)?.abort(failure)
     task.resume?.(Exit.fail(failure))
   }
+}
+
+/**
+ * The activation's work: one warning first if the task waited too long (`warnAfterMs`), then the
+ * body, then its end. `VOID` when all of it ended synchronously. `inline`: run as the
+ * activation's inline work (no fiber; see `runBody`).
+ */
+export function runTask(engine: Engine, lane: LaneState, key: string, task: Task, inline: boolean): Effect.Effect<void> {
+  const waited = task.startedAt - task.admittedAt
+  const warnAfter = lane.limits.warnAfterMs
+  if (warnAfter === undefined || waited <= warnAfter || task.stopped !== undefined) return runBody(engine, lane, key, task, inline)
+  return Effect.andThen(
+    Effect.logWarning(
+      `switchyard: task ${task.runId} waited ${waited} ms to start in lane \`${lane.name}\` (warnAfterMs ${warnAfter})`
+    ).pipe(Effect.annotateLogs({ runId: task.runId, lane: lane.name, key, waitedMs: waited })),
+    Effect.suspend(() => runBody(engine, lane, key, task, false))
+  )
+}
+
+/**
+ * The body, then its end. `inline`: a body that has not ended returns `PENDING` (no fiber waits
+ * for it): its end runs from the promise's callback or the body fiber's observer
+ * (`resumeInline`), which then ends the activation.
+ */
+function runBody(engine: Engine, lane: LaneState, key: string, task: Task, inline: boolean): Effect.Effect<void> {
+  // Stopped (cancel, restart, drain) between its slot and its first step: the body never runs.
+  if (task.stopped !== undefined) return engine.finish(lane, key, task, Exit.fail(task.stopped))
+  const turnMs = task.options?.turnTimeoutMs ?? lane.limits.turnTimeoutMs
+  const body = task.kind === EFFECT_BODY ? startEffect(engine, task, turnMs, inline) : startPromise(engine, task, turnMs, inline)
+  if (body === PENDING) return PENDING
+  // A body that ended synchronously is finished without another step.
+  return Exit.isExit(body)
+    ? engine.finish(lane, key, task, body)
+    : Effect.flatMap(body as Effect.Effect<Exit.Exit<any, any>>, (exit) => engine.finish(lane, key, task, exit))
+}
+
+/**
+ * A body run inline has ended (or was stopped): its end runs now, then its activation ends (in a
+ * fiber, when the end has Effects to run: finalizer, report). Never throws (it runs in a promise
+ * callback or a fiber observer).
+ */
+export function resumeInline(engine: Engine, task: Task, exit: Exit.Exit<any, any>): void {
+  const lane = task.lane
+  const key = task.key
+  let rest: Effect.Effect<void>
+  try {
+    rest = engine.finish(lane, key, task, exit)
+  } catch (defect) {
+    rest = Effect.die(defect)
+  }
+  if (rest === VOID) {
+    lane.lanes.endInline(key)
+    return
+  }
+  engine.fork(Effect.uninterruptible(Effect.ensuring(Effect.ignoreCause(rest), Effect.sync(() => lane.lanes.endInline(key)))))
 }

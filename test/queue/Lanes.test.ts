@@ -445,6 +445,9 @@ describe("Lanes (internal): inline work, as the command queue uses it", () => {
     Effect.gen(function*() {
       const ran: Array<string> = []
       const lanes = yield* inlineLanes(1, (key) => ({ [RunInline]: () => (ran.push(key), PENDING) }))
+      // if an expectation fails, the activations still end, so that closing the lanes does not wait forever
+      const endAll = Effect.sync(() => ["a", "b"].forEach((k) => lanes.endInline(k)))
+      yield* Effect.addFinalizer(() => Effect.andThen(endAll, Effect.andThen(Effect.yieldNow, endAll)))
       yield* lanes.wake("a")
       yield* lanes.wake("b")
       yield* Effect.yieldNow
