@@ -249,7 +249,7 @@ export const runChat = (options: ChatOptions): void => {
         pendingDeliveries: report.pendingDeliveries
       })
       output.note(
-        `bye (${reason}): ${report.drain.completed} turn(s) finished, ${report.drain.canceled} canceled` +
+        `bye (${reason}): the drain let ${report.drain.completed} turn(s) finish and canceled ${report.drain.canceled}` +
           `${report.drain.timedOut ? " (drain timed out)" : ""}; ${report.pendingDeliveries} delivery(ies) left for the next start`
       )
       return 0
