@@ -36,9 +36,9 @@ export interface FutureOps {
   readonly cancelTask: (task: Task) => Effect.Effect<void>
 }
 
-/** @internal */
-export class FutureImpl<A, E> implements Future<A, E> {
-  constructor(readonly task: Task, readonly admission: Admission, private readonly ops: FutureOps) {}
+/** @internal The fields every handle of a task shows (the Effect future and the Promise one). */
+export class TaskHandle {
+  constructor(readonly task: Task, readonly admission: Admission) {}
   get runId(): string {
     return this.task.runId
   }
@@ -50,6 +50,13 @@ export class FutureImpl<A, E> implements Future<A, E> {
   }
   get generation(): number {
     return this.task.generation
+  }
+}
+
+/** @internal */
+export class FutureImpl<A, E> extends TaskHandle implements Future<A, E> {
+  constructor(task: Task, admission: Admission, private readonly ops: FutureOps) {
+    super(task, admission)
   }
   get await(): Effect.Effect<A, E | QueueFailure> {
     return this.ops.awaitTask(this.task)

@@ -11,6 +11,7 @@ import { addListener } from "./ending.js"
 import { engineOf, WAKE } from "./engine.js"
 import { FutureTimeout, RequestError } from "./errors.js"
 import type { Admission } from "./Future.js"
+import { TaskHandle } from "./Future.js"
 import { PROMISE_BODY, Task } from "./lane.js"
 import { cancelTask, snapshotUnsafe } from "./lifecycle.js"
 import { show } from "./validate.js"
@@ -87,22 +88,12 @@ const errorOf = (cause: Cause.Cause<unknown>): unknown => Cause.squash(cause)
 const run = <A, E>(effect: Effect.Effect<A, E>): Promise<A> =>
   Effect.runPromiseExit(effect).then((exit) => (Exit.isSuccess(exit) ? exit.value : Promise.reject(errorOf(exit.cause))))
 
-class AsyncFutureImpl<A> implements AsyncFuture<A> {
+class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
   private _result: Promise<A> | undefined = undefined
   private _resolve: ((a: A) => void) | undefined = undefined
   private _reject: ((e: unknown) => void) | undefined = undefined
-  constructor(readonly task: Task, readonly admission: Admission, private readonly engine: Engine) {}
-  get runId(): string {
-    return this.task.runId
-  }
-  get lane(): string {
-    return this.task.lane.name
-  }
-  get key(): string {
-    return this.task.key
-  }
-  get generation(): number {
-    return this.task.generation
+  constructor(task: Task, admission: Admission, private readonly engine: Engine) {
+    super(task, admission)
   }
   get result(): Promise<A> {
     if (this._result === undefined) {
