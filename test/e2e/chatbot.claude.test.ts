@@ -6,19 +6,11 @@
  */
 import { spawn, spawnSync } from "node:child_process"
 import * as path from "node:path"
-import { afterEach, describe, expect, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import * as FakeAnthropic from "../support/fakeAnthropic.js"
-import { removeDir, ROOT, runChatbot, startChatbot, tempDir, untilMainRuns } from "../support/chatbot.js"
+import { ROOT, runChatbot, startChatbot, untilMainRuns, useTempDirs } from "../support/chatbot.js"
 
-const dirs: Array<string> = []
-const fresh = () => {
-  const dir = tempDir()
-  dirs.push(dir)
-  return dir
-}
-afterEach(() => {
-  for (const dir of dirs.splice(0)) removeDir(dir)
-})
+const fresh = useTempDirs()
 
 const KEY = "sk-ant-test-key-do-not-print-42"
 

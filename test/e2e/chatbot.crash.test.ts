@@ -5,18 +5,10 @@
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { afterEach, describe, expect, it } from "vitest"
-import { readJsonLines, removeDir, runChatbot, startChatbot, tempDir, untilMainRuns, waitForFile } from "../support/chatbot.js"
+import { describe, expect, it } from "vitest"
+import { readJsonLines, runChatbot, startChatbot, untilMainRuns, waitForFile, useTempDirs } from "../support/chatbot.js"
 
-const dirs: Array<string> = []
-const fresh = () => {
-  const dir = tempDir()
-  dirs.push(dir)
-  return dir
-}
-afterEach(() => {
-  for (const dir of dirs.splice(0)) removeDir(dir)
-})
+const fresh = useTempDirs()
 
 /** "You said: a / b" -> ["a", "b"] */
 const answered = (text: string): Array<string> => text.replace(/^You said: /, "").split(" / ")

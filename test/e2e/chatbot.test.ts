@@ -5,20 +5,12 @@
 import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { afterEach, describe, expect, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import * as FakeAnthropic from "../support/fakeAnthropic.js"
-import { readJsonLines, removeDir, runChatbot, startChatbot, tempDir, untilMainRuns } from "../support/chatbot.js"
+import { readJsonLines, runChatbot, startChatbot, untilMainRuns, useTempDirs } from "../support/chatbot.js"
 
-const dirs: Array<string> = []
-const fresh = () => {
-  const dir = tempDir()
-  dirs.push(dir)
-  return dir
-}
-afterEach(() => {
-  for (const dir of dirs.splice(0)) removeDir(dir)
-})
+const fresh = useTempDirs()
 
 describe("chatbot", () => {
   it("piped lines are answered, and lines that arrive during a turn are answered together (--json)", async () => {

@@ -10,6 +10,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
+import { afterEach } from "vitest"
 
 /** The repository root. */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..")
@@ -57,6 +58,19 @@ export const tempDir = (prefix = "switchyard-chat-"): string => fs.mkdtempSync(p
 
 /** Removes a folder made by `tempDir`. */
 export const removeDir = (dir: string): void => fs.rmSync(dir, { recursive: true, force: true })
+
+/** A fresh temp folder per call, each removed after the test that made it (registers an `afterEach`). */
+export const useTempDirs = (): (() => string) => {
+  const dirs: Array<string> = []
+  afterEach(() => {
+    for (const dir of dirs.splice(0)) removeDir(dir)
+  })
+  return () => {
+    const dir = tempDir()
+    dirs.push(dir)
+    return dir
+  }
+}
 
 /** The environment of a child: no Anthropic key unless the test gives one. */
 const childEnv = (env?: Readonly<Record<string, string>>): NodeJS.ProcessEnv => {
