@@ -12,8 +12,9 @@
  * The SDK is loaded when the layer is built, so a program that only uses `ScriptedModel` never
  * loads it.
  */
+import type * as AnthropicSdk from "@anthropic-ai/sdk"
 import type { Anthropic as AnthropicClient } from "@anthropic-ai/sdk"
-import type { MessageCreateParamsNonStreaming, MessageParam } from "@anthropic-ai/sdk/resources/messages"
+import type { MessageCreateParamsNonStreaming } from "@anthropic-ai/sdk/resources/messages"
 import { Effect, Layer, Redacted } from "effect"
 import { Model, ModelError, type ModelErrorReason, type ModelReply, type ModelRequest, type TranscriptMessage } from "./Model.js"
 
@@ -71,12 +72,21 @@ const validate = (options: AnthropicModelOptions) => {
 // ---- transcript -> messages --------------------------------------------------------------------
 
 /**
+ * One entry of the Messages API's `messages`, as {@link toMessages} builds it (a text-only `MessageParam`
+ * of `@anthropic-ai/sdk`). Declared here so the published types do not need the optional SDK installed.
+ */
+export interface AnthropicMessage {
+  role: "user" | "assistant"
+  content: string
+}
+
+/**
  * Maps a transcript onto Messages API `messages`: empty messages are dropped, consecutive
  * messages of one role are merged (joined by a blank line) so roles alternate, and a transcript
  * that starts with an assistant message gets {@link CONTINUATION_PROMPT} before it.
  */
-export const toMessages = (transcript: ReadonlyArray<TranscriptMessage>): Array<MessageParam> => {
-  const out: Array<{ role: "user" | "assistant"; content: string }> = []
+export const toMessages = (transcript: ReadonlyArray<TranscriptMessage>): Array<AnthropicMessage> => {
+  const out: Array<AnthropicMessage> = []
   for (const message of transcript) {
     if (message.content.trim().length === 0) continue
     const last = out[out.length - 1]
@@ -92,7 +102,7 @@ export const toMessages = (transcript: ReadonlyArray<TranscriptMessage>): Array<
 
 // ---- errors ------------------------------------------------------------------------------------
 
-type Sdk = typeof import("@anthropic-ai/sdk")
+type Sdk = typeof AnthropicSdk
 
 const byStatus = (status: number): { readonly reason: ModelErrorReason; readonly retryable: boolean } => {
   if (status === 401 || status === 403) return { reason: "auth", retryable: false }
@@ -132,10 +142,11 @@ const clip = (text: string): string => (text.length > MAX_DETAIL ? `${text.slice
 
 /** The `code` of a connection failure (`ECONNREFUSED`, `ENOTFOUND`, ...), found along the cause chain. */
 const errorCode = (error: unknown): string | undefined => {
-  let current: any = error
-  for (let depth = 0; depth < 5 && current != null; depth++) {
-    if (typeof current.code === "string") return current.code
-    current = current.cause
+  let current: unknown = error
+  for (let depth = 0; depth < 5 && typeof current === "object" && current !== null; depth++) {
+    const { code, cause } = current as { readonly code?: unknown; readonly cause?: unknown }
+    if (typeof code === "string") return code
+    current = cause
   }
   return undefined
 }
@@ -145,7 +156,7 @@ const errorCode = (error: unknown): string | undefined => {
  * 408/504 and timeouts timeout, 400/404/413/422 invalid-request, connection failures network,
  * other 5xx unknown (retryable), anything else unknown. `secret` is scrubbed from the message.
  */
-export const toModelError = (sdk: Sdk, error: unknown, where: string, secret: string): ModelError => {
+const toModelError = (sdk: Sdk, error: unknown, where: string, secret: string): ModelError => {
   let reason: ModelErrorReason = "unknown"
   let retryable = false
   let message: string
@@ -189,8 +200,10 @@ class IncompleteStream extends Error {
 }
 
 /** `onText` threw: a bug in the caller, surfaced as a defect, not a `ModelError`. */
-class CallbackFailed {
-  constructor(readonly cause: unknown) {}
+class CallbackFailed extends Error {
+  constructor(override readonly cause: unknown) {
+    super("onText threw", { cause })
+  }
 }
 
 // ---- the layer ---------------------------------------------------------------------------------
