@@ -40,7 +40,10 @@ export default defineConfig(
       "@typescript-eslint/no-unnecessary-type-assertion": "off",
       // The Promise skin rejects with the task's own error, whatever the task threw (the spec's contract),
       // and an abort rejects with `signal.reason`: those are `unknown` / `any` by nature.
-      "@typescript-eslint/prefer-promise-reject-errors": ["error", { allowThrowingUnknown: true, allowThrowingAny: true }]
+      "@typescript-eslint/prefer-promise-reject-errors": ["error", {
+        allowThrowingUnknown: true,
+        allowThrowingAny: true
+      }]
     }
   },
   {
