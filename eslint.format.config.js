@@ -21,7 +21,8 @@ export default [
     files: ["**/*.ts", "**/*.js"],
     languageOptions: { parser: tseslint.parser },
     linterOptions: { reportUnusedDisableDirectives: "off" },
-    plugins: { "@effect": effect },
+    // typescript-eslint's rules are known here only so that a disable comment naming one is not an error
+    plugins: { "@effect": effect, "@typescript-eslint": tseslint.plugin },
     rules: { "@effect/dprint": ["error", { config: dprint }] }
   }
 ]
