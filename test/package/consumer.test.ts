@@ -21,11 +21,10 @@ const manifest = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "ut
 }
 
 /** The exact version installed here, so the consumer's install is served from the cache. */
-const installed = (name: string): string =>
-  `${name}@${
-    (JSON.parse(fs.readFileSync(path.join(root, "node_modules", name, "package.json"), "utf8")) as { version: string })
-      .version
-  }`
+const installed = (name: string): string => {
+  const file = path.join(root, "node_modules", name, "package.json")
+  return `${name}@${(JSON.parse(fs.readFileSync(file, "utf8")) as { version: string }).version}`
+}
 
 const npm = async (cwd: string, args: ReadonlyArray<string>): Promise<string> => {
   const { stdout } = await run("npm", [...args], {
