@@ -5,6 +5,8 @@
  * a module of its own; a tsconfig there maps "switchyard" and its subpath entries to the `src` entry
  * points (so no build is needed) and uses the repository's strict options; the native `tsc` checks
  * them in one run, and each error is reported against the Markdown file and line it came from.
+ * A block is placed where a test file would be (a folder beside test/support), so a block about
+ * testing may import `../support/fakeAnthropic.js`.
  */
 import { spawnSync } from "node:child_process"
 import * as fs from "node:fs"
@@ -126,7 +128,9 @@ const ERROR_LINE = /^(.+?)\((\d+),(\d+)\): error (TS\d+): (.*)$/
 /** The result of one `tsc` run over a set of blocks. */
 export interface CheckResult {
   readonly errors: Array<BlockError>
-  /** tsc's exit status and its whole output, for a failure the parser did not understand. */
+  /** Output lines that are not an error of a file (a broken tsconfig, a crash). */
+  readonly unparsed: Array<string>
+  /** tsc's exit status and its whole output. */
   readonly status: number | null
   readonly output: string
 }
@@ -138,8 +142,11 @@ export interface CheckResult {
 export const checkBlocks = (blocks: ReadonlyArray<CodeBlock>, root: string = ROOT): CheckResult => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-doc-blocks-"))
   try {
-    // "effect", "@types/node" and the rest resolve from the repository's own node_modules.
+    // "effect", "@types/node" and the rest resolve from the repository's own node_modules; a block
+    // sits where a test file would (test/<part>/), so `../support/fakeAnthropic.js` is test/support's.
     fs.symlinkSync(path.join(root, "node_modules"), path.join(dir, "node_modules"), "dir")
+    fs.symlinkSync(path.join(root, "test", "support"), path.join(dir, "support"), "dir")
+    fs.mkdirSync(path.join(dir, "blocks"))
     // ES modules, as in a project of a user's (and so top-level await is allowed).
     fs.writeFileSync(path.join(dir, "package.json"), JSON.stringify({ private: true, type: "module" }))
     const byModule = new Map<string, CodeBlock>()
@@ -147,9 +154,9 @@ export const checkBlocks = (blocks: ReadonlyArray<CodeBlock>, root: string = ROO
       const name = moduleName(block)
       if (byModule.has(name)) throw new Error(`Expected one TypeScript block per fence line, got two named \`${name}\``)
       byModule.set(name, block)
-      fs.writeFileSync(path.join(dir, name), block.source)
+      fs.writeFileSync(path.join(dir, "blocks", name), block.source)
     }
-    fs.writeFileSync(path.join(dir, "tsconfig.json"), JSON.stringify(tsconfigFor(root, [...byModule.keys()]), null, 2))
+    fs.writeFileSync(path.join(dir, "tsconfig.json"), JSON.stringify(tsconfigFor(root, [...byModule.keys()].map((name) => `blocks/${name}`)), null, 2))
     const run = spawnSync(path.join(root, "node_modules", ".bin", "tsc"), ["-p", path.join(dir, "tsconfig.json"), "--pretty", "false"], {
       cwd: dir,
       encoding: "utf8"
@@ -157,19 +164,21 @@ export const checkBlocks = (blocks: ReadonlyArray<CodeBlock>, root: string = ROO
     if (run.error !== undefined) throw run.error
     const output = `${run.stdout}${run.stderr}`
     const errors: Array<BlockError> = []
+    const unparsed: Array<string> = []
     for (const line of output.split("\n")) {
       const match = ERROR_LINE.exec(line)
       if (match === null) {
-        // tsc continues a long message on indented lines.
+        // tsc continues a long message on indented lines; anything else (a config error) is kept.
         const last = errors.at(-1)
         if (last !== undefined && /^\s+\S/.test(line)) errors[errors.length - 1] = { ...last, message: `${last.message}\n${line.trim()}` }
+        else if (line.trim() !== "") unparsed.push(line)
         continue
       }
       const [, file, lineText, , code, message] = match as unknown as [string, string, string, string, string, string]
       const block = byModule.get(path.basename(file))
       const blockLine = Number(lineText)
       errors.push(
-        block !== undefined && path.resolve(dir, file) === path.join(dir, path.basename(file))
+        block !== undefined && path.resolve(dir, file) === path.join(dir, "blocks", path.basename(file))
           ? { where: `${block.file}:${block.fenceLine + blockLine}`, block, blockLine, code, message }
           : { where: `${path.relative(root, path.resolve(dir, file))}:${lineText}`, block: undefined, blockLine: undefined, code, message }
       )
@@ -178,7 +187,7 @@ export const checkBlocks = (blocks: ReadonlyArray<CodeBlock>, root: string = ROO
     const order = new Map(blocks.map((block, index) => [block, index]))
     const rank = (error: BlockError) => (error.block === undefined ? -1 : order.get(error.block)!)
     errors.sort((a, b) => rank(a) - rank(b) || (a.blockLine ?? 0) - (b.blockLine ?? 0))
-    return { errors, status: run.status, output }
+    return { errors, unparsed, status: run.status, output }
   } finally {
     fs.rmSync(dir, { recursive: true, force: true })
   }
