@@ -353,22 +353,38 @@ export class LogCore {
     return run
   }
 
+  /**
+   * A checkpoint whose snapshot failed: segments below `reserved` are sealed and that number is free.
+   * The next try rebuilds the same checkpoint from those files instead of sealing another segment.
+   */
+  private retry: { readonly reserved: number } | undefined
+
+  /** The state at the end of the sealed files below `reserved`, read back from disk. */
+  private rebuild(reserved: number): Captured {
+    const r = recover(this.o.dir, this.o.maxRecordBytes + READ_SLACK, reserved)
+    r.state.evict(this.lastNow, this.o.dedupeWindowMs)
+    return { entries: Array.from(r.state.live.values()), acked: Array.from(r.state.acked), nextSeq: r.state.nextSeq, nextLsn: r.nextLsn }
+  }
+
   private async compactOnce(): Promise<void> {
     const no = this.refuse()
     if (no) throw no
     this.compacting = true
     let reserved = -1
     try {
-      const cp = await this.writer.requestCheckpoint((): Captured => {
-        this.state.evict(this.lastNow, this.o.dedupeWindowMs)
-        return {
-          entries: Array.from(this.state.live.values(), (l) => l.clone()),
-          acked: Array.from(this.state.acked),
-          nextSeq: this.state.nextSeq,
-          nextLsn: this.nextLsn
-        }
-      })
+      const cp = this.retry !== undefined
+        ? { reserved: this.retry.reserved, captured: this.rebuild(this.retry.reserved) }
+        : await this.writer.requestCheckpoint((): Captured => {
+          this.state.evict(this.lastNow, this.o.dedupeWindowMs)
+          return {
+            entries: Array.from(this.state.live.values(), (l) => l.clone()),
+            acked: Array.from(this.state.acked),
+            nextSeq: this.state.nextSeq,
+            nextLsn: this.nextLsn
+          }
+        })
       reserved = cp.reserved
+      this.retry = { reserved }
       this.hooks.step?.("checkpointed")
       const size = await writeSnapshot(this.o.dir, cp.reserved, cp.captured, this.o.sync, this.hooks)
       const replaced: Array<string> = []
@@ -382,9 +398,20 @@ export class LogCore {
       this.segments.set(cp.reserved, { number: cp.reserved, kind: "snap", bytes: size })
       this.totalBytes += size
       this.baseline = size
+      this.retry = undefined
       removeReplaced(this.o.dir, replaced, this.o.sync, this.hooks)
     } catch (e) {
-      if (reserved >= 0) fs.rmSync(join(this.o.dir, `${segmentName(reserved, "snap")}.tmp`), { force: true })
+      if (reserved >= 0) {
+        try {
+          fs.rmSync(join(this.o.dir, `${segmentName(reserved, "snap")}.tmp`), { force: true })
+        } catch {
+          // Left for recovery (it deletes `.snap.tmp` files) or the next try (it truncates it).
+        }
+      }
+      if (e instanceof CorruptLog) {
+        this.retry = undefined
+        throw new DeliveryLogError({ reason: "corrupt", message: `Compaction found the log corrupt: ${e.message}`, path: e.path })
+      }
       if (e instanceof DeliveryLogError) throw e
       throw new DeliveryLogError({
         reason: "io",
