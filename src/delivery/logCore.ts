@@ -251,7 +251,11 @@ export class LogCore {
     })
   }
 
-  attempt(id: string, failure: { readonly error: string; readonly nextAttemptAt: number }, done: Done<DeliveryEntry>): void {
+  attempt(
+    id: string,
+    failure: { readonly error: string; readonly nextAttemptAt: number; readonly dead?: boolean },
+    done: Done<DeliveryEntry>
+  ): void {
     const no = this.refuse()
     if (no) return done(no)
     if (failure === null || typeof failure !== "object" || typeof failure.error !== "string") {
@@ -268,12 +272,14 @@ export class LogCore {
     const attempts = live.attempts + 1
     const lastError = clipError(failure.error)
     const next = failure.nextAttemptAt
-    const no2 = this.frameId(Kind.attempt, id, 12, lastError, "the attempt", (b, at) => {
+    const dead = failure.dead === true
+    const no2 = this.frameId(dead ? Kind.attemptDead : Kind.attempt, id, 12, lastError, "the attempt", (b, at) => {
       b.writeUInt32BE(attempts, at)
       b.writeDoubleBE(next, at + 4)
     })
     if (no2) return done(no2)
     this.state.applyAttempt(id, attempts, lastError, next)
+    if (dead) this.state.applyDead(id, lastError)
     // The entry as of this attempt (a later call may change it before this one is durable).
     this.pushed(live.toEntry(), done)
   }
@@ -283,7 +289,16 @@ export class LogCore {
     if (no) return done(no)
     this.lastNow = now
     this.state.evict(now, this.o.dedupeWindowMs)
-    if (!this.state.live.has(id)) {
+    const live = this.state.live.get(id)
+    if (live?.status === "dead") {
+      return done(
+        new DeliveryLogError({
+          reason: "not-pending",
+          message: `Expected a pending entry to ack, got dead entry \`${id}\`; it stays in the dead letters (requeue it to deliver it again)`
+        })
+      )
+    }
+    if (live === undefined) {
       // Acked already (within the window): idempotent, once that ack is durable.
       if (this.state.acked.has(id)) return this.afterDurable(() => undefined, done)
       return done(unknownId(String(id)))

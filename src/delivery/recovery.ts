@@ -65,9 +65,11 @@ const applyLogRecord = (state: LogState, d: Decoded, path: string, offset: numbe
         state.insert(e)
         return
       }
-      case Kind.attempt: {
+      case Kind.attempt:
+      case Kind.attemptDead: {
         const a = readAttempt(buf, start, end)
         state.applyAttempt(a.id, a.attempts, a.lastError, a.nextAttemptAt)
+        if (d.kind === Kind.attemptDead) state.applyDead(a.id, a.lastError)
         return
       }
       case Kind.ack: {
