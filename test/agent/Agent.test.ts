@@ -380,7 +380,7 @@ describe("Agent", () => {
       const shutdown = yield* Effect.forkChild(agent.shutdown)
       yield* model.release(0)
       const report = yield* Fiber.join(shutdown)
-      assert.deepStrictEqual(report, { drain: { completed: 1, canceled: 0, timedOut: false }, pendingDeliveries: 0 })
+      assert.deepStrictEqual(report, { drain: { completed: 1, canceled: 0, timedOut: false }, pendingDeliveries: 0, unanswered: 0 })
       assert.deepStrictEqual(delivered.map((e) => bodyOf(e).text), ["You said: finish me"])
       const refused = yield* Effect.flip(agent.send("s", "too late"))
       assert.strictEqual(refused._tag, "AdmissionError")
