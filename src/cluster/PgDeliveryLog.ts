@@ -286,6 +286,8 @@ export const make = (
         })),
         Effect.orDie
       ),
+      // Postgres heals on its own side (the pool reconnects); a failed call fails with its own error.
+      health: Effect.succeed({ status: "ok" } as const),
       // Every call has committed before it returned: nothing is buffered.
       flush: guard("flush", Effect.void),
       compact: Effect.flatMap(Clock.currentTimeMillis, (now) =>

@@ -6,7 +6,7 @@ import { Clock, Effect, Latch, Option, type Scope } from "effect"
 import type { CompactionHooks } from "./compaction.js"
 import { DeliveryLogError } from "./errors.js"
 import { type Done, LogCore } from "./logCore.js"
-import type { DeliveryEntry, DeliveryLog } from "./types.js"
+import type { DeliveryEntry, DeliveryLog, DeliveryLogHealth } from "./types.js"
 import { type OpenOptions, resolveOptions } from "./validate.js"
 
 
@@ -39,13 +39,13 @@ export const openFileLog = (
     }
 
     // The first write/sync failure is logged once (the calls it failed carry it too).
-    let warned = false
+    let health: DeliveryLogHealth = { status: "ok" }
     const call = <A>(f: (done: Done<A>) => void): Effect.Effect<A, DeliveryLogError> =>
       Effect.callback<A, DeliveryLogError>((resume) => {
         f((err, value) => {
           if (err === undefined) return resume(Effect.succeed(value as A))
-          if (err.reason !== "io" || warned) return resume(Effect.fail(err))
-          warned = true
+          if (err.reason !== "io" || health.status === "failing") return resume(Effect.fail(err))
+          health = { status: "failing", since: Date.now(), error: err }
           resume(Effect.andThen(Effect.logWarning(`delivery log: ${err.message}`), Effect.fail(err)))
         })
       })
@@ -80,6 +80,7 @@ export const openFileLog = (
       pending: Effect.sync(() => core.list("pending")),
       dead: Effect.sync(() => core.list("dead")),
       stats: Effect.sync(() => core.stats()),
+      health: Effect.sync(() => health),
       flush: call<void>((done) => core.flush(done)),
       compact: Effect.tryPromise({
         try: () => core.compact(),

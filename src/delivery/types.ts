@@ -31,6 +31,15 @@ export interface DeliveryEntry {
 }
 
 /**
+ * Where a store stands: `ok`, or `failing` since `since` (epoch ms) with the last `io` error. While
+ * failing, every mutating call fails fast with `error`; the store heals itself (the file log re-opens
+ * through recovery with backoff, 1 s doubling to 30 s) and is `ok` again once that worked.
+ */
+export type DeliveryLogHealth =
+  | { readonly status: "ok" }
+  | { readonly status: "failing"; readonly since: number; readonly error: DeliveryLogError }
+
+/**
  * A durable store of outbound messages. Every mutating call succeeds only once its change is durable
  * (for the file log with `fsync: "always"`: on disk); a failure is never reported as success.
  */
@@ -56,4 +65,6 @@ export interface DeliveryLog {
   }>
   readonly flush: Effect.Effect<void, DeliveryLogError>
   readonly compact: Effect.Effect<void, DeliveryLogError>
+  /** `ok`, or `failing` (since when, and the last `io` error) until the store has healed itself. */
+  readonly health: Effect.Effect<DeliveryLogHealth>
 }
