@@ -230,7 +230,7 @@ export const make = (
       // Healthy again: what failed on the log or the disk is retried at once, without a restart.
       healed: Effect.suspend(() => (turns.anyIoFailure() ? Effect.asVoid(turns.retry(undefined, (io) => io)) : Effect.void))
     })
-    if (health.watch !== undefined) background.push(yield* Effect.forkIn(health.watch, timers))
+    background.push(yield* Effect.forkIn(health.watch, timers))
     const tickFailed = (what: string) => (error: unknown) =>
       Effect.logDebug(`switchyard: ${what} tick not admitted: ${String((error as { message?: unknown })?.message ?? error)}`)
     if (options.heartbeat !== undefined) {

@@ -1,11 +1,10 @@
 /**
  * Watching the delivery log's health (`DeliveryLog.health`, delivery.md "Health"): the agent shows
  * it in `snapshot.log`, reports each change as a `log-health` event, and when the log is healthy
- * again retries the turns that failed on it, without a restart. A log that does not report its
- * health (an older store) is always "ok"; then the retries' own backoff is the probe.
+ * again retries the turns that failed on it, without a restart.
  */
 import { Effect } from "effect"
-import type { DeliveryLog } from "../delivery/index.js"
+import type { DeliveryLog, DeliveryLogHealth } from "../delivery/index.js"
 import type { AgentEvent } from "./events.js"
 
 /** The delivery log's health as the agent reports it. */
@@ -16,29 +15,20 @@ export type LogHealthStatus =
 /** How often the agent looks at the log's health. */
 export const HEALTH_POLL_MS = 1_000
 
-type RawHealth = { readonly status: "ok" } | { readonly status: "failing"; readonly since: number; readonly error: { readonly message: string } }
-
 const OK: LogHealthStatus = { status: "ok" }
 
-/** The log's `health`, when it has one. */
-const healthOf = (log: DeliveryLog.DeliveryLog): Effect.Effect<RawHealth> | undefined =>
-  (log as { readonly health?: Effect.Effect<RawHealth> }).health
-
-const toStatus = (h: RawHealth): LogHealthStatus =>
+const toStatus = (h: DeliveryLogHealth): LogHealthStatus =>
   h.status === "ok" ? OK : { status: "failing", since: h.since, error: h.error.message }
 
 /**
- * `status` reads the health now; `watch` (absent for a log without `health`) polls it every
- * `HEALTH_POLL_MS` on the Effect `Clock`, emits `log-health` on a change, and runs `healed` when it
- * turns ok again.
+ * `status` reads the health now; `watch` polls it every `HEALTH_POLL_MS` on the Effect `Clock`,
+ * emits `log-health` on a change, and runs `healed` when it turns ok again.
  */
 export const watchLogHealth = (
   log: DeliveryLog.DeliveryLog,
   options: { readonly emit: (event: AgentEvent) => void; readonly healed: Effect.Effect<void> }
-): { readonly status: Effect.Effect<LogHealthStatus>; readonly watch?: Effect.Effect<never> } => {
-  const health = healthOf(log)
-  if (health === undefined) return { status: Effect.succeed(OK) }
-  const status = Effect.map(health, toStatus)
+): { readonly status: Effect.Effect<LogHealthStatus>; readonly watch: Effect.Effect<never> } => {
+  const status = Effect.map(log.health, toStatus)
   const watch = Effect.gen(function*() {
     let last: LogHealthStatus["status"] = "ok"
     while (true) {
