@@ -65,8 +65,9 @@ export default defineConfig(
     }
   },
   {
-    // the eslint configs themselves: plain JavaScript, no type information
-    files: ["**/*.js"],
-    extends: [js.configs.recommended]
+    // plain JavaScript (the eslint configs, scripts/prepare.mjs): no type information; Node's globals
+    files: ["**/*.js", "**/*.mjs"],
+    extends: [js.configs.recommended],
+    languageOptions: { globals: { console: "readonly", process: "readonly", URL: "readonly" } }
   }
 )

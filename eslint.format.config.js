@@ -18,7 +18,7 @@ export const dprint = {
 export default [
   { ignores: ["dist/", "node_modules/", ".bench-tmp/", ".switchyard-chat/", "**/*.d.ts"] },
   {
-    files: ["**/*.ts", "**/*.js"],
+    files: ["**/*.ts", "**/*.js", "**/*.mjs"],
     languageOptions: { parser: tseslint.parser },
     linterOptions: { reportUnusedDisableDirectives: "off" },
     // typescript-eslint's rules are known here only so that a disable comment naming one is not an error
