@@ -12,13 +12,13 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Scope } from "effect"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import { formatIdentity, isRunning, parseIdentity, selfIdentity } from "../../src/delivery/processIdentity.js"
+import { canMount, smallDisk } from "./faults/tmpfs.js"
 import { failure, tempRoot, withWarnings } from "./fixtures/files.js"
 
 const tmp = tempRoot("log-lock")
 afterAll(tmp.rm)
 
 const fixtures = join(dirname(fileURLToPath(import.meta.url)), "fixtures")
-const isRoot = process.getuid?.() === 0
 const boot = fs.readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim()
 const lockOf = (dir: string) => parseIdentity(fs.readFileSync(join(dir, "LOCK"), "utf8"))
 const procState = (pid: number): string | undefined => {
@@ -47,17 +47,8 @@ const firstLine = (child: ChildProcess, text: string) =>
   })
 
 /** Runs `use` on a fresh 64 KiB tmpfs (root only), unmounted afterwards whatever happens. */
-const withTmpfs = <A, E, R>(use: (mnt: string) => Effect.Effect<A, E, R>) =>
-  Effect.acquireUseRelease(
-    Effect.sync(() => {
-      const mnt = tmp.next()
-      fs.mkdirSync(mnt)
-      execFileSync("mount", ["-t", "tmpfs", "-o", "size=64k", "tmpfs", mnt])
-      return mnt
-    }),
-    use,
-    (mnt) => Effect.sync(() => execFileSync("umount", [mnt]))
-  )
+const withDisk = <A, E, R>(use: (disk: ReturnType<typeof smallDisk>) => Effect.Effect<A, E, R>) =>
+  Effect.acquireUseRelease(Effect.sync(() => smallDisk("log-lock-disk", "64k")), use, (disk) => Effect.sync(disk.unmount))
 
 describe("DeliveryLog lock", () => {
   it("the identity names this process by pid, start time and boot id, and reads back", () => {
@@ -215,31 +206,24 @@ describe("DeliveryLog lock", () => {
       })
     ))
 
-  it.live.skipIf(!isRoot)("a full disk (a real 64 KiB tmpfs) while writing LOCK leaves no LOCK and no temporary file; once freed, open works", () =>
-    withTmpfs((mnt) =>
+  it.live.skipIf(!canMount)("a full disk (a real 64 KiB tmpfs) while writing LOCK leaves no LOCK and no temporary file; once freed, open works", () =>
+    withDisk((disk) =>
       Effect.gen(function* () {
-        const dir = join(mnt, "log")
+        const dir = disk.dir
         fs.mkdirSync(dir)
-        const fd = fs.openSync(join(mnt, "filler"), "w")
-        try {
-          for (;;) fs.writeSync(fd, Buffer.alloc(4096, 1))
-        } catch (e) {
-          assert.strictEqual((e as NodeJS.ErrnoException).code, "ENOSPC")
-        } finally {
-          fs.closeSync(fd)
-        }
+        disk.fill(0)
         const e = yield* failure(Effect.scoped(DeliveryLog.open({ dir, fsync: "never" })))
         assert.strictEqual(e.reason, "io")
         assert.include(e.message, "ENOSPC")
         assert.strictEqual(e.path, join(dir, "LOCK"))
         assert.deepStrictEqual(fs.readdirSync(dir), [], "no empty LOCK, no temporary file")
-        fs.rmSync(join(mnt, "filler"))
+        disk.free()
         yield* Effect.scoped(Effect.flatMap(DeliveryLog.open({ dir, fsync: "never" }), (log) => log.append({ channel: "c", to: "a", body: 1 })))
       })
     ))
 
-  it.live.skipIf(!isRoot)("a read-only mount names EROFS and the path, for a missing log directory and for the lock", () =>
-    withTmpfs((mnt) =>
+  it.live.skipIf(!canMount)("a read-only mount names EROFS and the path, for a missing log directory and for the lock", () =>
+    withDisk(({ mnt }) =>
       Effect.gen(function* () {
         fs.mkdirSync(join(mnt, "log"))
         execFileSync("mount", ["-o", "remount,ro", mnt])
