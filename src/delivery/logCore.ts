@@ -28,7 +28,7 @@ const READ_SLACK = 64 * 1024
 const ioError = (dir: string, e: unknown): DeliveryLogError =>
   new DeliveryLogError({
     reason: "io",
-    message: `Writing the delivery log failed (${(e as NodeJS.ErrnoException)?.code ?? String(e)}); it accepts no more writes: close its Scope and open it again (recovery keeps every record reported durable)`,
+    message: `Writing the delivery log failed (${(e as NodeJS.ErrnoException)?.code ?? String(e)}); the log re-opens itself through recovery (see health) and keeps every record reported durable; free the space or fix the disk`,
     path: dir
   })
 
@@ -50,6 +50,10 @@ export interface OpenNotes {
 /** The open log: state, writer, segment list. Owned by `openFileLog`, which wraps it in Effects. */
 export class LogCore {
   private closed = false
+  private closing: Promise<void> | undefined
+  private released = false
+  /** Appends staged whose record is not durable yet (counted in `state.pending`, not listed). */
+  private uncommitted = 0
   private compaction: Promise<void> = Promise.resolve()
   private compacting = false
   private totalBytes = 0
@@ -58,6 +62,8 @@ export class LogCore {
   private baseline = 0
   /** Called when dead weight passed the threshold; the owner runs `compact()` in the background. */
   onCompactionWanted: () => void = () => {}
+  /** Called once when the writer failed: the core accepts no more writes, the owner re-opens the log. */
+  onFailed: (error: DeliveryLogError) => void = () => {}
 
   private constructor(
     private readonly o: ResolvedOptions,
@@ -74,8 +80,11 @@ export class LogCore {
     }
   }
 
-  /** Create the directory, take the lock, recover, and start the writer. Throws `DeliveryLogError`. */
-  static open(o: ResolvedOptions, now: number, hooks: CompactionHooks): { core: LogCore; notes: OpenNotes } {
+  /**
+   * Create the directory, take the lock (or keep `heldLock`, the path of a lock this process holds:
+   * a re-open), recover, and start the writer. Throws `DeliveryLogError`.
+   */
+  static open(o: ResolvedOptions, now: number, hooks: CompactionHooks, heldLock?: string): { core: LogCore; notes: OpenNotes } {
     const io = (e: unknown, what: string): DeliveryLogError =>
       new DeliveryLogError({
         reason: "io",
@@ -89,7 +98,7 @@ export class LogCore {
     }
     let lock: ReturnType<typeof acquireLock>
     try {
-      lock = acquireLock(o.dir)
+      lock = heldLock !== undefined ? { _tag: "Acquired", path: heldLock } : acquireLock(o.dir)
     } catch (e) {
       throw io(e, "take the log's lock")
     }
@@ -117,7 +126,8 @@ export class LogCore {
       let core: LogCore | undefined
       const writer = new GroupCommitWriter(o.dir, active, o.segmentBytes, o.sync, {
         onRoll: (n) => core?.rolled(n),
-        onWritten: (n, b) => core?.written(n, b)
+        onWritten: (n, b) => core?.written(n, b),
+        onFailed: (e) => core?.onFailed(ioError(o.dir, e))
       })
       core = new LogCore(o, lock.path, r.state, r.nextLsn, segments, writer, hooks)
       core.lastNow = now
@@ -128,7 +138,7 @@ export class LogCore {
       }
       return { core, notes }
     } catch (e) {
-      releaseLock(lock.path)
+      if (heldLock === undefined) releaseLock(lock.path)
       if (e instanceof DeliveryLogError) throw e
       if (e instanceof CorruptLog) {
         throw new DeliveryLogError({
@@ -230,8 +240,10 @@ export class LogCore {
     seal(buf, at, this.nextLsn++, Kind.append, payloadBytes)
     const data = new EntryData(id, seq, now, key, json, 0, undefined, undefined, "pending", false, HEADER_BYTES + payloadBytes)
     state.insertNew(data)
+    this.uncommitted++
     // Nobody knows the id before this call returns, so the entry cannot change before it is durable.
     this.writer.push((err) => {
+      this.uncommitted--
       if (err) return done(ioError(this.o.dir, err))
       data.committed = true
       // The copy made while checking the body is the message as replay will parse it from the record.
@@ -239,7 +251,11 @@ export class LogCore {
     })
   }
 
-  attempt(id: string, failure: { readonly error: string; readonly nextAttemptAt: number }, done: Done<DeliveryEntry>): void {
+  attempt(
+    id: string,
+    failure: { readonly error: string; readonly nextAttemptAt: number; readonly dead?: boolean },
+    done: Done<DeliveryEntry>
+  ): void {
     const no = this.refuse()
     if (no) return done(no)
     if (failure === null || typeof failure !== "object" || typeof failure.error !== "string") {
@@ -256,12 +272,14 @@ export class LogCore {
     const attempts = live.attempts + 1
     const lastError = clipError(failure.error)
     const next = failure.nextAttemptAt
-    const no2 = this.frameId(Kind.attempt, id, 12, lastError, "the attempt", (b, at) => {
+    const dead = failure.dead === true
+    const no2 = this.frameId(dead ? Kind.attemptDead : Kind.attempt, id, 12, lastError, "the attempt", (b, at) => {
       b.writeUInt32BE(attempts, at)
       b.writeDoubleBE(next, at + 4)
     })
     if (no2) return done(no2)
     this.state.applyAttempt(id, attempts, lastError, next)
+    if (dead) this.state.applyDead(id, lastError)
     // The entry as of this attempt (a later call may change it before this one is durable).
     this.pushed(live.toEntry(), done)
   }
@@ -271,7 +289,16 @@ export class LogCore {
     if (no) return done(no)
     this.lastNow = now
     this.state.evict(now, this.o.dedupeWindowMs)
-    if (!this.state.live.has(id)) {
+    const live = this.state.live.get(id)
+    if (live?.status === "dead") {
+      return done(
+        new DeliveryLogError({
+          reason: "not-pending",
+          message: `Expected a pending entry to ack, got dead entry \`${id}\`; it stays in the dead letters (requeue it to deliver it again)`
+        })
+      )
+    }
+    if (live === undefined) {
       // Acked already (within the window): idempotent, once that ack is durable.
       if (this.state.acked.has(id)) return this.afterDurable(() => undefined, done)
       return done(unknownId(String(id)))
@@ -330,7 +357,8 @@ export class LogCore {
   }
 
   stats(): { pending: number; dead: number; segments: number; bytes: number } {
-    return { pending: this.state.pending, dead: this.state.dead, segments: this.segments.size, bytes: this.totalBytes }
+    // Appends not yet durable are not listed by `pending`: not counted either.
+    return { pending: this.state.pending - this.uncommitted, dead: this.state.dead, segments: this.segments.size, bytes: this.totalBytes }
   }
 
   /** Run one compaction after any running one. Rejects with `DeliveryLogError`. */
@@ -340,22 +368,38 @@ export class LogCore {
     return run
   }
 
+  /**
+   * A checkpoint whose snapshot failed: segments below `reserved` are sealed and that number is free.
+   * The next try rebuilds the same checkpoint from those files instead of sealing another segment.
+   */
+  private retry: { readonly reserved: number } | undefined
+
+  /** The state at the end of the sealed files below `reserved`, read back from disk. */
+  private rebuild(reserved: number): Captured {
+    const r = recover(this.o.dir, this.o.maxRecordBytes + READ_SLACK, reserved)
+    r.state.evict(this.lastNow, this.o.dedupeWindowMs)
+    return { entries: Array.from(r.state.live.values()), acked: Array.from(r.state.acked), nextSeq: r.state.nextSeq, nextLsn: r.nextLsn }
+  }
+
   private async compactOnce(): Promise<void> {
     const no = this.refuse()
     if (no) throw no
     this.compacting = true
     let reserved = -1
     try {
-      const cp = await this.writer.requestCheckpoint((): Captured => {
-        this.state.evict(this.lastNow, this.o.dedupeWindowMs)
-        return {
-          entries: Array.from(this.state.live.values(), (l) => l.clone()),
-          acked: Array.from(this.state.acked),
-          nextSeq: this.state.nextSeq,
-          nextLsn: this.nextLsn
-        }
-      })
+      const cp = this.retry !== undefined
+        ? { reserved: this.retry.reserved, captured: this.rebuild(this.retry.reserved) }
+        : await this.writer.requestCheckpoint((): Captured => {
+          this.state.evict(this.lastNow, this.o.dedupeWindowMs)
+          return {
+            entries: Array.from(this.state.live.values(), (l) => l.clone()),
+            acked: Array.from(this.state.acked),
+            nextSeq: this.state.nextSeq,
+            nextLsn: this.nextLsn
+          }
+        })
       reserved = cp.reserved
+      this.retry = { reserved }
       this.hooks.step?.("checkpointed")
       const size = await writeSnapshot(this.o.dir, cp.reserved, cp.captured, this.o.sync, this.hooks)
       const replaced: Array<string> = []
@@ -369,9 +413,20 @@ export class LogCore {
       this.segments.set(cp.reserved, { number: cp.reserved, kind: "snap", bytes: size })
       this.totalBytes += size
       this.baseline = size
+      this.retry = undefined
       removeReplaced(this.o.dir, replaced, this.o.sync, this.hooks)
     } catch (e) {
-      if (reserved >= 0) fs.rmSync(join(this.o.dir, `${segmentName(reserved, "snap")}.tmp`), { force: true })
+      if (reserved >= 0) {
+        try {
+          fs.rmSync(join(this.o.dir, `${segmentName(reserved, "snap")}.tmp`), { force: true })
+        } catch {
+          // Left for recovery (it deletes `.snap.tmp` files) or the next try (it truncates it).
+        }
+      }
+      if (e instanceof CorruptLog) {
+        this.retry = undefined
+        throw new DeliveryLogError({ reason: "corrupt", message: `Compaction found the log corrupt: ${e.message}`, path: e.path })
+      }
       if (e instanceof DeliveryLogError) throw e
       throw new DeliveryLogError({
         reason: "io",
@@ -383,12 +438,46 @@ export class LogCore {
     }
   }
 
-  /** Refuse new calls, wait for compaction and queued records, close files, release the lock. */
-  async close(): Promise<void> {
-    if (this.closed) return
-    this.closed = true
-    await this.compaction
-    await this.writer.close()
-    releaseLock(this.lockPath)
+  /**
+   * Refuse new calls, wait for compaction and queued records, close files, release the lock (kept
+   * with `keepLock`, for a re-open). After a failed write, the bytes past the durable frontier (a
+   * failed batch, never reported durable) are cut, so a re-open shows exactly what was acknowledged.
+   */
+  async close(keepLock = false): Promise<void> {
+    if (this.closing === undefined) {
+      this.closed = true
+      this.closing = (async () => {
+        await this.compaction
+        await this.writer.close()
+        if (this.writer.failed !== undefined) this.cutToFrontier()
+      })()
+    }
+    await this.closing
+    if (!keepLock && !this.released) {
+      this.released = true
+      releaseLock(this.lockPath)
+    }
+  }
+
+  /** The lock file this core holds. */
+  get lock(): string {
+    return this.lockPath
+  }
+
+  private cutToFrontier(): void {
+    const f = this.writer.frontier
+    const path = join(this.o.dir, segmentName(f.number, "log"))
+    try {
+      if (fs.statSync(path).size <= f.size) return
+      const fd = fs.openSync(path, "r+")
+      try {
+        fs.ftruncateSync(fd, f.size)
+        if (this.o.sync) fs.fsyncSync(fd)
+      } finally {
+        fs.closeSync(fd)
+      }
+    } catch {
+      // Recovery on the re-open judges what is there (a torn tail it cuts itself).
+    }
   }
 }

@@ -65,9 +65,11 @@ const applyLogRecord = (state: LogState, d: Decoded, path: string, offset: numbe
         state.insert(e)
         return
       }
-      case Kind.attempt: {
+      case Kind.attempt:
+      case Kind.attemptDead: {
         const a = readAttempt(buf, start, end)
         state.applyAttempt(a.id, a.attempts, a.lastError, a.nextAttemptAt)
+        if (d.kind === Kind.attemptDead) state.applyDead(a.id, a.lastError)
         return
       }
       case Kind.ack: {
@@ -145,8 +147,11 @@ const replaySnapshot = (state: LogState, path: string, maxPayload: number): { ne
  * Read `dir` and rebuild the state. `maxPayload` bounds every record length read. Throws `CorruptLog`
  * on corruption, and the I/O error itself when a read fails.
  */
-export const recover = (dir: string, maxPayload: number): Recovered => {
-  const { segments: files, temps } = listSegments(dir)
+export const recover = (dir: string, maxPayload: number, below?: number): Recovered => {
+  const listed = listSegments(dir)
+  const temps = below === undefined ? listed.temps : []
+  // `below`: only the sealed files numbered below it (a compaction retry rebuilding its checkpoint); no torn tail there.
+  const files = below === undefined ? listed.segments : listed.segments.filter((f) => f.number < below)
   const state = new LogState()
   let snapAt = -1
   for (const f of files) if (f.kind === "snap") snapAt = f.number
@@ -167,7 +172,7 @@ export const recover = (dir: string, maxPayload: number): Recovered => {
   let truncate: Recovered["truncate"] = undefined
   logs.forEach((f, i) => {
     const path = join(dir, f.name)
-    const last = i === logs.length - 1
+    const last = i === logs.length - 1 && below === undefined
     const size = withFile(path, (fd, size) => {
       const reader = new SegmentReader(fd, size, maxPayload)
       for (;;) {

@@ -31,15 +31,29 @@ export interface DeliveryEntry {
 }
 
 /**
+ * Where a store stands: `ok`, or `failing` since `since` (epoch ms) with the last `io` error. While
+ * failing, every mutating call fails fast with `error`; the store heals itself (the file log re-opens
+ * through recovery with backoff, 1 s doubling to 30 s) and is `ok` again once that worked.
+ */
+export type DeliveryLogHealth =
+  | { readonly status: "ok" }
+  | { readonly status: "failing"; readonly since: number; readonly error: DeliveryLogError }
+
+/**
  * A durable store of outbound messages. Every mutating call succeeds only once its change is durable
  * (for the file log with `fsync: "always"`: on disk); a failure is never reported as success.
  */
 export interface DeliveryLog {
   readonly append: (message: OutboundMessage) => Effect.Effect<DeliveryEntry, DeliveryLogError>
+  /**
+   * Records a failed attempt (attempts + 1, `lastError`, `nextAttemptAt`). With `dead: true` it is the
+   * last one: the same single record also moves the entry to dead (a crash cannot split the two).
+   */
   readonly attempt: (
     id: string,
-    failure: { readonly error: string; readonly nextAttemptAt: number }
+    failure: { readonly error: string; readonly nextAttemptAt: number; readonly dead?: boolean }
   ) => Effect.Effect<DeliveryEntry, DeliveryLogError>
+  /** Removes a pending entry (delivered). Fails `not-pending` for a dead entry, and leaves it. */
   readonly ack: (id: string) => Effect.Effect<void, DeliveryLogError>
   readonly deadLetter: (id: string, reason: string) => Effect.Effect<void, DeliveryLogError>
   /** dead -> pending, attempts back to 0. */
@@ -56,4 +70,6 @@ export interface DeliveryLog {
   }>
   readonly flush: Effect.Effect<void, DeliveryLogError>
   readonly compact: Effect.Effect<void, DeliveryLogError>
+  /** `ok`, or `failing` (since when, and the last `io` error) until the store has healed itself. */
+  readonly health: Effect.Effect<DeliveryLogHealth>
 }

@@ -9,7 +9,7 @@ import { Clock, Deferred, Effect, Option } from "effect"
 import type { Scope } from "effect"
 import { DeliveryLogError } from "../../src/delivery/errors.js"
 import type { DeliveryLogErrorReason } from "../../src/delivery/errors.js"
-import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "../../src/delivery/types.js"
+import type { DeliveryEntry, DeliveryLog, DeliveryLogHealth, OutboundMessage } from "../../src/delivery/types.js"
 
 export type LogOpName = "append" | "attempt" | "ack" | "deadLetter" | "requeue" | "flush" | "compact"
 
@@ -31,6 +31,11 @@ export interface MemoryLog extends DeliveryLog {
   readonly acked: Array<string>
   /** From now on every call fails with `reason: "closed"` (what closing a store's Scope does). */
   readonly close: () => void
+  /**
+   * Sets what `health` says. While it is `failing`, every mutating call fails fast with its `error`
+   * (as the file log does until it has re-opened itself); `{ status: "ok" }` heals it.
+   */
+  readonly setHealth: (health: DeliveryLogHealth) => void
   /** Puts an entry in as it would be after a restart (keeps its seq, attempts, nextAttemptAt). */
   readonly seed: (entry: Omit<DeliveryEntry, "seq" | "status" | "id"> & { readonly id?: string }) => DeliveryEntry
 }
@@ -96,6 +101,7 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
   const calls: Array<LogCall & { readonly failed: boolean }> = []
   const acked: Array<string> = []
   const faults = new Map<LogOpName, { times: number; reason: DeliveryLogErrorReason }>()
+  let health: DeliveryLogHealth = { status: "ok" }
   const holds = new Map<LogOpName, { reached: Deferred.Deferred<void>; gate: Deferred.Deferred<void> }>()
 
   const guard = <A>(op: LogOpName, call: LogCall | undefined, body: () => A): Effect.Effect<A, DeliveryLogError> =>
@@ -107,6 +113,10 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
         yield* Deferred.await(held.gate)
       }
       if (closed) return yield* new DeliveryLogError({ reason: "closed", message: "The memory log is closed; make a new one" })
+      if (health.status === "failing") {
+        if (call) calls.push({ ...call, failed: true })
+        return yield* health.error
+      }
       const fault = faults.get(op)
       if (fault !== undefined && fault.times > 0) {
         fault.times--
@@ -147,9 +157,14 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
     close: () => {
       closed = true
     },
+    setHealth: (h) => {
+      health = h
+    },
+    health: Effect.sync(() => health),
     append: (message) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) => {
         if (closed) return Effect.fail(new DeliveryLogError({ reason: "closed", message: "The memory log is closed; make a new one" }))
+        if (health.status === "failing") return Effect.fail(health.error)
         if (message.idempotencyKey !== undefined) {
           const existing = keys.get(message.idempotencyKey)
           if (existing !== undefined) {
@@ -178,6 +193,12 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
       Effect.flatMap(Clock.currentTimeMillis, (at) =>
         lift("attempt", { op: "attempt", id, ...failure, at }, () => {
           const e = mustGet(id)
+          if (failure.dead === true) {
+            const { nextAttemptAt: _n, ...rest } = e
+            const next: DeliveryEntry = { ...rest, attempts: e.attempts + 1, lastError: failure.error, status: "dead" }
+            live.set(id, next)
+            return next
+          }
           const next: DeliveryEntry = { ...e, attempts: e.attempts + 1, lastError: failure.error, nextAttemptAt: failure.nextAttemptAt }
           live.set(id, next)
           return next
@@ -187,6 +208,9 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
         lift("ack", { op: "ack", id }, () => {
           if (acked.includes(id) && !live.has(id)) return
           const e = mustGet(id)
+          if (e.status === "dead") {
+            throw new DeliveryLogError({ reason: "not-pending", message: `Expected a pending entry to ack, got dead entry \`${id}\`` })
+          }
           live.delete(id)
           acked.push(id)
           if (e.message.idempotencyKey !== undefined) ackedKeys.set(e.message.idempotencyKey, { entry: e, at: now })
