@@ -104,6 +104,20 @@ const sendMessages = (agent: Agent.Agent, options: ChatOptions, output: Output, 
     })
   )
 
+const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`
+
+/** One line for a failed turn: what failed, and what becomes of the messages. */
+const failedTurnLine = (event: Extract<AgentEvent, { type: "turn-failed" }>): string => {
+  if (event.kind !== "user") return `error: the ${event.kind} turn failed: ${event.error}`
+  const what = `error: no reply for ${event.session}: ${event.error}`
+  if (!event.kept) return `${what}; given up (it cannot succeed), the session goes on`
+  const kept = event.messages === 1 ? "1 message is kept and will be answered" : `${event.messages} messages are kept and will be answered`
+  const when = event.retryInMs === undefined
+    ? "when you send another message, or /retry"
+    : `trying again in ${Math.round(event.retryInMs / 1000)} s (/retry: now)`
+  return `${what}; ${kept}: ${when}`
+}
+
 /** Prints the agent's events that are not replies: failed turns and deliveries, recoveries. */
 const makeEventPrinter = (output: Output) => {
   /** Entries whose failure was printed (once per entry, not once per attempt). */
@@ -113,11 +127,7 @@ const makeEventPrinter = (output: Output) => {
     if (event.type === "heartbeat") {
       output.event({ type: "heartbeat", suppressed: event.suppressed })
     } else if (event.type === "turn-failed") {
-      output.error(
-        event.kind === "user"
-          ? `error: the turn of ${event.session} failed: ${event.error}; its messages are kept and will be answered`
-          : `error: the ${event.kind} turn failed: ${event.error}`
-      )
+      output.error(failedTurnLine(event))
     } else if (event.type === "delivery-failed") {
       if (failedDeliveries.has(event.entry.id)) return
       failedDeliveries.add(event.entry.id)
@@ -182,11 +192,16 @@ export const runChat = (options: ChatOptions): void => {
         drain: { completed: report.drain.completed, canceled: report.drain.canceled, timedOut: report.drain.timedOut },
         pendingDeliveries: report.pendingDeliveries
       })
+      const unanswered = report.unanswered === 0
+        ? ""
+        : `; ${plural(report.unanswered, "message", "messages")} not answered (kept: the next start answers them)`
       output.note(
         `bye (${reason}): the drain let ${report.drain.completed} turn(s) finish and canceled ${report.drain.canceled}` +
-          `${report.drain.timedOut ? " (drain timed out)" : ""}; ${report.pendingDeliveries} delivery(ies) left for the next start`
+          `${report.drain.timedOut ? " (drain timed out)" : ""}; ${report.pendingDeliveries} delivery(ies) left for the next start` +
+          unanswered
       )
-      return 0
+      // End of input with messages not answered: 3, so a script knows (a signal's drain exits 0).
+      return reason === "eof" && report.unanswered > 0 ? 3 : 0
     }).pipe(
       Effect.scoped,
       logs.provide,

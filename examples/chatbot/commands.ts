@@ -1,4 +1,4 @@
-/** The chatbot's commands: `/help`, `/status`, `/restart <lane>`, `/quit`. */
+/** The chatbot's commands: `/help`, `/status`, `/retry [session]`, `/restart <lane>`, `/quit`. */
 import { Effect } from "effect"
 import type { Agent } from "../../src/agent/index.js"
 import type { Logs } from "./logs.js"
@@ -7,7 +7,8 @@ import type { Output } from "./output.js"
 /** The commands, for `/help`. */
 export const COMMANDS: ReadonlyArray<readonly [string, string]> = [
   ["/help", "this list"],
-  ["/status", "the lanes, the deliveries, the recent warnings"],
+  ["/status", "the lanes, the deliveries, the messages not answered yet, the recent warnings"],
+  ["/retry", "answer now the messages whose model call failed (also /retry <session>)"],
   ["/restart <lane>", "restart a lane (its running turns fail stale; their messages get a fresh turn)"],
   ["/quit", "answer what is owed, then exit (like Ctrl+D)"]
 ]
@@ -18,7 +19,13 @@ const status = (agent: Agent.Agent, output: Output, logs: Logs) =>
   Effect.gen(function*() {
     const snapshot = yield* agent.snapshot
     const warnings = logs.warnings()
-    output.event({ type: "status", lanes: snapshot.lanes, deliveries: snapshot.deliveries, warnings: warnings.count })
+    output.event({
+      type: "status",
+      lanes: snapshot.lanes,
+      deliveries: snapshot.deliveries,
+      unanswered: snapshot.unanswered,
+      warnings: warnings.count
+    })
     for (const lane of snapshot.lanes) {
       output.say(
         `lane ${lane.lane}: running ${lane.running}, waiting ${lane.waiting}, keys ${lane.keys}, generation ${lane.generation}${lane.draining ? ", draining" : ""}`
@@ -26,6 +33,15 @@ const status = (agent: Agent.Agent, output: Output, logs: Logs) =>
     }
     const d = snapshot.deliveries
     output.say(`deliveries: pending ${d.pending}, dead ${d.dead}, in flight ${d.inFlight}, delivered ${d.delivered}`)
+    if (snapshot.unanswered.length === 0) output.say("unanswered: none")
+    for (const u of snapshot.unanswered) {
+      const f = u.failure
+      const failing = f === undefined
+        ? "being answered"
+        : `failing since ${time(new Date(f.since))} (${f.attempts} attempt(s)): ${f.error}; ` +
+          (f.retryAt === undefined ? "waits for a new message or /retry" : `next try ${time(new Date(f.retryAt))}`)
+      output.say(`unanswered: ${u.session}: ${u.messages} message(s) accepted, ${failing}`)
+    }
     if (warnings.count === 0) {
       output.say("warnings: none")
     } else {
@@ -68,6 +84,12 @@ export const runCommand = (agent: Agent.Agent, output: Output, logs: Logs, text:
         return
       case "/status":
         return yield* status(agent, output, logs)
+      case "/retry": {
+        const sessions = yield* agent.retry(arg === "" ? undefined : arg)
+        output.event({ type: "retry", sessions })
+        output.say(sessions === 0 ? "nothing to retry: no session's turn is failing" : `retrying ${sessions} session(s) now`)
+        return
+      }
       case "/restart":
         return yield* restart(agent, output, arg)
       default:

@@ -31,14 +31,20 @@ describe("chatbot command line", () => {
 
   it("--state-dir /proc/forbidden: one line naming the path and the cause, exit 1 within a second of start-up, nothing else printed", async () => {
     // The start-up of node + tsx on a busy machine is the baseline: --version does nothing else.
-    const baseline = await timed(["--version"])
-    const { exit, bot, ms } = await timed(["--state-dir", "/proc/forbidden"])
+    // Each is run twice, interleaved, and the faster run counts (the machine's load comes and goes).
+    const baseline = [await timed(["--version"])]
+    const runs = [await timed(["--state-dir", "/proc/forbidden"])]
+    baseline.push(await timed(["--version"]))
+    runs.push(await timed(["--state-dir", "/proc/forbidden"]))
+    const fastest = (list: typeof runs) => Math.min(...list.map((r) => r.ms))
+    const { exit, bot } = runs[0]!
     expect(exit.code).toBe(1)
     expect(bot.stderr.filter((l) => l !== "")).toEqual([
       "error: --state-dir /proc/forbidden: cannot create /proc/forbidden: ENOENT (the file system of /proc does not take new folders)"
     ])
     expect(bot.stdout.filter((l) => l !== "")).toEqual([]) // no banner
-    expect(ms - baseline.ms).toBeLessThan(1000)
+    expect(runs[1]!.exit.code).toBe(1)
+    expect(fastest(runs) - fastest(baseline)).toBeLessThan(1000)
     expect(fs.existsSync("/proc/forbidden")).toBe(false)
   })
 

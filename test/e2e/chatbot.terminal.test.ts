@@ -104,6 +104,24 @@ describe("chatbot in a terminal", () => {
     })
   }, 60_000)
 
+  ttyIt("a line printed while the thinking sign shows (a lane restart) is a line of its own; the reply comes after it", async () => {
+    await withTerminal(["--latency", "2000"], async (t) => {
+      await t.waitFor(promptLast, "the prompt")
+      await t.type("restart me")
+      await t.keys("Enter")
+      await t.waitFor((s) => s.includes("…thinking"), "the thinking sign")
+      await t.type("/restart main")
+      await t.keys("Enter")
+      const s = await t.waitFor((s) => s.includes("bot> You said: restart me") && promptLast(s), "the reply after the restart")
+      const lines = linesOf(s)
+      expect(lines.indexOf("lane main restarted (generation 1)")).toBeGreaterThan(lines.indexOf("you> /restart main"))
+      expect(lines.indexOf("bot> You said: restart me")).toBeGreaterThan(lines.indexOf("lane main restarted (generation 1)"))
+      expect(s).not.toContain("…thinking")
+      await t.keys("C-d")
+      expect((await t.waitForExit()).code).toBe(0)
+    })
+  }, 60_000)
+
   ttyIt("Ctrl+C during a turn: the turn finishes and its reply is shown, then exit 0", async () => {
     await withTerminal(["--latency", "2000"], async (t) => {
       await t.waitFor(promptLast, "the prompt")

@@ -107,14 +107,20 @@ export const startTerminal = async (
       }, what, timeoutMs),
     waitForExit: (timeoutMs = DEFAULT_WAIT_MS) =>
       poll(async () => {
-        const { stdout } = await tmux("display-message", "-p", "-t", "chat", "#{pane_dead} #{pane_dead_status} #{pane_dead_signal}")
+        const { stdout } = await tmux("display-message", "-p", "-t", "chat", "#{pane_dead} #{pane_dead_status} #{pane_dead_signal} #{pane_pid}")
         const [dead, code, signal] = stdout.trim().split(" ")
-        if (dead !== "1") return undefined
+        // Dead (the pty closed) can come a moment before tmux has the exit status: wait for it too.
+        if (dead !== "1" || ((code ?? "") === "" && (signal ?? "") === "")) return undefined
         return {
           code: code === undefined || code === "" ? undefined : Number(code),
           signal: signal === undefined || signal === "" ? undefined : Number(signal)
         }
-      }, "the program to exit", timeoutMs),
+      }, "the program to exit", timeoutMs).catch(async (error) => {
+        const { stdout } = await tmux("display-message", "-p", "-t", "chat", "dead=#{pane_dead} status=#{pane_dead_status} signal=#{pane_dead_signal} pid=#{pane_pid}")
+        const pid = Number(stdout.match(/pid=(\d+)/)?.[1])
+        const state = Number.isInteger(pid) ? spawnSync("ps", ["-o", "pid,stat,etime,args", "-p", String(pid)], { encoding: "utf8" }).stdout : ""
+        throw new Error(`${(error as Error).message}\ntmux: ${stdout.trim()}\n${state}`)
+      }),
     close: async () => {
       await tmux("kill-server").catch(() => undefined)
       fs.rmSync(dir, { recursive: true, force: true })
