@@ -207,8 +207,15 @@ export const make = (
     // Retry timers and the health watch: closed by the shutdown, before the queue.
     const timers = yield* Scope.make()
     yield* Effect.addFinalizer(() => Scope.close(timers, Exit.void))
+    const health = watchLogHealth(log, {
+      emit,
+      // Healthy again: what failed on the log or the disk is retried at once, without a restart.
+      healed: Effect.suspend(() => (turns.anyIoFailure() ? Effect.asVoid(turns.retry(undefined, (io) => io)) : Effect.void)),
+      waiting: () => turns.anyIoFailure()
+    })
     const turns = makeTurns({
       scope: timers,
+      onIoFailure: health.poke,
       maxRecordBytes,
       ...(options.maxMessagesPerTurn === undefined ? {} : { maxMessagesPerTurn: options.maxMessagesPerTurn }),
       model,
@@ -225,12 +232,7 @@ export const make = (
     yield* turns.recover
 
     const background: Array<Fiber.Fiber<unknown, unknown>> = []
-    const health = watchLogHealth(log, {
-      emit,
-      // Healthy again: what failed on the log or the disk is retried at once, without a restart.
-      healed: Effect.suspend(() => (turns.anyIoFailure() ? Effect.asVoid(turns.retry(undefined, (io) => io)) : Effect.void))
-    })
-    if (health.watch !== undefined) background.push(yield* Effect.forkIn(health.watch, timers))
+    background.push(yield* Effect.forkIn(health.watch, timers))
     const tickFailed = (what: string) => (error: unknown) =>
       Effect.logDebug(`switchyard: ${what} tick not admitted: ${String((error as { message?: unknown })?.message ?? error)}`)
     if (options.heartbeat !== undefined) {

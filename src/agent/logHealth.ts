@@ -1,11 +1,10 @@
 /**
  * Watching the delivery log's health (`DeliveryLog.health`, delivery.md "Health"): the agent shows
  * it in `snapshot.log`, reports each change as a `log-health` event, and when the log is healthy
- * again retries the turns that failed on it, without a restart. A log that does not report its
- * health (an older store) is always "ok"; then the retries' own backoff is the probe.
+ * again retries the turns that failed on it, without a restart.
  */
-import { Effect } from "effect"
-import type { DeliveryLog } from "../delivery/index.js"
+import { Deferred, Effect, Exit } from "effect"
+import type { DeliveryLog, DeliveryLogHealth } from "../delivery/index.js"
 import type { AgentEvent } from "./events.js"
 
 /** The delivery log's health as the agent reports it. */
@@ -16,32 +15,41 @@ export type LogHealthStatus =
 /** How often the agent looks at the log's health. */
 export const HEALTH_POLL_MS = 1_000
 
-type RawHealth = { readonly status: "ok" } | { readonly status: "failing"; readonly since: number; readonly error: { readonly message: string } }
-
 const OK: LogHealthStatus = { status: "ok" }
 
-/** The log's `health`, when it has one. */
-const healthOf = (log: DeliveryLog.DeliveryLog): Effect.Effect<RawHealth> | undefined =>
-  (log as { readonly health?: Effect.Effect<RawHealth> }).health
-
-const toStatus = (h: RawHealth): LogHealthStatus =>
+const toStatus = (h: DeliveryLogHealth): LogHealthStatus =>
   h.status === "ok" ? OK : { status: "failing", since: h.since, error: h.error.message }
 
 /**
- * `status` reads the health now; `watch` (absent for a log without `health`) polls it every
- * `HEALTH_POLL_MS` on the Effect `Clock`, emits `log-health` on a change, and runs `healed` when it
- * turns ok again.
+ * `status` reads the health now; `watch` polls it every `HEALTH_POLL_MS` on the Effect `Clock`
+ * while it matters (after `poke`: a turn failed on the disk or the log, until the log is ok and no
+ * such failure is left), emits `log-health` on a change, and runs `healed` when it turns ok again.
+ * An idle agent does not poll (a `TestClock` moved by a day wakes nothing).
  */
 export const watchLogHealth = (
   log: DeliveryLog.DeliveryLog,
-  options: { readonly emit: (event: AgentEvent) => void; readonly healed: Effect.Effect<void> }
-): { readonly status: Effect.Effect<LogHealthStatus>; readonly watch?: Effect.Effect<never> } => {
-  const health = healthOf(log)
-  if (health === undefined) return { status: Effect.succeed(OK) }
-  const status = Effect.map(health, toStatus)
+  options: {
+    readonly emit: (event: AgentEvent) => void
+    readonly healed: Effect.Effect<void>
+    /** Whether some turn still waits on the disk or the log. */
+    readonly waiting: () => boolean
+  }
+): {
+  readonly status: Effect.Effect<LogHealthStatus>
+  readonly watch: Effect.Effect<never>
+  /** A turn failed on the disk or the log: start watching. */
+  readonly poke: () => void
+} => {
+  const status = Effect.map(log.health, toStatus)
+  let wake = Deferred.makeUnsafe<void>()
+  const poke = () => Deferred.doneUnsafe(wake, Exit.void)
   const watch = Effect.gen(function*() {
     let last: LogHealthStatus["status"] = "ok"
     while (true) {
+      if (last === "ok" && !options.waiting()) {
+        yield* Deferred.await(wake)
+        wake = Deferred.makeUnsafe<void>()
+      }
       yield* Effect.sleep(HEALTH_POLL_MS)
       const now = yield* status
       if (now.status === last) continue
@@ -50,5 +58,5 @@ export const watchLogHealth = (
       if (now.status === "ok") yield* options.healed
     }
   })
-  return { status, watch }
+  return { status, watch, poke }
 }

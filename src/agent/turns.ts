@@ -53,6 +53,8 @@ interface Deps {
   readonly maxMessagesPerTurn?: number
   /** Where retry timers live (closed with the agent). */
   readonly scope: Scope.Scope
+  /** A turn failed on the disk or the log (the agent starts watching the log's health). */
+  readonly onIoFailure?: () => void
 }
 
 /** Whether a session id belongs to the heartbeat or a cron job (users cannot send to it). */
@@ -214,6 +216,7 @@ export const makeTurns = (deps: Deps) => {
         return
       }
       const delay = yield* retries.failed(session, c.text, c.retryable, c.io)
+      if (c.io) deps.onIoFailure?.()
       emit({
         type: "turn-failed",
         kind: "user",
@@ -378,6 +381,7 @@ export const makeTurns = (deps: Deps) => {
   const retry = (session?: string, only?: (io: boolean) => boolean): Effect.Effect<number> =>
     Effect.gen(function*() {
       if (closed) return 0
+      if (session !== undefined && !transcripts.pendingCounts().has(session) && retries.failureOf(session) === undefined) return 0
       const sessions = yield* retries.retry(session, only)
       yield* resume(sessions)
       return sessions.length

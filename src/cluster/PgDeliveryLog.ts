@@ -14,6 +14,7 @@ import type { SqlError } from "effect/sql/SqlError"
 import { DeliveryLogError } from "../delivery/errors.js"
 import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "../delivery/types.js"
 import { notJson } from "./json.js"
+import { createOutbox, withSchemaLock } from "./Migrations.js"
 
 /** Options of {@link make}. */
 export interface PgDeliveryLogOptions {
@@ -79,38 +80,12 @@ const toEntry = (r: Row): DeliveryEntry => {
 
 const invalid = (reason: "invalid" | "too-large", message: string) => new DeliveryLogError({ reason, message })
 
-/** Creates the outbox table and its indexes when missing (idempotent; safe from many processes at once). */
+/**
+ * Creates the outbox table and its indexes when missing, under the cluster's schema lock (safe from many
+ * processes at once). A runner's outbox is part of `Migrations.migrate`; this is for a table of its own.
+ */
 export const migrate = (table: string): Effect.Effect<void, SqlError, SqlClient.SqlClient> =>
-  Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    // One advisory lock so concurrent first starts do not race on CREATE.
-    yield* sql.withTransaction(Effect.gen(function*() {
-      yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`switchyard-migrate:${table}`}))`
-      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${table} (
-        seq bigserial PRIMARY KEY,
-        id text NOT NULL UNIQUE,
-        channel text NOT NULL,
-        recipient text NOT NULL,
-        body text NOT NULL,
-        idempotency_key text,
-        enqueued_at bigint NOT NULL,
-        attempts integer NOT NULL DEFAULT 0,
-        last_error text,
-        next_attempt_at bigint,
-        status text NOT NULL,
-        acked_at bigint,
-        lease_owner text,
-        lease_until bigint
-      )`)
-      yield* sql.unsafe(
-        `CREATE INDEX IF NOT EXISTS ${table}_live ON ${table} (channel, recipient, seq) WHERE status = 'pending'`
-      )
-      yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_status ON ${table} (status, seq)`)
-      yield* sql.unsafe(
-        `CREATE INDEX IF NOT EXISTS ${table}_ikey ON ${table} (idempotency_key) WHERE idempotency_key IS NOT NULL`
-      )
-    }))
-  })
+  withSchemaLock(createOutbox(table))
 
 /**
  * Opens the Postgres delivery log on the `SqlClient` in context (creating its table when missing).

@@ -18,6 +18,7 @@ import type { LogState } from "./state.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { checkMessage, clipError, type ResolvedOptions } from "./validate.js"
 import { join } from "node:path"
+import { writeManifest } from "./manifest.js"
 
 /** Completion of a call: an error, or the value. */
 export type Done<A> = (error: DeliveryLogError | undefined, value?: A) => void
@@ -45,6 +46,8 @@ const unknownId = (id: string): DeliveryLogError =>
 export interface OpenNotes {
   readonly truncated?: { readonly path: string; readonly offset: number; readonly why: string }
   readonly tookOverLockFrom?: number
+  /** The directory had segments but no MANIFEST (an older version): one was written. */
+  readonly wroteManifest?: boolean
 }
 
 /** The open log: state, writer, segment list. Owned by `openFileLog`, which wraps it in Effects. */
@@ -130,11 +133,18 @@ export class LogCore {
         onFailed: (e) => core?.onFailed(ioError(o.dir, e))
       })
       core = new LogCore(o, lock.path, r.state, r.nextLsn, segments, writer, hooks)
+      try {
+        core.saveManifest()
+      } catch {
+        // A full disk: the MANIFEST on disk still holds (what it lists exists, its sizes are lower bounds);
+        // the next roll or close writes it, or fails the writer.
+      }
       core.lastNow = now
       r.state.evict(now, o.dedupeWindowMs)
       const notes: OpenNotes = {
         ...(r.truncate !== undefined ? { truncated: r.truncate } : {}),
-        ...(lock.tookOverFrom !== undefined ? { tookOverLockFrom: lock.tookOverFrom } : {})
+        ...(lock.tookOverFrom !== undefined ? { tookOverLockFrom: lock.tookOverFrom } : {}),
+        ...(r.noManifest ? { wroteManifest: true } : {})
       }
       return { core, notes }
     } catch (e) {
@@ -153,6 +163,23 @@ export class LogCore {
 
   private rolled(number: number): void {
     this.segments.set(number, { number, kind: "log", bytes: 0 })
+    // Before the first record goes there (a throw fails the writer): the sealed size and the new segment are on record.
+    this.saveManifest()
+  }
+
+  /** A snapshot a compaction is installing (named in the MANIFEST before its rename). */
+  private installing: number | null = null
+
+  /** Write the MANIFEST: the snapshot in force, and every `.log` after it with its size now. Throws the I/O error. */
+  private saveManifest(): void {
+    let snapshot: number | null = null
+    const logs: Array<{ number: number; bytes: number }> = []
+    for (const s of this.segments.values()) {
+      if (s.kind === "snap") snapshot = s.number
+      else logs.push({ number: s.number, bytes: s.bytes })
+    }
+    logs.sort((a, b) => a.number - b.number)
+    writeManifest(this.o.dir, { snapshot, next: this.installing, segments: logs }, this.o.sync)
   }
 
   private written(number: number, bytes: number): void {
@@ -243,8 +270,9 @@ export class LogCore {
     this.uncommitted++
     // Nobody knows the id before this call returns, so the entry cannot change before it is durable.
     this.writer.push((err) => {
-      this.uncommitted--
+      // A failed append stays uncommitted (never listed or counted) in this core, which takes no more writes.
       if (err) return done(ioError(this.o.dir, err))
+      this.uncommitted--
       data.committed = true
       // The copy made while checking the body is the message as replay will parse it from the record.
       done(undefined, copy === undefined ? data.toEntry() : data.toEntry(copy))
@@ -401,7 +429,10 @@ export class LogCore {
       reserved = cp.reserved
       this.retry = { reserved }
       this.hooks.step?.("checkpointed")
-      const size = await writeSnapshot(this.o.dir, cp.reserved, cp.captured, this.o.sync, this.hooks)
+      const size = await writeSnapshot(this.o.dir, cp.reserved, cp.captured, this.o.sync, this.hooks, () => {
+        this.installing = cp.reserved
+        this.saveManifest()
+      })
       const replaced: Array<string> = []
       for (const s of this.segments.values()) {
         if (s.number < cp.reserved) {
@@ -414,6 +445,8 @@ export class LogCore {
       this.totalBytes += size
       this.baseline = size
       this.retry = undefined
+      this.installing = null
+      this.saveManifest()
       removeReplaced(this.o.dir, replaced, this.o.sync, this.hooks)
     } catch (e) {
       if (reserved >= 0) {
@@ -450,6 +483,12 @@ export class LogCore {
         await this.compaction
         await this.writer.close()
         if (this.writer.failed !== undefined) this.cutToFrontier()
+        // The sizes now, so that a segment cut short later is refused (best effort: a full disk keeps the last one).
+        try {
+          this.saveManifest()
+        } catch {
+          // the MANIFEST written at the last roll still holds (its sizes are lower bounds)
+        }
       })()
     }
     await this.closing

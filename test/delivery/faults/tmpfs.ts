@@ -37,7 +37,12 @@ export const smallDisk = (name: string, size: string) => {
     free: (): void => fs.rmSync(filler, { force: true }),
     unmount: (): void => {
       try {
-        execFileSync("umount", [mnt])
+        try {
+          execFileSync("umount", [mnt], { stdio: "ignore" })
+        } catch {
+          // Busy (a failed test left a file open): detach it now, the kernel frees it once closed.
+          execFileSync("umount", ["-l", mnt])
+        }
       } finally {
         tmp.rm()
       }
