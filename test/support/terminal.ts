@@ -3,6 +3,9 @@
  * own socket), the test types with `send-keys` and reads the screen with `capture-pane`. Waits
  * poll the screen until it shows what is expected, with a deadline; none is a sleep that hopes.
  *
+ * The program runs under recordExit.mjs, which writes its exit code to a file (tmux may leave it a
+ * zombie without a status for long on a loaded machine).
+ *
  * Where tmux is missing, `terminalSkip()` says so in one line (and under `CI=true` a skip fails).
  */
 import { execFile, spawnSync } from "node:child_process"
@@ -23,7 +26,7 @@ export const terminalSkip = (): string | undefined => {
 /** How the program in the pane ended. */
 export interface PaneExit {
   readonly code: number | undefined
-  readonly signal: number | undefined
+  readonly signal: string | undefined
 }
 
 export interface Terminal {
@@ -61,7 +64,11 @@ export const startTerminal = async (
   delete env.NODE_OPTIONS
   delete env.TMUX
   const tmux = (...argv: ReadonlyArray<string>) => run("tmux", ["-S", socket, ...argv], { env, encoding: "utf8" })
-  const command = [process.execPath, "--import", "tsx", "examples/chatbot/main.ts", ...args].map(quote).join(" ")
+  const exitFile = path.join(dir, "exit.json")
+  const recorder = path.join(ROOT, "test", "support", "recordExit.mjs")
+  const command = [process.execPath, recorder, exitFile, process.execPath, "--import", "tsx", "examples/chatbot/main.ts", ...args]
+    .map(quote)
+    .join(" ")
   await tmux(
     "-f",
     config,
@@ -107,20 +114,10 @@ export const startTerminal = async (
       }, what, timeoutMs),
     waitForExit: (timeoutMs = DEFAULT_WAIT_MS) =>
       poll(async () => {
-        const { stdout } = await tmux("display-message", "-p", "-t", "chat", "#{pane_dead} #{pane_dead_status} #{pane_dead_signal} #{pane_pid}")
-        const [dead, code, signal] = stdout.trim().split(" ")
-        // Dead (the pty closed) can come a moment before tmux has the exit status: wait for it too.
-        if (dead !== "1" || ((code ?? "") === "" && (signal ?? "") === "")) return undefined
-        return {
-          code: code === undefined || code === "" ? undefined : Number(code),
-          signal: signal === undefined || signal === "" ? undefined : Number(signal)
-        }
-      }, "the program to exit", timeoutMs).catch(async (error) => {
-        const { stdout } = await tmux("display-message", "-p", "-t", "chat", "dead=#{pane_dead} status=#{pane_dead_status} signal=#{pane_dead_signal} pid=#{pane_pid}")
-        const pid = Number(stdout.match(/pid=(\d+)/)?.[1])
-        const state = Number.isInteger(pid) ? spawnSync("ps", ["-o", "pid,stat,etime,args", "-p", String(pid)], { encoding: "utf8" }).stdout : ""
-        throw new Error(`${(error as Error).message}\ntmux: ${stdout.trim()}\n${state}`)
-      }),
+        if (!fs.existsSync(exitFile)) return undefined
+        const { code, signal } = JSON.parse(fs.readFileSync(exitFile, "utf8")) as { code: number | null; signal: string | null }
+        return { code: code ?? undefined, signal: signal ?? undefined }
+      }, "the program to exit", timeoutMs),
     close: async () => {
       await tmux("kill-server").catch(() => undefined)
       fs.rmSync(dir, { recursive: true, force: true })
