@@ -5,11 +5,12 @@
  * `Idempotency-Key: <entry id>`: delivery is at least once, and the id is stable across retries and
  * restarts, so a receiver that remembers the keys it has seen drops a duplicate. A 2xx answer is
  * delivered; any other answer, a connection error or no answer within `timeoutMs` is a
- * `DeliveryFailure` carrying the HTTP `status` and the `Retry-After` (as `retryAfterMs`) for the
- * delivery queue's classifier to decide on (4xx permanent except 408, 409, 425 and 429; 5xx and
- * connection errors retried).
+ * `DeliveryFailure` carrying the HTTP `status` and the `Retry-After` header (`retryAfter`) for the
+ * delivery queue's `classify` to decide on (by default: 4xx permanent except 408, 409, 425 and 429;
+ * 5xx and connection errors retried; the Retry-After replaces that attempt's backoff step). A
+ * redirect is permanent (`permanent: true`): a webhook URL that moved is a wrong URL.
  */
-import { Clock, Effect } from "effect"
+import { Effect } from "effect"
 import { DeliveryFailure } from "../delivery/index.js"
 import type { DeliveryEntry } from "../delivery/index.js"
 import type { Channel } from "./Channel.js"
@@ -97,11 +98,10 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
         catch: (cause) => new DeliveryFailure({ message: `${where} failed: ${scrub(connectionError(cause, timeoutMs), url)}` })
       })
       if (answer.status >= 200 && answer.status < 300) return
-      const now = yield* Clock.currentTimeMillis
-      const retryAfterMs = parseRetryAfter(answer.retryAfter, now)
+      const retryAfter = answer.retryAfter ?? undefined
       const said = snippet(answer.text)
       const message = `${where} answered ${answer.status}${answer.statusText === "" ? "" : ` ${answer.statusText}`}` +
-        (retryAfterMs === undefined ? "" : ` (Retry-After: ${answer.retryAfter})`) +
+        (retryAfter === undefined ? "" : ` (Retry-After: ${retryAfter})`) +
         (said === "" ? "" : `: ${said}`)
       if (answer.status >= 300 && answer.status < 400) {
         // A redirect will not change by itself: the URL is wrong.
@@ -110,32 +110,10 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
           permanent: true
         })
       }
-      return yield* httpFailure(message, answer.status, retryAfterMs)
+      // The queue's `classify` decides from the status: 4xx permanent except 408/409/425/429, 5xx retried.
+      return yield* new DeliveryFailure({ message, status: answer.status, retryAfter })
     })
   return { name: options.name ?? "webhook", send }
-}
-
-/**
- * The failure of an HTTP answer that is not 2xx.
- * TODO(outbox): carry `status` and `retryAfterMs` on the failure and let the queue's `classify` decide.
- */
-const httpFailure = (message: string, status: number, _retryAfterMs: number | undefined): DeliveryFailure =>
-  new DeliveryFailure({ message, permanent: isPermanentStatus(status) })
-
-/** 4xx is permanent, except 408 (timeout), 409 (conflict), 425 (too early) and 429 (too many requests). */
-const isPermanentStatus = (status: number): boolean =>
-  status >= 400 && status < 500 && status !== 408 && status !== 409 && status !== 425 && status !== 429
-
-/**
- * A `Retry-After` header in ms from `now`: delta-seconds (`"120"`) or an HTTP date; `undefined` when
- * absent or unreadable. A date in the past is 0.
- */
-export const parseRetryAfter = (value: string | null | undefined, now: number): number | undefined => {
-  if (value === null || value === undefined) return undefined
-  const text = value.trim()
-  if (/^\d+$/.test(text)) return Number(text) * 1000
-  const at = Date.parse(text)
-  return Number.isNaN(at) ? undefined : Math.max(0, at - now)
 }
 
 /** An error text without the URL's query string (it may hold a token). */

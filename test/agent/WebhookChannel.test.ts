@@ -83,12 +83,14 @@ describe("WebhookChannel", () => {
     [500, false],
     [502, false],
     [503, false]
-  ] as const)("an answer %s fails, permanent: %s, and the message names the status and what the server said", ([status, permanent]) =>
+  ] as const)("an answer %s fails carrying the status (the default classify: permanent %s); the message names the status and what the server said", ([status, permanent]) =>
     Effect.gen(function*() {
       const s = yield* server((_req, res) => answer(res, status, { error: `reason ${status}` }))
       const failure = yield* Effect.flip(WebhookChannel({ url: `${s.url}/hook` }).send(entry("x")))
       assert.strictEqual(failure._tag, "DeliveryFailure")
-      assert.strictEqual(failure.permanent === true, permanent)
+      assert.strictEqual(failure.status, status)
+      assert.strictEqual(failure.permanent, undefined, "the queue's classify decides")
+      assert.strictEqual(DeliveryQueue.defaultClassify(failure, entry("x")).permanent, permanent)
       assert.match(failure.message, new RegExp(`^POST ${s.url}/hook answered ${status} .*: \\{"error":"reason ${status}"\\}$`))
     }))
 
@@ -116,11 +118,12 @@ describe("WebhookChannel", () => {
       }
     }))
 
-  it.effect("429 with Retry-After: 7 is retryable and the message shows the Retry-After", () =>
+  it.effect("429 with Retry-After: 7 carries the header; the message shows it", () =>
     Effect.gen(function*() {
       const s = yield* server((_req, res) => answer(res, 429, { error: "slow down" }, { "retry-after": "7" }))
       const failure = yield* Effect.flip(WebhookChannel({ url: s.url }).send(entry("x")))
-      assert.notStrictEqual(failure.permanent, true)
+      assert.strictEqual(failure.retryAfter, "7")
+      assert.deepStrictEqual(DeliveryQueue.defaultClassify(failure, entry("x")), { permanent: false, retryAfterMs: 7_000 })
       assert.include(failure.message, "answered 429 Too Many Requests (Retry-After: 7)")
     }))
 
@@ -145,7 +148,7 @@ describe("WebhookChannel", () => {
       })
       for (const where of ["/silent", "/half"]) {
         const failure = yield* Effect.flip(WebhookChannel({ url: `${s.url}${where}`, timeoutMs: 150 }).send(entry("x")))
-        assert.notStrictEqual(failure.permanent, true)
+        assert.strictEqual(DeliveryQueue.defaultClassify(failure, entry("x")).permanent, false)
         assert.strictEqual(failure.message, `POST ${s.url}${where} failed: no answer within 150 ms`)
       }
     }))
@@ -154,7 +157,8 @@ describe("WebhookChannel", () => {
     Effect.gen(function*() {
       const s = yield* server((_req, _res, req) => void req.socket.destroy())
       const failure = yield* Effect.flip(WebhookChannel({ url: s.url }).send(entry("x")))
-      assert.notStrictEqual(failure.permanent, true)
+      assert.strictEqual(failure.status, undefined)
+      assert.strictEqual(DeliveryQueue.defaultClassify(failure, entry("x")).permanent, false)
       assert.match(failure.message, new RegExp(`^POST ${s.url}/ failed: (UND_ERR_SOCKET|ECONNRESET)`))
       assert.lengthOf(s.requests, 1)
     }))
@@ -163,7 +167,8 @@ describe("WebhookChannel", () => {
     Effect.gen(function*() {
       const port = yield* Effect.promise(freePort)
       const failure = yield* Effect.flip(WebhookChannel({ url: `http://127.0.0.1:${port}/hook` }).send(entry("x")))
-      assert.notStrictEqual(failure.permanent, true)
+      assert.strictEqual(failure.status, undefined)
+      assert.strictEqual(DeliveryQueue.defaultClassify(failure, entry("x")).permanent, false)
       assert.strictEqual(failure.message, `POST http://127.0.0.1:${port}/hook failed: ECONNREFUSED (connection refused)`)
     }))
 
@@ -199,7 +204,7 @@ describe("WebhookChannel", () => {
       child.kill("SIGKILL")
       assert.strictEqual(yield* Effect.promise(() => exited), "SIGKILL")
       const failure = yield* Fiber.join(sending)
-      assert.notStrictEqual(failure.permanent, true)
+      assert.strictEqual(DeliveryQueue.defaultClassify(failure, entry("x")).permanent, false)
       assert.match(failure.message, new RegExp(`^POST http://127.0.0.1:${port}/hook failed: (UND_ERR_SOCKET|ECONNRESET)`))
     }))
 
@@ -275,5 +280,43 @@ describe("WebhookChannel under the delivery queue", () => {
       assert.deepStrictEqual(log.acked, [retried.id])
       assert.strictEqual(s.requests.filter((r) => r.path === "/bad").length, 1, "a permanent failure is not retried")
       assert.strictEqual(s.requests.filter((r) => r.path === "/conflict").length, 2)
+    }))
+
+  it.effect("429 with Retry-After: 7 is attempted again 7 s later, not at the backoff step; a 503 with an HTTP-date Retry-After waits until that date", () =>
+    Effect.gen(function*() {
+      yield* TestClock.setTime(Date.parse("2026-12-01T10:00:00Z"))
+      const calls = new Map<string, number>()
+      const s = yield* server((req, res) => {
+        const n = (calls.get(req.path) ?? 0) + 1
+        calls.set(req.path, n)
+        if (n > 1) return answer(res, 200)
+        if (req.path === "/busy") return answer(res, 429, {}, { "retry-after": "7" })
+        answer(res, 503, {}, { "retry-after": "Tue, 01 Dec 2026 10:00:45 GMT" })
+      })
+      const log = makeMemoryLog()
+      const busy = WebhookChannel({ url: `${s.url}/busy` })
+      const later = WebhookChannel({ url: `${s.url}/later` })
+      const q = yield* DeliveryQueue.make({
+        log,
+        deliver: (e) => (e.message.to === "busy" ? busy : later).send(e),
+        backoffMs: [1_000, 120_000],
+        jitter: 0
+      })
+      const b = yield* q.enqueue({ channel: "webhook", to: "busy", body: 1 })
+      const l = yield* q.enqueue({ channel: "webhook", to: "later", body: 2 })
+      yield* q.idle
+      const start = Date.parse("2026-12-01T10:00:00Z")
+      const next = (id: string) => log.calls.flatMap((c) => (c.op === "attempt" && c.id === id ? [c.nextAttemptAt - start] : []))
+      assert.deepStrictEqual(next(b.id), [7_000])
+      assert.deepStrictEqual(next(l.id), [45_000])
+      yield* TestClock.adjust(6_999)
+      yield* q.idle
+      assert.lengthOf(s.requests, 2, "neither is attempted again early (not at the 1 s backoff step)")
+      yield* TestClock.adjust(1)
+      yield* q.idle
+      assert.deepStrictEqual(log.acked, [b.id])
+      yield* TestClock.adjust(38_000)
+      yield* q.idle
+      assert.deepStrictEqual(log.acked, [b.id, l.id])
     }))
 })
