@@ -15,6 +15,9 @@ import { DeliveryFailure } from "../delivery/index.js"
 import type { DeliveryEntry } from "../delivery/index.js"
 import type { Channel } from "./Channel.js"
 import { AgentConfigInvalid } from "./errors.js"
+import { parseWebhookUrl } from "./webhookUrl.js"
+
+export { parseWebhookUrl }
 
 /** Options of {@link WebhookChannel}. */
 export interface WebhookChannelOptions {
@@ -33,18 +36,6 @@ export const DEFAULT_WEBHOOK_TIMEOUT_MS = 10_000
 
 /** How much of an error answer's body goes into the failure's message. */
 const SNIPPET_CHARS = 200
-
-/**
- * Checks a webhook URL: the parsed URL, or a one-line reason in p-queue's tone
- * ("Expected `url` to be an http or https URL, got `ftp://x`").
- */
-export const parseWebhookUrl = (url: unknown, field = "url"): URL | string => {
-  const got = typeof url === "string" ? url : String(url)
-  const expected = `Expected \`${field}\` to be an http or https URL, got \`${got}\``
-  if (typeof url !== "string" || !URL.canParse(url)) return expected
-  const parsed = new URL(url)
-  return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed : expected
-}
 
 /**
  * A channel that POSTs each entry as JSON `{ id, channel, to, body }` to `url` with
