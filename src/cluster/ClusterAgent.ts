@@ -8,6 +8,8 @@
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Effect } from "effect"
 import type { Model as ModelService } from "../agent/Model.js"
+import { cronSession } from "../agent/CronJobs.js"
+import { HEARTBEAT_SESSION } from "../agent/Heartbeat.js"
 import { Model } from "../agent/Model.js"
 import type { ClusterTask, LaneHandler } from "./KeyRunner.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
@@ -51,21 +53,16 @@ export interface ClusterAgentOptions {
   readonly prefix?: string
 }
 
-/** Creates the agent tables when missing (transcripts, turn records). */
-export const migrate = (prefix = "switchyard") =>
-  Effect.gen(function*() {
-    const sql = yield* PgClient.PgClient
-    yield* sql.withTransaction(Effect.gen(function*() {
-      yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`switchyard-migrate:${prefix}:agent`}))`
-      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_transcripts (
-        id bigserial PRIMARY KEY, session text NOT NULL, run_id text NOT NULL, role text NOT NULL, content text NOT NULL,
-        UNIQUE (run_id, role))`)
-      yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${prefix}_transcripts_session ON ${prefix}_transcripts (session, id)`)
-      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_turns (
-        id bigserial PRIMARY KEY, session text NOT NULL, runner text NOT NULL, run_id text NOT NULL,
-        started_at bigint NOT NULL, ended_at bigint NOT NULL)`)
-    }))
-  })
+/**
+ * Why `session` cannot be a user's session, or `undefined`: the runner's own turns use `heartbeat` and
+ * `cron:<job>`, and a user message there would join their transcripts.
+ */
+export const reservedSession = (session: string): string | undefined =>
+  session === HEARTBEAT_SESSION
+    ? `\`${HEARTBEAT_SESSION}\` is the heartbeat's session`
+    : session.startsWith(cronSession(""))
+    ? `\`${cronSession("*")}\` sessions belong to cron jobs`
+    : undefined
 
 /** The lane handlers of the agent: `main` answers user messages, `cron` runs cron jobs. */
 export const handlers = (
@@ -119,9 +116,10 @@ export const handlers = (
       },
       cron: (task) => {
         const c = task.command as CronCommand
-        const session = `cron:${c.job}`
+        const session = cronSession(c.job)
         return turn(task, session, String(c.prompt), c.to ?? session, "cron", c.job)
       },
-      heartbeat: (task) => turn(task, "heartbeat", String((task.command as { prompt?: string }).prompt ?? "Heartbeat"), "heartbeat", "user")
+      heartbeat: (task) =>
+        turn(task, HEARTBEAT_SESSION, String((task.command as { prompt?: string }).prompt ?? "Heartbeat"), HEARTBEAT_SESSION, "user")
     }
   })

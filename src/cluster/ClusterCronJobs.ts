@@ -13,15 +13,6 @@ import type { Sharding } from "effect/cluster"
 import type { ParsedCronJob } from "../agent/CronJobs.js"
 import type { ClusterQueue } from "./ClusterQueue.js"
 
-/** Creates the firing record table when missing. */
-export const migrate = (prefix = "switchyard") =>
-  Effect.gen(function*() {
-    const sql = yield* PgClient.PgClient
-    yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_cron_firings (
-      job text NOT NULL, due_at bigint NOT NULL, runner text NOT NULL, fired integer NOT NULL DEFAULT 1,
-      PRIMARY KEY (job, due_at))`)
-  })
-
 /** Registers every job with the cluster for the layer's lifetime. */
 export const layer = (
   jobs: ReadonlyArray<ParsedCronJob>,

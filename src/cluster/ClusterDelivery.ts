@@ -44,6 +44,11 @@ export interface ClusterDelivery {
     readonly failedAttempts: number
     readonly deadLettered: number
   }>
+  /**
+   * Stops claiming, lets attempts in flight end (up to `timeoutMs`, default `attemptTimeoutMs + 1000`),
+   * then gives back what it still holds. Closing the Scope does the same; a second call waits for the first.
+   */
+  readonly stop: (timeoutMs?: number) => Effect.Effect<void>
 }
 
 /** Starts the claim loop in the Scope; closing it stops claiming, lets attempts in flight end, and gives back what it still holds. */
@@ -132,25 +137,33 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
     })
     const fiber = yield* Effect.forkIn(Effect.interruptible(loop), scope)
 
-    yield* Effect.addFinalizer(() =>
-      Effect.gen(function*() {
-        stopping = true
-        yield* Fiber.interrupt(fiber)
-        if (inFlight > 0) {
-          idleWaiter = Deferred.makeUnsafe<void>()
-          yield* Deferred.await(idleWaiter).pipe(
-            Effect.timeoutOrElse({ duration: Duration.millis(attemptTimeoutMs + 1_000), orElse: () => Effect.void })
-          )
-        }
-        const held = yield* Effect.orElseSucceed(log.leased(owner), () => [] as ReadonlyArray<string>)
-        for (const id of held) yield* Effect.ignore(log.release(id, owner))
-        yield* Scope.close(attempts, Exit.void)
+    let stopped: Deferred.Deferred<void> | undefined
+    const stop = (timeoutMs = attemptTimeoutMs + 1_000): Effect.Effect<void> =>
+      Effect.suspend(() => {
+        if (stopped !== undefined) return Deferred.await(stopped)
+        const done = Deferred.makeUnsafe<void>()
+        stopped = done
+        return Effect.gen(function*() {
+          stopping = true
+          yield* Fiber.interrupt(fiber)
+          if (inFlight > 0) {
+            idleWaiter = Deferred.makeUnsafe<void>()
+            yield* Deferred.await(idleWaiter).pipe(
+              Effect.timeoutOrElse({ duration: Duration.millis(Math.max(0, timeoutMs)), orElse: () => Effect.void })
+            )
+          }
+          // Attempts that did not end are interrupted; their leases are given back below.
+          yield* Scope.close(attempts, Exit.void)
+          const held = yield* Effect.orElseSucceed(log.leased(owner), () => [] as ReadonlyArray<string>)
+          for (const id of held) yield* Effect.ignore(log.release(id, owner))
+        }).pipe(Effect.ensuring(Deferred.succeed(done, undefined)))
       })
-    )
+    yield* Effect.addFinalizer(() => stop())
 
     return {
       owner,
       enqueue: (message) => Effect.tap(log.append(message), () => Effect.sync(poke)),
-      stats: Effect.sync(() => ({ inFlight, delivered, failedAttempts, deadLettered }))
+      stats: Effect.sync(() => ({ inFlight, delivered, failedAttempts, deadLettered })),
+      stop
     }
   })

@@ -1,11 +1,14 @@
 /**
  * The effect/cluster runtime of one runner: sharding over TCP sockets between runners, shard locks and
- * runner registry (`SqlRunnerStorage`) and persisted messages (`SqlMessageStorage`) in Postgres.
+ * runner registry (`SqlRunnerStorage`) and persisted messages (`SqlMessageStorage`) in Postgres, on a
+ * schema created beforehand under one lock.
  */
 import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
-import { Layer, Option } from "effect"
+import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
+import { Effect, Layer, Option } from "effect"
 import type { Duration } from "effect"
-import { RunnerAddress } from "effect/cluster"
+import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "effect/cluster"
+import * as Migrations from "./Migrations.js"
 import * as Postgres from "./Postgres.js"
 
 /** Where a runner listens for the other runners, and its timing. */
@@ -28,20 +31,34 @@ export interface ClusterLayerOptions {
   readonly entityMessagePollInterval?: Duration.Input
   /** Pool size of this runner's Postgres client; default 10. */
   readonly maxConnections?: number
+  /** Table prefix of switchyard's tables, created with effect/cluster's; default `switchyard`. */
+  readonly prefix?: string
 }
 
-/** The cluster runtime (Sharding, Runners, MessageStorage) plus the Postgres client it uses. */
-export const layer = (options: ClusterLayerOptions) =>
-  NodeClusterSocket.layer({
-    storage: "sql",
-    shardingConfig: {
-      runnerAddress: Option.some(RunnerAddress.make(options.host ?? "127.0.0.1", options.port)),
-      shardsPerGroup: options.shardsPerGroup ?? 64,
-      refreshAssignmentsInterval: options.refreshAssignmentsInterval ?? "1 second",
-      shardLockRefreshInterval: "2 seconds",
-      shardLockExpiration: options.shardLockExpiration ?? "10 seconds",
-      entityReplyPollInterval: options.entityReplyPollInterval ?? "50 millis",
-      entityMessagePollInterval: options.entityMessagePollInterval ?? "1 second",
-      sendRetryInterval: "50 millis"
-    }
-  }).pipe(Layer.provideMerge(Postgres.layer(options.postgres, { maxConnections: options.maxConnections ?? 10 })))
+/**
+ * The cluster runtime (Sharding, Runners, MessageStorage) plus the Postgres client it uses. The whole
+ * schema (effect/cluster's tables and switchyard's of `prefix`) is created first, once, under one lock
+ * (`Migrations.migrate`), so runners that start together on an empty database never race on it;
+ * effect/cluster's storage then runs without migrations of its own.
+ */
+export const layer = (options: ClusterLayerOptions) => {
+  const shardingConfig: Partial<ShardingConfig.ShardingConfig["Service"]> = {
+    runnerAddress: Option.some(RunnerAddress.make(options.host ?? "127.0.0.1", options.port)),
+    shardsPerGroup: options.shardsPerGroup ?? 64,
+    refreshAssignmentsInterval: options.refreshAssignmentsInterval ?? "1 second",
+    shardLockRefreshInterval: "2 seconds",
+    shardLockExpiration: options.shardLockExpiration ?? "10 seconds",
+    entityReplyPollInterval: options.entityReplyPollInterval ?? "50 millis",
+    entityMessagePollInterval: options.entityMessagePollInterval ?? "1 second",
+    sendRetryInterval: "50 millis"
+  }
+  const schema = Layer.effectDiscard(Effect.orDie(Migrations.migrate(options.prefix === undefined ? {} : { prefix: options.prefix })))
+  const storage = Layer.mergeAll(
+    SqlMessageStorage.layerStorage({}).pipe(Layer.provide(NodeCrypto.layerDigest)),
+    SqlRunnerStorage.layerStorage({})
+  ).pipe(Layer.provide(ShardingConfig.layerFromEnv(shardingConfig)), Layer.provide(schema))
+  return NodeClusterSocket.layer({ storage: "byo", shardingConfig }).pipe(
+    Layer.provideMerge(storage),
+    Layer.provideMerge(Postgres.layer(options.postgres, { maxConnections: options.maxConnections ?? 10 }))
+  )
+}

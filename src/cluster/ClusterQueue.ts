@@ -7,10 +7,10 @@
  * every runner registers the same handlers per lane. What holds across processes and what does not
  * is written in docs/cluster.md.
  */
-import type { PgClient } from "@effect/sql-pg"
-import { Deferred, Duration, Effect, Exit, Option, Schedule } from "effect"
-import type { Scope } from "effect"
+import { PgClient } from "@effect/sql-pg"
+import { Deferred, Duration, Effect, Exit, Option, Schedule, Scope } from "effect"
 import type { Sharding } from "effect/cluster"
+import { SqlClient } from "effect/sql"
 import * as CommandQueue from "../queue/CommandQueue.js"
 import type { DrainReport, LaneLimits, LaneSnapshot, TaskReport } from "../queue/CommandQueue.js"
 import { AdmissionError, FutureTimeout, LanesConfigInvalid, QueueFailure, RequestError } from "../queue/errors.js"
@@ -18,6 +18,7 @@ import type { Participation } from "../queue/errors.js"
 import * as Coalesce from "./Coalesce.js"
 import * as Generations from "./Generations.js"
 import * as KeyRunner from "./KeyRunner.js"
+import * as Migrations from "./Migrations.js"
 import type { LaneHandler } from "./KeyRunner.js"
 import { entityId, KeyEntity } from "./protocol.js"
 import { checkDispatch, DEFAULT_LANES, fromReply, transient } from "./wire.js"
@@ -32,7 +33,7 @@ export interface ClusterQueueOptions {
   readonly handlers: Readonly<Record<string, LaneHandler>>
   /** This runner's name in membership and reports; default a random id. */
   readonly member?: string
-  /** Table prefix of the generation tables; default `switchyard`. */
+  /** Table prefix of switchyard's tables (created when missing, see `Migrations`); default `switchyard`. */
   readonly prefix?: string
   readonly drainTimeoutMs?: number
   readonly auditTimeoutMs?: number
@@ -71,6 +72,13 @@ export interface ClusterDispatchOptions {
   readonly runId?: string
 }
 
+/** Options of {@link ClusterQueue.drain}. */
+export interface DrainOptions {
+  readonly timeoutMs?: number
+  /** At the deadline, fail the futures `closed` without canceling their runs. Default false. */
+  readonly keepRuns?: boolean
+}
+
 /** The cluster queue of one process (a runner). */
 export interface ClusterQueue {
   readonly member: string
@@ -89,8 +97,13 @@ export interface ClusterQueue {
    * ended) and those that reach it later (they fail `canceled` when they arrive).
    */
   readonly cancel: (lane: string, key: string) => Effect.Effect<void, RequestError>
-  /** Closes this process' admission, waits for the futures it dispatched, then fails the rest `closed`. */
-  readonly drain: (options?: { readonly timeoutMs?: number }) => Effect.Effect<DrainReport>
+  /**
+   * Closes this process' admission, waits for the futures it dispatched (up to `timeoutMs`, default
+   * `drainTimeoutMs`), then fails the rest `closed` and cancels their runs where they run; with
+   * `keepRuns: true` it only stops waiting: the runs stay durable in the cluster and are answered there.
+   * The same deadline bounds the local lanes' drain when the Scope closes.
+   */
+  readonly drain: (options?: DrainOptions) => Effect.Effect<DrainReport>
   /** This runner's lanes (running and waiting here), with the cluster generation. */
   readonly snapshot: Effect.Effect<ReadonlyArray<LaneSnapshot>>
   /** Live members of the cluster and the generations they applied. */
@@ -135,12 +148,17 @@ export const make = (
       ...(options.auditTimeoutMs === undefined ? {} : { auditTimeoutMs: options.auditTimeoutMs }),
       ...(options.onTaskExit === undefined ? {} : { onTaskExit: options.onTaskExit })
     })
+    // Its tables (ClusterLayer.layer created them already when the prefix is the same: then a no-op).
+    yield* Migrations.migrate({ cluster: false, ...(options.prefix === undefined ? {} : { prefix: options.prefix }) }).pipe(
+      Effect.provideService(SqlClient.SqlClient, yield* PgClient.PgClient),
+      Effect.orDie
+    )
     const generations = yield* Generations.make({
       member,
       ...(options.prefix === undefined ? {} : { prefix: options.prefix }),
       apply: (lane) => (lane in lanes ? Effect.asVoid(Effect.ignore(local.restartLane(lane))) : Effect.void)
     }).pipe(Effect.orDie)
-    const coalescing = yield* Coalesce.make(options.prefix).pipe(Effect.orDie)
+    const coalescing = yield* Coalesce.make(options.prefix)
     yield* KeyRunner.register({
       markStarted: coalescing.markStarted,
       local,
@@ -150,7 +168,10 @@ export const make = (
       queueTimeoutMs: (lane) => lanes[lane]?.queueTimeoutMs
     })
     const makeClient = yield* KeyEntity.client
-    const scope = yield* Effect.scope
+    // The fibers that wait for replies live in a scope that closes only after the drain below: a
+    // fiber forked into the queue's own scope would be interrupted first (finalizers run newest first),
+    // and the drain would wait for futures nobody settles.
+    const scope = yield* Scope.fork(yield* Effect.scope)
 
     const counters: Record<string, number> = { dispatched: 0, succeeded: 0, failed: 0, queueFailures: 0, defects: 0 }
     // By future, not by run id: coalesced futures share their run's id.
@@ -158,6 +179,8 @@ export const make = (
     let futureSeq = 0
     const outstandingPerLane = new Map<string, number>()
     let draining: Deferred.Deferred<DrainReport> | undefined
+    // When the drain's deadline passes (epoch ms): closing the Scope drains the local lanes within it.
+    let drainDeadline = 0
 
     const check = (lane: string, key: string, command: unknown, o: ClusterDispatchOptions | undefined) =>
       checkDispatch(lanes, lane, key, command, o)
@@ -278,12 +301,13 @@ export const make = (
         return generation
       })
 
-    const drain = (o?: { readonly timeoutMs?: number }): Effect.Effect<DrainReport> =>
+    const drain = (o?: DrainOptions): Effect.Effect<DrainReport> =>
       Effect.suspend(() => {
         if (draining !== undefined) return Deferred.await(draining)
         const done = Deferred.makeUnsafe<DrainReport>()
         draining = done
         const timeoutMs = o?.timeoutMs ?? options.drainTimeoutMs ?? 30_000
+        drainDeadline = Date.now() + timeoutMs
         const before = [...outstanding.values()]
         return Effect.gen(function*() {
           const all = Effect.forEach(before, (x) => Effect.exit(Deferred.await(x.deferred)), { concurrency: "unbounded", discard: true })
@@ -295,8 +319,10 @@ export const make = (
           if (!finished) {
             yield* Effect.forEach([...outstanding.values()], (x) =>
               Effect.gen(function*() {
-                // Stop it where it runs; its future fails `closed` whatever the runner answers.
-                yield* x.cancel.pipe(Effect.timeoutOrElse({ duration: Duration.seconds(5), orElse: () => Effect.void }))
+                // Stop it where it runs (unless its run is kept); its future fails `closed` whatever the runner answers.
+                if (o?.keepRuns !== true) {
+                  yield* x.cancel.pipe(Effect.timeoutOrElse({ duration: Duration.seconds(5), orElse: () => Effect.void }))
+                }
                 const exit = yield* Deferred.poll(x.deferred)
                 if (Option.isNone(exit) || Exit.isFailure(yield* Effect.exit(exit.value))) {
                   canceled++
@@ -317,9 +343,10 @@ export const make = (
         })
       })
 
-    // Closing: this process' dispatches first, then the local lanes (unfinished runs are replayed elsewhere).
+    // Closing: this process' dispatches first, then the local lanes (unfinished runs are replayed
+    // elsewhere), both within the one drain deadline.
     yield* Effect.addFinalizer(() =>
-      Effect.andThen(drain(), Effect.asVoid(local.drain()))
+      Effect.andThen(drain(), Effect.suspend(() => Effect.asVoid(local.drain({ timeoutMs: Math.max(0, drainDeadline - Date.now()) }))))
     )
 
     const queue: ClusterQueue = {

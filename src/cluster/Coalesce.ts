@@ -29,13 +29,11 @@ export interface Coalesce {
 /** The run id of a slot. */
 export const runIdOf = (lane: string, key: string, slot: number): string => `coalesce:${lane}:${key}:${slot}`
 
-/** Creates the slot table when missing. */
-export const make = (prefix = "switchyard"): Effect.Effect<Coalesce, SqlError, PgClient.PgClient> =>
+/** The slots of `prefix` (the table comes from `Migrations.migrate`). */
+export const make = (prefix = "switchyard"): Effect.Effect<Coalesce, never, PgClient.PgClient> =>
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const table = `${prefix}_coalesce`
-    yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${table} (
-      lane text NOT NULL, key text NOT NULL, slot bigint NOT NULL, started boolean NOT NULL, PRIMARY KEY (lane, key))`)
     return {
       withSlot: <A, E, R>(
         lane: string,

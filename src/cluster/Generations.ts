@@ -41,7 +41,7 @@ export interface GenerationsOptions {
   readonly memberTtlMs?: number
 }
 
-/** Joins the shared generations for the Scope's lifetime (creating the tables when missing). */
+/** Joins the shared generations for the Scope's lifetime (its tables come from `Migrations.migrate`). */
 export const make = (
   options: GenerationsOptions
 ): Effect.Effect<Generations, SqlError, PgClient.PgClient | Scope.Scope> =>
@@ -54,14 +54,6 @@ export const make = (
     const heartbeatMs = options.heartbeatMs ?? 1_000
     const memberTtlMs = options.memberTtlMs ?? 5_000
     const member = options.member
-
-    yield* sql.withTransaction(Effect.gen(function*() {
-      yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`switchyard-migrate:${prefix}:generations`}))`
-      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${gens} (lane text PRIMARY KEY, generation bigint NOT NULL)`)
-      yield* sql.unsafe(
-        `CREATE TABLE IF NOT EXISTS ${members} (member text PRIMARY KEY, seen_at bigint NOT NULL, applied jsonb NOT NULL DEFAULT '{}'::jsonb)`
-      )
-    }))
 
     const local = new Map<string, number>()
     // One apply at a time, so a lane's generations are applied in order.

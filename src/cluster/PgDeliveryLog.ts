@@ -14,6 +14,7 @@ import type { SqlError } from "effect/sql/SqlError"
 import { DeliveryLogError } from "../delivery/errors.js"
 import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "../delivery/types.js"
 import { notJson } from "./json.js"
+import { createOutbox, withSchemaLock } from "./Migrations.js"
 
 /** Options of {@link make}. */
 export interface PgDeliveryLogOptions {
@@ -79,38 +80,12 @@ const toEntry = (r: Row): DeliveryEntry => {
 
 const invalid = (reason: "invalid" | "too-large", message: string) => new DeliveryLogError({ reason, message })
 
-/** Creates the outbox table and its indexes when missing (idempotent; safe from many processes at once). */
+/**
+ * Creates the outbox table and its indexes when missing, under the cluster's schema lock (safe from many
+ * processes at once). A runner's outbox is part of `Migrations.migrate`; this is for a table of its own.
+ */
 export const migrate = (table: string): Effect.Effect<void, SqlError, SqlClient.SqlClient> =>
-  Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    // One advisory lock so concurrent first starts do not race on CREATE.
-    yield* sql.withTransaction(Effect.gen(function*() {
-      yield* sql`SELECT pg_advisory_xact_lock(hashtext(${`switchyard-migrate:${table}`}))`
-      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${table} (
-        seq bigserial PRIMARY KEY,
-        id text NOT NULL UNIQUE,
-        channel text NOT NULL,
-        recipient text NOT NULL,
-        body text NOT NULL,
-        idempotency_key text,
-        enqueued_at bigint NOT NULL,
-        attempts integer NOT NULL DEFAULT 0,
-        last_error text,
-        next_attempt_at bigint,
-        status text NOT NULL,
-        acked_at bigint,
-        lease_owner text,
-        lease_until bigint
-      )`)
-      yield* sql.unsafe(
-        `CREATE INDEX IF NOT EXISTS ${table}_live ON ${table} (channel, recipient, seq) WHERE status = 'pending'`
-      )
-      yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_status ON ${table} (status, seq)`)
-      yield* sql.unsafe(
-        `CREATE INDEX IF NOT EXISTS ${table}_ikey ON ${table} (idempotency_key) WHERE idempotency_key IS NOT NULL`
-      )
-    }))
-  })
+  withSchemaLock(createOutbox(table))
 
 /**
  * Opens the Postgres delivery log on the `SqlClient` in context (creating its table when missing).
@@ -222,10 +197,12 @@ export const make = (
           "attempt",
           id,
           sql.unsafe<Row>(
-            `UPDATE ${table} SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3,
+            `UPDATE ${table} SET attempts = attempts + 1, last_error = $2,
+             next_attempt_at = CASE WHEN $4 THEN NULL ELSE $3 END,
+             status = CASE WHEN $4 THEN 'dead' ELSE status END,
              lease_owner = NULL, lease_until = NULL
              WHERE id = $1 AND status <> 'acked' RETURNING ${cols}`,
-            [id, failure.error, Math.round(failure.nextAttemptAt)]
+            [id, failure.error, Math.round(failure.nextAttemptAt), failure.dead === true]
           )
         ),
       ack: (id) =>
@@ -233,10 +210,16 @@ export const make = (
           guard("ack", Effect.gen(function*() {
             const rows = yield* sql.unsafe<{ readonly status: string }>(
               `UPDATE ${table} SET status = 'acked', acked_at = COALESCE(acked_at, $2), lease_owner = NULL, lease_until = NULL
-               WHERE id = $1 RETURNING status`,
+               WHERE id = $1 AND status <> 'dead' RETURNING status`,
               [id, now]
             )
-            if (rows.length === 0) return yield* Effect.fail(unknownId(id))
+            if (rows.length === 0) {
+              const dead = yield* sql.unsafe<{ readonly id: string }>(`SELECT id FROM ${table} WHERE id = $1 AND status = 'dead'`, [id])
+              if (dead.length > 0) {
+                return yield* Effect.fail(new DeliveryLogError({ reason: "not-pending", message: `Expected a pending entry to ack, got dead entry \`${id}\` in ${table}` }))
+              }
+              return yield* Effect.fail(unknownId(id))
+            }
           }))),
       deadLetter: (id, reason) =>
         Effect.asVoid(updateLive(

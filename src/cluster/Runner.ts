@@ -6,16 +6,17 @@
  * the cluster (its shards move to the other runners).
  */
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Layer } from "effect"
+import { Deferred, Effect, Layer } from "effect"
 import type { Context, Scope } from "effect"
 import * as AnthropicModel from "../agent/AnthropicModel.js"
-import { ConsoleChannel, FileChannel } from "../agent/Channel.js"
+import { ConsoleChannel, FileChannel, replyOf } from "../agent/Channel.js"
 import type { Channel } from "../agent/Channel.js"
 import type { CronJob } from "../agent/CronJobs.js"
 import { parseJobs } from "../agent/CronJobs.js"
 import { Model } from "../agent/Model.js"
 import * as ScriptedModel from "../agent/ScriptedModel.js"
-import type { LaneLimits } from "../queue/CommandQueue.js"
+import type { DeliveryEntry } from "../delivery/types.js"
+import type { DrainReport, LaneLimits } from "../queue/CommandQueue.js"
 import * as ClusterAgent from "./ClusterAgent.js"
 import * as ClusterCronJobs from "./ClusterCronJobs.js"
 import * as ClusterDelivery from "./ClusterDelivery.js"
@@ -45,6 +46,7 @@ export interface RunnerOptions {
   /** Deliver replies by appending JSON lines to this file (default: print them). */
   readonly outboxFile?: string
   readonly lanes?: Readonly<Record<string, Partial<LaneLimits>>>
+  /** Deadline of the whole shutdown (see {@link Runner.stop}); default 10_000. */
   readonly drainTimeoutMs?: number
   /** Every runner of a cluster must use the same value; default 64. */
   readonly shardsPerGroup?: number
@@ -65,6 +67,27 @@ export interface Runner {
   readonly queue: ClusterQueue.ClusterQueue
   readonly delivery: ClusterDelivery.ClusterDelivery
   readonly outbox: PgDeliveryLog.PgDeliveryLog
+  /**
+   * Starts the shutdown that closing the Scope finishes, all within `drainTimeoutMs` from this call:
+   * the ingress takes no new messages; the runs this runner dispatched get until the deadline
+   * (less {@link LEAVE_RESERVE_MS}) to be answered, and the clients waiting on them get their replies;
+   * the runs still unanswered then stay durable in the cluster (their waiting clients get 202
+   * `pending`). Closing the Scope then drains the local lanes within the same deadline, stops delivering
+   * and leaves the cluster. Returns the drain's report; a second call waits for the first.
+   */
+  readonly stop: Effect.Effect<DrainReport>
+}
+
+/**
+ * The part of the drain deadline kept for leaving: closing connections, giving back delivery leases,
+ * effect/cluster handing this runner's shards back. At most a quarter of the deadline.
+ */
+export const LEAVE_RESERVE_MS = 1_500
+
+/** The JSON line a runner appends to `--outbox` per delivered reply: the chatbot's `{ id, session, text }`, plus who delivered it. */
+export const outboxLine = (entry: DeliveryEntry, runner: string): { readonly id: string; readonly session: string; readonly text: unknown; readonly runner: string } => {
+  const reply = replyOf(entry)
+  return { id: entry.id, session: reply?.session ?? entry.message.to, text: reply?.text ?? entry.message.body, runner }
 }
 
 /** Starts a runner in the current Scope. */
@@ -76,6 +99,7 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
     const cluster = (yield* Layer.build(ClusterLayer.layer({
       postgres: options.postgres,
       port: options.clusterPort ?? options.port + 1000,
+      prefix,
       ...(options.host === undefined ? {} : { host: options.host }),
       ...(options.shardsPerGroup === undefined ? {} : { shardsPerGroup: options.shardsPerGroup })
     }))) as Context.Context<any>
@@ -86,15 +110,10 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
         ? ScriptedModel.layer({ latencyMs: options.latencyMs ?? 300 })
         : AnthropicModel.layer(options.anthropic)
     )
-    yield* provide(ClusterAgent.migrate(prefix))
-    yield* provide(ClusterCronJobs.migrate(prefix))
     const outbox = yield* provide(PgDeliveryLog.make({ table: `${prefix}_outbox` }))
     const channel: Channel = options.outboxFile === undefined
       ? ConsoleChannel()
-      : yield* FileChannel({
-        path: options.outboxFile,
-        format: (entry) => ({ id: entry.id, to: entry.message.to, body: entry.message.body, by: name })
-      })
+      : yield* FileChannel({ path: options.outboxFile, format: (entry) => outboxLine(entry, name) })
     const attemptTimeoutMs = options.deliveryTimeoutMs ?? 10_000
     const delivery = yield* ClusterDelivery.make({
       log: outbox,
@@ -103,6 +122,13 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
       attemptTimeoutMs,
       leaseMs: attemptTimeoutMs + 1_000
     })
+    const drainTimeoutMs = options.drainTimeoutMs ?? 10_000
+    const leaveMs = Math.min(LEAVE_RESERVE_MS, Math.floor(drainTimeoutMs / 4))
+    let deadline: number | undefined
+    /** Time left before the leave reserve, from the stop (or from now when the Scope closes without one). */
+    const left = () => Math.max(0, (deadline ?? Date.now() + drainTimeoutMs) - leaveMs - Date.now())
+    // Runs after the queue's finalizer (finalizers run newest first): replies of the last turns go out.
+    yield* Effect.addFinalizer(() => Effect.suspend(() => delivery.stop(left())))
     const handlers = yield* provide(ClusterAgent.handlers({ member: name, outbox, prefix, channel: channel.name })).pipe(
       Effect.provideService(Model, model.mapUnsafe.get(Model.key))
     )
@@ -111,12 +137,29 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
       member: name,
       prefix,
       ...(options.lanes === undefined ? {} : { lanes: options.lanes }),
-      ...(options.drainTimeoutMs === undefined ? {} : { drainTimeoutMs: options.drainTimeoutMs })
+      drainTimeoutMs
     }))
     if (jobs.length > 0) yield* provide(Layer.build(ClusterCronJobs.layer(jobs, queue, { prefix })))
     yield* provide(Retention.start({ outbox, prefix, ...(options.retainMs === undefined ? {} : { retainMs: options.retainMs }) }))
-    yield* Ingress.serve({ queue, delivery, outbox, port: options.port, ...(options.host === undefined ? {} : { host: options.host }) })
-    return { name, queue, delivery, outbox }
+    const ingress = yield* Ingress.serve({ queue, delivery, outbox, port: options.port, ...(options.host === undefined ? {} : { host: options.host }) })
+
+    let stopped: Deferred.Deferred<DrainReport> | undefined
+    const stop: Effect.Effect<DrainReport> = Effect.suspend(() => {
+      if (stopped !== undefined) return Deferred.await(stopped)
+      const done = Deferred.makeUnsafe<DrainReport>()
+      stopped = done
+      deadline = Date.now() + drainTimeoutMs
+      return Effect.gen(function*() {
+        yield* ingress.stopAccepting
+        // Waiting clients are answered as their runs end; at the deadline the rest get 202 `pending`.
+        const report = yield* queue.drain({ timeoutMs: left(), keepRuns: true })
+        yield* ingress.close(Math.min(500, left()))
+        return report
+      }).pipe(Effect.tap((report) => Deferred.succeed(done, report)))
+    })
+    // The first finalizer to run: closing the Scope without `stop` shuts down the same way.
+    yield* Effect.addFinalizer(() => Effect.asVoid(stop))
+    return { name, queue, delivery, outbox, stop }
   })
 
 /** The Postgres client type the runner uses, re-exported for callers that build their own. */

@@ -5,7 +5,7 @@
  * Nothing in queue, delivery or agent imports this entry.
  */
 export * as ClusterQueue from "./ClusterQueue.js"
-export type { ClusterDispatchOptions, ClusterFuture, ClusterQueueOptions, ClusterTask, LaneHandler } from "./ClusterQueue.js"
+export type { ClusterDispatchOptions, ClusterFuture, ClusterQueueOptions, ClusterTask, DrainOptions, LaneHandler } from "./ClusterQueue.js"
 export * as PgDeliveryLog from "./PgDeliveryLog.js"
 export type { PgDeliveryLogOptions } from "./PgDeliveryLog.js"
 export * as ClusterDelivery from "./ClusterDelivery.js"
@@ -17,6 +17,9 @@ export * as ClusterLayer from "./ClusterLayer.js"
 export type { ClusterLayerOptions } from "./ClusterLayer.js"
 export * as Generations from "./Generations.js"
 export * as Ingress from "./Ingress.js"
+export * as Migrations from "./Migrations.js"
+export type { MigrateOptions } from "./Migrations.js"
+export * as RunnerStatus from "./RunnerStatus.js"
 export * as Runner from "./Runner.js"
 export type { RunnerOptions } from "./Runner.js"
 export * as Postgres from "./Postgres.js"

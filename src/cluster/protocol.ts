@@ -28,7 +28,13 @@ export type WireTaskFailed = typeof WireTaskFailed.Type
 export const WireTaskDefect = Schema.TaggedStruct("TaskDefect", { message: Schema.String, name: Schema.String })
 export type WireTaskDefect = typeof WireTaskDefect.Type
 
-/** Runs one command on the key's runner. Persisted: it survives the runner; `runId` dedupes re-sends. */
+/**
+ * Runs one command on the key's runner. Persisted: it survives the runner; `runId` dedupes re-sends.
+ * Interrupted when its entity stops here (shard handoff, shutdown) instead of holding the handoff up
+ * to effect/cluster's termination timeout: effect/cluster then leaves it, unanswered, to the key's
+ * next runner, and the key's runner cancels its local task before it lets go of the shard. The
+ * dispatcher's wait for the reply can be interrupted without touching the run.
+ */
 export const Run = Rpc.make("Run", {
   payload: {
     runId: Schema.String,
@@ -45,7 +51,11 @@ export const Run = Rpc.make("Run", {
   success: Schema.Unknown,
   error: Schema.Union([WireQueueFailure, WireTaskFailed, WireTaskDefect]),
   primaryKey: (p) => p.runId
-}).annotate(ClusterSchema.Persisted, true)
+})
+  .annotate(ClusterSchema.Persisted, true)
+  .annotate(ClusterSchema.InterruptOnTermination, true)
+  // A dispatcher that stops waiting (it shuts down) must not cancel the run: canceling is `Cancel`'s job.
+  .annotate(ClusterSchema.Uninterruptible, "client")
 
 /** Cancels one run: drops it if it waits, interrupts it if it runs; replies once it ended. */
 export const Cancel = Rpc.make("Cancel", {

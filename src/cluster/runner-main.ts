@@ -1,15 +1,16 @@
 /**
  * `npm run runner -- --postgres <url> --port <n> [options]`: one runner of a switchyard cluster.
  * Start several against the same Postgres (different ports); see docs/cluster.md.
- * Prints one JSON line `{"type":"ready",...}` on standard output once it takes messages.
- * SIGTERM / SIGINT: stop the ingress, drain, leave the cluster, exit 0; a second signal exits at once
- * (143 / 130). Logs go to standard error.
+ * Prints one JSON line `{"type":"ready","pid":...}` on standard output once it takes messages, and
+ * `{"type":"shutdown",...}` as its last line. SIGTERM / SIGINT: stop taking messages, answer the clients
+ * waiting on turns, drain, leave the cluster, exit 0, all within `--drain-timeout`; a second signal
+ * exits at once (143 / 130). Logs go to standard error.
  */
 import { Command, InvalidArgumentError } from "commander"
 import { Effect } from "effect"
 import type { CronJob } from "../agent/CronJobs.js"
 import { parseCronFlag } from "../agent/CronJobs.js"
-import { runMain } from "../agent/main.js"
+import { exitAfterFlush, runMain } from "../agent/main.js"
 import * as Postgres from "./Postgres.js"
 import * as Runner from "./Runner.js"
 
@@ -30,7 +31,7 @@ const program = new Command("runner")
   .option("--offline", "use the scripted model even when ANTHROPIC_API_KEY is set")
   .option("--cron <expr|prompt>", "a cron job, repeatable (named cron-1, cron-2, ...)", (v: string, all: Array<string>) => [...all, v], [] as Array<string>)
   .option("--outbox <file>", "deliver replies as JSON lines appended to <file> instead of printing them")
-  .option("--drain-timeout <ms>", "drain deadline on shutdown", integer("--drain-timeout", 1), 10_000)
+  .option("--drain-timeout <ms>", "deadline of the whole shutdown after SIGTERM / SIGINT", integer("--drain-timeout", 1), 10_000)
   .option("--shards <n>", "shards per group; the same on every runner", integer("--shards", 1), 64)
   .option("--delivery-timeout <ms>", "bound on one delivery attempt (a dead runner's claims wait this + 1 s)", integer("--delivery-timeout", 1), 10_000)
   .option("--retain <ms>", "keep turn records, cron firings and processed cluster messages this long", integer("--retain", 1), 86_400_000)
@@ -87,17 +88,34 @@ if (process.env.SWITCHYARD_EXIT_WITH_PARENT === "1") {
   }, 1_000).unref()
 }
 
+const name = options.name ?? `runner-${opts.port}`
+const line = (value: unknown) => process.stdout.write(JSON.stringify(value) + "\n")
+
 runMain((main) =>
-  Effect.scoped(Effect.gen(function*() {
-    const runner = yield* Runner.start(options)
-    process.stdout.write(JSON.stringify({
-      type: "ready",
-      name: runner.name,
-      http: opts.port,
-      cluster: opts.clusterPort ?? opts.port + 1000,
-      postgres: Postgres.redactUrl(options.postgres)
-    }) + "\n")
-    const signal = yield* main.signal
-    yield* Effect.logInfo(`${signal}: draining ${runner.name}`)
-  })).pipe(Effect.as(0))
+  Effect.gen(function*() {
+    const stop = yield* Effect.scoped(Effect.gen(function*() {
+      const runner = yield* Runner.start(options)
+      line({
+        type: "ready",
+        name: runner.name,
+        pid: process.pid,
+        http: opts.port,
+        cluster: opts.clusterPort ?? opts.port + 1000,
+        postgres: Postgres.redactUrl(options.postgres)
+      })
+      const signal = yield* main.signal
+      const at = Date.now()
+      yield* Effect.logInfo(`${signal}: draining ${runner.name} (pid ${process.pid}), exit within ${opts.drainTimeout} ms`)
+      // The deadline is the whole shutdown's: should leaving the cluster hang, the last line still comes, in time.
+      setTimeout(() => {
+        line({ type: "shutdown", name, pid: process.pid, signal, ms: Date.now() - at, forced: true })
+        exitAfterFlush(0)
+      }, Math.max(0, opts.drainTimeout - 100)).unref()
+      const drain = yield* runner.stop
+      return { signal, at, drain }
+    }))
+    // The Scope is closed: local lanes drained, deliveries stopped, the cluster left.
+    line({ type: "shutdown", name, pid: process.pid, signal: stop.signal, ms: Date.now() - stop.at, drain: stop.drain })
+    return 0
+  })
 )

@@ -13,6 +13,7 @@ import { FutureTimeout, RequestError } from "./errors.js"
 import type { Admission } from "./Future.js"
 import { TaskHandle } from "./Future.js"
 import { PROMISE_BODY, Task } from "./lane.js"
+import { setLongTimeout } from "./longTimer.js"
 import { cancelTask, snapshotUnsafe } from "./lifecycle.js"
 import { show } from "./validate.js"
 
@@ -139,14 +140,15 @@ class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
       return rejected
     }
     const p = new Promise<A>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new FutureTimeout({ runId: this.runId, timeoutMs })), timeoutMs)
+      // Chained: a plain setTimeout over 2^31−1 ms would fire after 1 ms.
+      const timer = setLongTimeout(() => reject(new FutureTimeout({ runId: this.runId, timeoutMs })), timeoutMs)
       this.result.then(
         (value) => {
-          clearTimeout(timer)
+          timer.clear()
           resolve(value)
         },
         (error) => {
-          clearTimeout(timer)
+          timer.clear()
           reject(error)
         }
       )

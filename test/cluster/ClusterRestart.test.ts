@@ -1,24 +1,26 @@
 /**
- * Across processes: restartLane makes every older run stale on every runner before it returns, and
- * SIGTERM drains a runner (its running turn finishes and is answered) before it exits 0.
+ * Across processes: restartLane makes every older run stale on every runner before it returns; and
+ * SIGTERM while clients wait on turns: they get their replies (or, past the deadline, a 202 `pending`
+ * that a later runner honours), and the runner prints its last line and exits 0 within
+ * `--drain-timeout`, the deadline of the whole shutdown.
  */
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { shardsSettled, startRunner, status, until } from "./support.js"
+import { Effect } from "effect"
+import * as Postgres from "../../src/cluster/Postgres.js"
+import { postMessage, shardsSettled, startRunner, status, terminate, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterRestart.test.ts")
 const LATENCY = 3000
-
-const post = (port: number, session: string, text: string) =>
-  fetch(`http://127.0.0.1:${port}/sessions/${session}/messages?wait=30000`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ text })
-  }).then(async (r) => ({ status: r.status, body: (await r.json()) as { reason?: string; reply?: { text: string; runner: string } } }))
+/** Runner a's and runner b's `--drain-timeout`: a's is shorter than a turn, b's is longer. */
+const DRAIN_A = 2500
+const DRAIN_B = 6000
+/** What a process needs beyond its own deadline to be seen gone: signal delivery, exit, reaping. */
+const EXIT_SLACK_MS = 500
 
 const mainLane = async (port: number) => (await status(port)).lanes.find((l) => l.lane === "main")!
 
@@ -29,13 +31,13 @@ describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
 
   beforeAll(async () => {
     db = await freshDatabase("restart")
-    for (let i = 0; i < 2; i++) {
-      runners.push(await startRunner({
-        url: db.url,
+    // Both at the same moment on the empty database.
+    runners.push(...await Promise.all([DRAIN_A, DRAIN_B].map((drain) =>
+      startRunner({
+        url: db!.url,
         outbox: path.join(dir, "outbox.jsonl"),
-        args: ["--latency", String(LATENCY), "--drain-timeout", "15000", "--delivery-timeout", "2000"]
-      }))
-    }
+        args: ["--latency", String(LATENCY), "--drain-timeout", String(drain), "--delivery-timeout", "2000"]
+      }))))
     await until("both runners to see each other", 20_000, async () => (await status(runners[0].port)).members.length === 2)
     await shardsSettled(runners.map((r) => r.port), 32)
   }, 90_000)
@@ -49,7 +51,7 @@ describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
 
   it("restartLane from one runner: runs of the older generation fail stale on every runner, none is left running when it returns, later messages are answered", async () => {
     const [a, b] = runners
-    const pending = Array.from({ length: 12 }, (_, i) => post(i % 2 === 0 ? a.port : b.port, `restart-${i}`, `hi ${i}`))
+    const pending = Array.from({ length: 12 }, (_, i) => postMessage(i % 2 === 0 ? a.port : b.port, `restart-${i}`, `hi ${i}`))
     await until("turns to run on both runners", 20_000, async () => {
       const [la, lb] = await Promise.all([mainLane(a.port), mainLane(b.port)])
       return la.running + la.waiting > 0 && lb.running + lb.waiting > 0 && la.running + la.waiting + lb.running + lb.waiting === 12
@@ -64,31 +66,53 @@ describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
     }
     const outcomes = await Promise.all(pending)
     expect(outcomes.map((o) => `${o.status}:${o.body.reason}`)).toEqual(Array(12).fill("502:stale"))
-    const after = await post(a.port, "restart-0", "after the restart")
+    const after = await postMessage(a.port, "restart-0", "after the restart")
     expect(after.status).toBe(200)
     expect(after.body.reply?.text).toBe("You said: after the restart")
   }, 60_000)
 
-  it("SIGTERM: the runner stops taking messages, its running turn finishes and is answered, it exits 0", async () => {
+  it("SIGTERM while a client waits on a turn of the stopping runner, sent through it: the client gets the reply, the runner prints its shutdown line and exits 0 within --drain-timeout", async () => {
     const [a, b] = runners
-    // Find a session that runs on runner b, send through a, then stop b mid-turn.
-    let session = ""
-    const replies = []
-    for (let i = 0; session === "" && i < 40; i++) {
-      const s = `term-${i}`
-      replies.push(post(a.port, s, "last words"))
-      await until(`the turn of ${s} to start`, 20_000, async () => {
+    // A session whose turn runs on b, sent through b, waited on through b.
+    let waiting: ReturnType<typeof postMessage> | undefined
+    for (let i = 0; waiting === undefined && i < 40; i++) {
+      const pending = postMessage(b.port, `term-${i}`, "last words")
+      await until(`the turn of term-${i} to start`, 20_000, async () => {
         const [la, lb] = await Promise.all([mainLane(a.port), mainLane(b.port)])
         return la.running + lb.running >= 1
       })
-      if ((await mainLane(b.port)).running > 0) session = s
-      else await replies[replies.length - 1]
+      if ((await mainLane(b.port)).running > 0) waiting = pending
+      else await pending
     }
-    expect(session).not.toBe("")
-    b.child.kill("SIGTERM")
-    expect(await b.exited).toBe(0)
-    const reply = await replies[replies.length - 1]
+    expect(waiting).toBeDefined()
+    const stopped = await terminate(b)
+    const reply = await waiting!
     expect(reply.status).toBe(200)
     expect(reply.body.reply).toEqual(expect.objectContaining({ text: "You said: last words", runner: b.name }))
+    expect(stopped.code).toBe(0)
+    expect(stopped.ms).toBeLessThanOrEqual(DRAIN_B + EXIT_SLACK_MS)
+    const last = JSON.parse(b.stdout[b.stdout.length - 1])
+    expect(last).toEqual(expect.objectContaining({ type: "shutdown", name: b.name, pid: b.child.pid, signal: "SIGTERM" }))
+    expect(last.drain).toEqual({ completed: 1, canceled: 0, timedOut: false })
+  }, 90_000)
+
+  it("SIGTERM while a client waits on a turn longer than the deadline: the client gets 202 pending in time, the runner exits 0 within --drain-timeout, and the next runner answers the message", async () => {
+    const [a] = runners
+    await shardsSettled([a.port], 32)
+    const waiting = postMessage(a.port, "longer-than-the-deadline", "still there?")
+    await until("the turn to start on a", 20_000, async () => (await mainLane(a.port)).running === 1)
+    const stopped = await terminate(a)
+    const reply = await waiting
+    expect({ status: reply.status, pending: reply.body.pending }).toEqual({ status: 202, pending: true })
+    expect(stopped.code).toBe(0)
+    expect(stopped.ms).toBeLessThanOrEqual(DRAIN_A + EXIT_SLACK_MS)
+    expect(JSON.parse(a.stdout[a.stdout.length - 1])).toEqual(expect.objectContaining({ type: "shutdown", name: a.name, signal: "SIGTERM" }))
+    // The message was durable: a runner started afterwards answers it into the outbox.
+    runners.push(await startRunner({ url: db!.url, outbox: path.join(dir, "outbox.jsonl"), args: ["--latency", "0"] }))
+    await until("the pending message to be answered", 30_000, async () => {
+      const rows = await Effect.runPromise(Postgres.withClient(db!.url, (sql) =>
+        sql.unsafe<{ n: number }>(`SELECT count(*)::float8 AS n FROM switchyard_outbox WHERE idempotency_key = $1`, [`reply:${reply.body.runId}`])))
+      return Number(rows[0].n) === 1
+    })
   }, 90_000)
 })

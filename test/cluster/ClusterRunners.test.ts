@@ -13,7 +13,7 @@ import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { shardsSettled, startRunner, until } from "./support.js"
+import { postMessage, shardsSettled, startRunner, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterRunners.test.ts")
@@ -42,14 +42,16 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
 
   beforeAll(async () => {
     db = await freshDatabase("runners")
-    // One at a time: the first creates the tables, the others find them.
-    for (let i = 0; i < RUNNERS; i++) {
-      runners.push(await startRunner({
-        url: db.url,
+    // All at the same moment on the empty database, as the README's recipe does: they must not race on the schema.
+    const started = await Promise.allSettled(Array.from({ length: RUNNERS }, () =>
+      startRunner({
+        url: db!.url,
         outbox,
         args: ["--latency", String(LATENCY_MS), "--main-concurrent", "8", "--drain-timeout", "2000", "--delivery-timeout", "2000", "--cron", "* * * * * *|tick"]
-      }))
-    }
+      })))
+    for (const s of started) if (s.status === "fulfilled") runners.push(s.value)
+    const failed = started.filter((s) => s.status === "rejected").map((s) => String((s as PromiseRejectedResult).reason))
+    expect(failed).toEqual([])
     await shardsSettled(runners.map((r) => r.port), 32)
   }, 120_000)
 
@@ -58,6 +60,14 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
     await Promise.all(runners.map((r) => r.exited))
     await db?.drop()
     fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
+  it("three runners started at the same moment on a fresh database all come up: each ready line names the runner's own pid, each answers a message", async () => {
+    expect(runners.map((r) => r.ready?.pid)).toEqual(runners.map((r) => r.child.pid))
+    const answers = await Promise.all(runners.map((r) => postMessage(r.port, `hello-${r.name}`, `hi ${r.name}`)))
+    expect(answers.map((a) => [a.status, a.body.reply?.text])).toEqual(runners.map((r) => [200, `You said: hi ${r.name}`]))
+    const migrations = await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_migrations`)
+    expect(Number(migrations[0].n)).toBe(1)
   }, 60_000)
 
   it(`${MESSAGES} messages of ${SESSIONS} sessions to random runners, one SIGKILLed mid-load: every accepted message answered once per turn record, no two turns of a session overlap, cron once per second`, async () => {

@@ -30,6 +30,10 @@ export interface RunnerProcess {
   readonly child: import("node:child_process").ChildProcess
   alive: boolean
   readonly log: Array<string>
+  /** Its standard output, line by line (the ready line first, the shutdown line last). */
+  readonly stdout: Array<string>
+  /** The ready line it printed. */
+  ready: { readonly type: "ready"; readonly name: string; readonly pid: number; readonly http: number } | undefined
   /** Resolves with the exit code (or signal) once the process ended. */
   readonly exited: Promise<number | string>
 }
@@ -52,8 +56,10 @@ export const startRunner = async (options: {
     "--outbox", options.outbox, "--shards", "32", ...(options.args ?? [])
   ], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ANTHROPIC_API_KEY: "", SWITCHYARD_EXIT_WITH_PARENT: "1" } })
   const log: Array<string> = []
+  const stdout: Array<string> = []
   const exited = new Promise<number | string>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal ?? -1)))
-  const runner: RunnerProcess = { name, port, child, alive: true, log, exited }
+  const runner: RunnerProcess = { name, port, child, alive: true, log, stdout, ready: undefined, exited }
+  let partial = ""
   void exited.then(() => {
     runner.alive = false
   })
@@ -61,9 +67,15 @@ export const startRunner = async (options: {
     const timer = setTimeout(() => reject(new Error(`${name} not ready in 30 s:\n${log.join("")}`)), 30_000)
     child.stdout!.on("data", (d: Buffer) => {
       log.push(d.toString())
-      if (d.toString().includes(`"type":"ready"`)) {
-        clearTimeout(timer)
-        resolve()
+      const lines = (partial + d.toString()).split("\n")
+      partial = lines.pop()!
+      for (const line of lines) {
+        stdout.push(line)
+        if (line.includes(`"type":"ready"`)) {
+          runner.ready = JSON.parse(line)
+          clearTimeout(timer)
+          resolve()
+        }
       }
     })
     child.stderr!.on("data", (d: Buffer) => log.push(d.toString()))
@@ -71,6 +83,25 @@ export const startRunner = async (options: {
   })
   return runner
 }
+
+/** Sends SIGTERM; resolves with the exit code and how long the runner took to exit after the signal. */
+export const terminate = async (runner: RunnerProcess): Promise<{ readonly code: number | string; readonly ms: number }> => {
+  const at = Date.now()
+  runner.child.kill("SIGTERM")
+  const code = await runner.exited
+  return { code, ms: Date.now() - at }
+}
+
+/** `POST /sessions/:session/messages?wait=<waitMs>`: the status and the JSON body. */
+export const postMessage = (port: number, session: string, text: string, waitMs = 30_000) =>
+  fetch(`http://127.0.0.1:${port}/sessions/${encodeURIComponent(session)}/messages?wait=${waitMs}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ text })
+  }).then(async (r) => ({
+    status: r.status,
+    body: (await r.json()) as { runId: string; pending?: boolean; reason?: string; error?: string; reply?: { text: string; runner: string } }
+  }))
 
 /** Polls `check` until it returns true or `ms` pass (a deadline on a condition, not a hopeful sleep). */
 export const until = async (what: string, ms: number, check: () => Promise<boolean>): Promise<void> => {

@@ -3,11 +3,12 @@
  * Time is the TestClock; coordination is Deferreds, never sleeps.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Deferred, Effect, Exit, Fiber, Logger, Scope } from "effect"
+import { Cause, Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { DeliveryQueue } from "../../src/delivery/index.js"
 import { DeliveryFailure } from "../../src/delivery/errors.js"
 import type { DeliveryEntry, OutboundMessage } from "../../src/delivery/types.js"
+import { withWarnings } from "./fixtures/files.js"
 import { makeMemoryLog } from "./memoryLog.js"
 
 const msg = (to: string, body: unknown, channel = "test"): OutboundMessage => ({ channel, to, body })
@@ -19,14 +20,6 @@ const waitFor = (cond: () => boolean, rounds?: number) =>
     if (rounds === undefined) assert.isTrue(cond(), "condition reached")
   })
 
-/** Runs `self` with a logger that collects what is logged at Warn level (as text). */
-const withWarnings = <A, E, R>(self: (warnings: Array<string>) => Effect.Effect<A, E, R>) => {
-  const warnings: Array<string> = []
-  const capture = Logger.make((o) => {
-    if (o.logLevel === "Warn") warnings.push((Array.isArray(o.message) ? o.message : [o.message]).map(String).join(" "))
-  })
-  return self(warnings).pipe(Effect.provide(Logger.layer([capture])))
-}
 
 describe("DeliveryQueue lifecycle", () => {
   it.effect("idle waits for due and in-flight work only", () =>
@@ -164,7 +157,7 @@ describe("DeliveryQueue lifecycle", () => {
       assert.strictEqual(calls, 2)
     }))
 
-  it.effect("a failing dead letter keeps the entry at the head until it is recorded", () =>
+  it.effect("a failing final attempt (one record: attempt and dead) keeps the entry at the head until it is recorded", () =>
     Effect.gen(function*() {
       const log = makeMemoryLog()
       const seen: Array<unknown> = []
@@ -175,7 +168,7 @@ describe("DeliveryQueue lifecycle", () => {
             ? Effect.fail(new DeliveryFailure({ message: "gone", permanent: true }))
             : Effect.sync(() => seen.push(e.message.body))
       })
-      log.failNext("deadLetter")
+      log.failNext("attempt")
       const first = yield* q.enqueue(msg("a", 1))
       yield* q.enqueue(msg("a", 2))
       yield* q.idle
@@ -184,6 +177,7 @@ describe("DeliveryQueue lifecycle", () => {
       yield* q.idle
       assert.deepStrictEqual(seen, [2])
       assert.deepStrictEqual((yield* log.dead).map((e) => e.id), [first.id])
+      assert.isFalse(log.calls.some((c) => c.op === "deadLetter"), "no second record for the move to dead")
     }))
 
   it.effect("an entry the log no longer knows is dropped from memory with a warning", () =>
@@ -217,7 +211,7 @@ describe("DeliveryQueue lifecycle", () => {
       yield* q.enqueue(msg("dead", 2))
       yield* q.enqueue(msg("slow", 3))
       yield* Deferred.await(reached)
-      yield* waitFor(() => log.acked.length === 1 && log.calls.some((c) => c.op === "deadLetter"))
+      yield* waitFor(() => log.acked.length === 1 && log.calls.some((c) => c.op === "attempt" && !c.failed))
       assert.deepStrictEqual(yield* q.stats, { pending: 1, dead: 1, inFlight: 1, delivered: 1 })
       yield* Deferred.succeed(gate, undefined)
       yield* q.idle

@@ -1,0 +1,131 @@
+/**
+ * The cluster's whole Postgres schema, created once, under one lock.
+ *
+ * `migrate` runs in one transaction that first takes the advisory lock `switchyard-schema`; runners
+ * that start at the same moment on an empty database queue on that lock, the first creates every
+ * table, the others find the work recorded and do nothing. It runs, in order, effect/cluster's own
+ * migrations (`cluster_messages`, `cluster_replies`, `cluster_runners`, `cluster_locks`, histories
+ * `cluster_migrations` and `cluster_runner_migrations`) and switchyard's (`<prefix>_outbox`,
+ * `_generations`, `_members`, `_coalesce`, `_transcripts`, `_turns`, `_cron_firings`, history
+ * `<prefix>_migrations`), all through Effect's SQL `Migrator`. A new table or column is a new
+ * numbered entry in {@link switchyardMigrations}; an existing entry never changes.
+ *
+ * Nothing else in `src/cluster` creates a table: every other part needs the schema and says so.
+ */
+import { Effect } from "effect"
+import { SqlMessageStorage, SqlRunnerStorage } from "effect/cluster"
+import { SqlClient } from "effect/sql"
+import * as Migrator from "effect/sql/Migrator"
+import type { SqlError } from "effect/sql/SqlError"
+
+/** The advisory lock every schema change of a switchyard cluster holds (its `hashtext` key). */
+export const SCHEMA_LOCK = "switchyard-schema"
+
+/**
+ * Runs `self` in a transaction that holds {@link SCHEMA_LOCK} (released at commit or rollback), so no
+ * two processes change the schema at once.
+ */
+export const withSchemaLock = <A, E, R>(
+  self: Effect.Effect<A, E, R>
+): Effect.Effect<A, E | SqlError, R | SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    return yield* sql.withTransaction(
+      Effect.andThen(sql`SELECT pg_advisory_xact_lock(hashtext(${SCHEMA_LOCK}))`, self)
+    )
+  })
+
+/** The outbox table of `PgDeliveryLog` and its indexes (idempotent; run it under {@link withSchemaLock}). */
+export const createOutbox = (table: string): Effect.Effect<void, SqlError, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${table} (
+      seq bigserial PRIMARY KEY,
+      id text NOT NULL UNIQUE,
+      channel text NOT NULL,
+      recipient text NOT NULL,
+      body text NOT NULL,
+      idempotency_key text,
+      enqueued_at bigint NOT NULL,
+      attempts integer NOT NULL DEFAULT 0,
+      last_error text,
+      next_attempt_at bigint,
+      status text NOT NULL,
+      acked_at bigint,
+      lease_owner text,
+      lease_until bigint
+    )`)
+    yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_live ON ${table} (channel, recipient, seq) WHERE status = 'pending'`)
+    yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_status ON ${table} (status, seq)`)
+    yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_ikey ON ${table} (idempotency_key) WHERE idempotency_key IS NOT NULL`)
+  })
+
+/**
+ * switchyard's migrations for the tables of `prefix`. `0001` says `IF NOT EXISTS` because databases
+ * set up before the migrator existed have these tables but no history.
+ */
+export const switchyardMigrations = (prefix: string): Migrator.Loader =>
+  Migrator.fromRecord({
+    "0001_tables": Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* createOutbox(`${prefix}_outbox`)
+      // ClusterQueue: lane generations, membership, coalescing slots.
+      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_generations (lane text PRIMARY KEY, generation bigint NOT NULL)`)
+      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_members (
+        member text PRIMARY KEY, seen_at bigint NOT NULL, applied jsonb NOT NULL DEFAULT '{}'::jsonb)`)
+      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_coalesce (
+        lane text NOT NULL, key text NOT NULL, slot bigint NOT NULL, started boolean NOT NULL, PRIMARY KEY (lane, key))`)
+      // ClusterAgent: transcripts and turn records.
+      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_transcripts (
+        id bigserial PRIMARY KEY, session text NOT NULL, run_id text NOT NULL, role text NOT NULL, content text NOT NULL,
+        UNIQUE (run_id, role))`)
+      yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${prefix}_transcripts_session ON ${prefix}_transcripts (session, id)`)
+      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_turns (
+        id bigserial PRIMARY KEY, session text NOT NULL, runner text NOT NULL, run_id text NOT NULL,
+        started_at bigint NOT NULL, ended_at bigint NOT NULL)`)
+      // ClusterCronJobs: one row per due time fired.
+      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_cron_firings (
+        job text NOT NULL, due_at bigint NOT NULL, runner text NOT NULL, fired integer NOT NULL DEFAULT 1,
+        PRIMARY KEY (job, due_at))`)
+    })
+  })
+
+/** Options of {@link migrate}. */
+export interface MigrateOptions {
+  /** switchyard's table prefix; default `switchyard`. */
+  readonly prefix?: string
+  /** effect/cluster's table prefix; default `cluster` (effect/cluster's own default). */
+  readonly clusterPrefix?: string
+  /** Also create effect/cluster's tables; default true. */
+  readonly cluster?: boolean
+}
+
+/**
+ * Creates what is missing of the schema, in one transaction under {@link SCHEMA_LOCK}; returns the
+ * migrations it ran (`[]` when the schema was complete). Safe from many processes at once.
+ */
+export const migrate = (
+  options: MigrateOptions = {}
+): Effect.Effect<ReadonlyArray<string>, Migrator.MigrationError | SqlError, SqlClient.SqlClient> =>
+  withSchemaLock(Effect.gen(function*() {
+    const prefix = options.prefix ?? "switchyard"
+    const clusterPrefix = options.clusterPrefix ?? "cluster"
+    const run = Migrator.make({})
+    const ran: Array<string> = []
+    const record = (owner: string) => (done: ReadonlyArray<readonly [number, string]>) => {
+      for (const [id, name] of done) ran.push(`${owner}:${String(id).padStart(4, "0")}_${name}`)
+    }
+    if (options.cluster !== false) {
+      // The history tables are the ones effect/cluster's own layers use, so they find the work done.
+      record(`${clusterPrefix}_messages`)(yield* run({
+        loader: SqlMessageStorage.migrations({ prefix: clusterPrefix }),
+        table: `${clusterPrefix}_migrations`
+      }))
+      record(`${clusterPrefix}_runners`)(yield* run({
+        loader: SqlRunnerStorage.migrations({ prefix: clusterPrefix }),
+        table: `${clusterPrefix}_runner_migrations`
+      }))
+    }
+    record(prefix)(yield* run({ loader: switchyardMigrations(prefix), table: `${prefix}_migrations` }))
+    return ran
+  }))
