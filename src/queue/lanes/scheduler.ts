@@ -9,10 +9,11 @@
  * its end (scope closed, `onExit`, hand-off of the slot) always runs.
  */
 import { Context, Deferred, Effect, Exit, Fiber, Scope } from "effect"
-import type { LaneQueueFull, LanesClosed, LanesConfigInvalid } from "./errors.js"
-import type { ActivationExit, LanesOptions, WakeResult } from "./Lanes.js"
-import { show, validateLanesOptions } from "./LanesConfig.js"
-import type { InlineWork, InternalOptions, LanesInternal } from "./lanesEntry.js"
+import type { LaneQueueFull, LanesClosed, LanesConfigInvalid } from "../errors.js"
+import { show } from "../show.js"
+import { validateLanesOptions } from "./config.js"
+import type { InlineWork, InternalOptions, LanesInternal } from "./entry.js"
+import type { ActivationExit, LanesOptions, WakeResult } from "./types.js"
 import {
   CLOSED_ERROR,
   Entry,
@@ -30,7 +31,7 @@ import {
   START_BUDGET_MS,
   STARTING,
   wakeEffect
-} from "./lanesEntry.js"
+} from "./entry.js"
 
 /** `createLanes`, typed with its synchronous wake (for the command queue's engine). @internal */
 export const createLanesInternal = <K, E = never, R = never>(
