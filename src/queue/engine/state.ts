@@ -7,6 +7,7 @@
 import { Clock, Context, Effect } from "effect"
 import type { Deferred, Exit, Fiber } from "effect"
 import { QueueFailure, RequestError } from "../errors.js"
+import { Fifo } from "../fifo.js"
 import type { QueueFailureReason, QueueFailureStage } from "../errors.js"
 import { RunInline } from "../lanes/entry.js"
 import type { InlineWork, LanesInternal } from "../lanes/entry.js"
@@ -90,28 +91,10 @@ export class Task implements InlineWork {
 }
 
 /** The FIFO of one key's waiting tasks and the task it runs. Deleted from the lane when empty. */
-export class KeyTasks {
-  head: Task | undefined = undefined
-  tail: Task | undefined = undefined
+export class KeyTasks extends Fifo<Task> {
   running: Task | undefined = undefined
   /** A `lanes.cancel(key)` is in flight to drop an activation owed for tasks that are gone. */
   cancelling = false
-
-  push(task: Task): void {
-    task.prev = this.tail
-    if (this.tail === undefined) this.head = task
-    else this.tail.next = task
-    this.tail = task
-  }
-
-  unlink(task: Task): void {
-    if (task.prev === undefined) this.head = task.next
-    else task.prev.next = task.next
-    if (task.next === undefined) this.tail = task.prev
-    else task.next.prev = task.prev
-    task.prev = undefined
-    task.next = undefined
-  }
 
   /** Whether the key holds no task at all (nothing waits, nothing runs). */
   get idle(): boolean {
