@@ -8,9 +8,7 @@
  * interrupts is finished on the next start: accepted messages are answered, a reply recorded and
  * not yet in the log is appended (once: its idempotency key is the session and turn number).
  */
-import { Deferred, Effect, Fiber } from "effect"
-import type { Scope } from "effect"
-import * as fs from "node:fs"
+import { Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import * as path from "node:path"
 import { CommandQueue } from "../queue/index.js"
 import type { AdmissionError, LanesConfigInvalid, RequestError } from "../queue/index.js"
@@ -28,8 +26,17 @@ import type { ModelError } from "./Model.js"
 import * as Transcripts from "./Transcripts.js"
 import { makeTurns } from "./turns.js"
 import { validateOptions } from "./options.js"
+import { DEFAULT_MAX_RECORD_BYTES } from "./replies.js"
+import type { MessageTooLarge } from "./replies.js"
+import type { UnansweredSession } from "./retries.js"
+import { watchLogHealth } from "./logHealth.js"
+import { ensureStateDir } from "./stateDir.js"
+import type { LogHealthStatus } from "./logHealth.js"
 
 export type { AgentEvent, TurnResult } from "./events.js"
+export type { TurnFailure, UnansweredSession } from "./retries.js"
+export type { LogHealthStatus } from "./logHealth.js"
+export { RETRY_DELAYS_MS } from "./retries.js"
 
 /** Options of {@link make}. */
 export interface AgentOptions {
@@ -61,16 +68,30 @@ export interface AgentOptions {
   readonly log?: DeliveryLog.DeliveryLog
   /** Called synchronously for every event (turns, streamed text, heartbeats, deliveries); it must not throw. */
   readonly onEvent?: (event: AgentEvent) => void
+  /**
+   * The delivery log's record limit (default 1 MiB; passed to the file log): a larger message is
+   * refused at `send` (`MessageTooLarge`), a larger reply is delivered as several entries.
+   */
+  readonly maxRecordBytes?: number
+  /** At most this many accepted messages go to one model call; the rest go to the next turn (default: all). */
+  readonly maxMessagesPerTurn?: number
 }
 
 /** What a turn can fail with (besides the queue's `QueueFailure`). */
 export type TurnError = ModelError | Transcripts.TranscriptError | DeliveryLogError
+
+/** What `send` can fail with: nothing was accepted then. */
+export type SendError = AdmissionError | RequestError | MessageTooLarge | Transcripts.TranscriptError
 
 /** What `snapshot` reports. */
 export interface AgentSnapshot {
   readonly lanes: ReadonlyArray<CommandQueue.LaneSnapshot>
   readonly deliveries: DeliveryQueue.Stats
   readonly lastActiveSession: string
+  /** Sessions with messages accepted and not answered (and why their turns fail, when they do). */
+  readonly unanswered: ReadonlyArray<UnansweredSession>
+  /** The delivery log's health (`DeliveryLog.health`; always ok for a log that does not report it). */
+  readonly log: LogHealthStatus
 }
 
 /** What `shutdown` reports. */
@@ -78,6 +99,8 @@ export interface ShutdownReport {
   readonly drain: CommandQueue.DrainReport
   /** Entries still pending in the delivery log (they are delivered on the next start). */
   readonly pendingDeliveries: number
+  /** User messages accepted and not answered (they are answered on the next start). */
+  readonly unanswered: number
 }
 
 /** A running agent. */
@@ -91,7 +114,7 @@ export interface Agent {
   readonly send: (
     session: string,
     text: string
-  ) => Effect.Effect<CommandQueue.Future<TurnResult, TurnError>, AdmissionError | RequestError | Transcripts.TranscriptError>
+  ) => Effect.Effect<CommandQueue.Future<TurnResult, TurnError>, SendError>
   /**
    * `send` for several messages of one session at once (e.g. lines that arrived together): one
    * write accepts them all, and one turn answers them (with whatever else it finds accepted).
@@ -99,7 +122,7 @@ export interface Agent {
   readonly sendAll: (
     session: string,
     texts: ReadonlyArray<string>
-  ) => Effect.Effect<CommandQueue.Future<TurnResult, TurnError>, AdmissionError | RequestError | Transcripts.TranscriptError>
+  ) => Effect.Effect<CommandQueue.Future<TurnResult, TurnError>, SendError>
   /**
    * Restarts a lane of the queue (see `CommandQueue.restartLane`): every older task fails `stale`.
    * For `main`, the accepted messages of the interrupted turns stay accepted, and each of their
@@ -107,6 +130,13 @@ export interface Agent {
    */
   readonly restartLane: (lane: string) => Effect.Effect<number, RequestError>
   readonly snapshot: Effect.Effect<AgentSnapshot>
+  /** Sessions with messages accepted and not answered, and their failures (as in `snapshot`). */
+  readonly unanswered: Effect.Effect<ReadonlyArray<UnansweredSession>>
+  /**
+   * Retries now, skipping the backoff: every session whose turns fail (or only `session`), also
+   * those that wait after a `retryable: false` error. Returns how many sessions got a turn.
+   */
+  readonly retry: (session?: string) => Effect.Effect<number>
   /**
    * Stops the heartbeat and cron, drains the lanes (turns in flight finish, up to `drainTimeoutMs`),
    * waits for deliveries in flight (same bound), flushes the log. Idempotent: a second call waits
@@ -152,13 +182,10 @@ export const make = (
       }
     }
 
-    yield* Effect.try({
-      try: () => fs.mkdirSync(stateDir, { recursive: true, mode: 0o700 }),
-      catch: (cause) =>
-        new AgentConfigInvalid({ field: "stateDir", message: `Cannot create \`stateDir\` ${stateDir}: ${String(cause)}` })
-    })
+    yield* ensureStateDir(stateDir)
+    const maxRecordBytes = options.maxRecordBytes ?? DEFAULT_MAX_RECORD_BYTES
     const log = options.log ??
-      (yield* DeliveryLog.open({ dir: path.join(stateDir, "deliveries"), fsync: fsyncAll ? "always" : "never" }))
+      (yield* DeliveryLog.open({ dir: path.join(stateDir, "deliveries"), fsync: fsyncAll ? "always" : "never", maxRecordBytes }))
     const transcripts = yield* Transcripts.make({
       dir: path.join(stateDir, "sessions"),
       historyLimit: options.historyLimit ?? 20,
@@ -177,7 +204,13 @@ export const make = (
       drainTimeoutMs
     })
 
+    // Retry timers and the health watch: closed by the shutdown, before the queue.
+    const timers = yield* Scope.make()
+    yield* Effect.addFinalizer(() => Scope.close(timers, Exit.void))
     const turns = makeTurns({
+      scope: timers,
+      maxRecordBytes,
+      ...(options.maxMessagesPerTurn === undefined ? {} : { maxMessagesPerTurn: options.maxMessagesPerTurn }),
       model,
       queue,
       deliveries,
@@ -192,6 +225,12 @@ export const make = (
     yield* turns.recover
 
     const background: Array<Fiber.Fiber<unknown, unknown>> = []
+    const health = watchLogHealth(log, {
+      emit,
+      // Healthy again: what failed on the log or the disk is retried at once, without a restart.
+      healed: Effect.suspend(() => (turns.anyIoFailure() ? Effect.asVoid(turns.retry(undefined, (io) => io)) : Effect.void))
+    })
+    if (health.watch !== undefined) background.push(yield* Effect.forkIn(health.watch, timers))
     const tickFailed = (what: string) => (error: unknown) =>
       Effect.logDebug(`switchyard: ${what} tick not admitted: ${String((error as { message?: unknown })?.message ?? error)}`)
     if (options.heartbeat !== undefined) {
@@ -212,13 +251,14 @@ export const make = (
 
     let shutdownDone: Deferred.Deferred<ShutdownReport> | undefined
     const shutdownOnce = Effect.gen(function*() {
-      turns.close()
+      yield* turns.close
       yield* Effect.forEach(background, Fiber.interrupt, { discard: true })
       const drain = yield* queue.drain({ timeoutMs: drainTimeoutMs })
       yield* Effect.timeoutOption(deliveries.idle, drainTimeoutMs)
       yield* log.flush.pipe(Effect.catch((error) => Effect.logWarning(`switchyard: flushing the delivery log failed: ${error.message}`)))
       const stats = yield* deliveries.stats
-      return { drain, pendingDeliveries: stats.pending } satisfies ShutdownReport
+      const unanswered = turns.unanswered().reduce((n, s) => n + s.messages, 0)
+      return { drain, pendingDeliveries: stats.pending, unanswered } satisfies ShutdownReport
     })
     const shutdown: Effect.Effect<ShutdownReport> = Effect.suspend(() => {
       if (shutdownDone !== undefined) return Deferred.await(shutdownDone)
@@ -241,8 +281,11 @@ export const make = (
       snapshot: Effect.gen(function*() {
         const lanes = yield* queue.snapshot
         const stats = yield* deliveries.stats
-        return { lanes, deliveries: stats, lastActiveSession: turns.lastActiveSession() }
+        const logHealth = yield* health.status
+        return { lanes, deliveries: stats, lastActiveSession: turns.lastActiveSession(), unanswered: turns.unanswered(), log: logHealth }
       }),
+      unanswered: Effect.sync(turns.unanswered),
+      retry: (session) => turns.retry(session),
       shutdown,
       lastActiveSession: turns.lastActiveSession,
       queue,

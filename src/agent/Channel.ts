@@ -32,6 +32,9 @@ export interface ReplyBody {
   readonly job?: string
   /** The turn's number within its session. */
   readonly turn?: number
+  /** A reply too large for one log record is several entries: this one is part `part` (from 1) of `parts`. */
+  readonly part?: number
+  readonly parts?: number
 }
 
 /** Reads a `ReplyBody` out of an entry; `undefined` when the entry was not written by an agent. */
@@ -48,7 +51,8 @@ export const replyOf = (entry: DeliveryEntry): ReplyBody | undefined => {
     text: b.text,
     messages,
     ...(typeof b.job === "string" ? { job: b.job } : {}),
-    ...(typeof b.turn === "number" ? { turn: b.turn } : {})
+    ...(typeof b.turn === "number" ? { turn: b.turn } : {}),
+    ...(typeof b.part === "number" && typeof b.parts === "number" ? { part: b.part, parts: b.parts } : {})
   }
 }
 

@@ -53,6 +53,8 @@ export interface SessionState {
   readonly nextTurn: number
   /** The last turn, while its reply may not be in the delivery log yet. */
   readonly unsent?: TurnRecord
+  /** When a user message was last accepted (epoch ms, increasing within a process): the last active session survives a restart. */
+  readonly activeAt?: number
 }
 
 /** The transcript store of one agent. Updates of one session are serialised; sessions are independent. */
@@ -90,6 +92,11 @@ export interface Transcripts {
   readonly markSent: (session: string, n: number) => Effect.Effect<void, TranscriptError>
   /** Every session that has a file, in no particular order. */
   readonly sessions: Effect.Effect<ReadonlyArray<string>, TranscriptError>
+  /**
+   * Accepted, unanswered messages per session, as of the last read or write of each session (every
+   * session is read on an agent's start). Sessions with none are absent.
+   */
+  readonly pendingCounts: () => ReadonlyMap<string, number>
 }
 
 /** The messages a model sees for a session: its stored turns, then the given new user messages. */
@@ -117,6 +124,8 @@ export const sessionFileName = (session: string): string => {
 const emptyState = (session: string): SessionState => ({ session, turns: [], pending: [], nextSeq: 1, nextTurn: 1 })
 
 let tempCounter = 0
+/** The last `activeAt` given out in this process (kept increasing when two accepts share a millisecond). */
+let lastStamp = 0
 
 /**
  * Opens the transcript store in `dir` (created 0700 when missing). `historyLimit` (default 20) is
@@ -131,7 +140,8 @@ export const make = (options: {
     const dir = path.resolve(options.dir)
     const historyLimit = options.historyLimit ?? 20
     const fsync = options.fsync ?? true
-    yield* io(dir, () => fs.mkdir(dir, { recursive: true, mode: 0o700 }))
+    yield* io(dir, "create", () => fs.mkdir(dir, { recursive: true, mode: 0o700 }))
+    yield* sweepTemps(dir)
 
     // One permit per session; an entry lives only while someone holds or waits for it.
     const locks = new Map<string, { readonly sem: Semaphore.Semaphore; users: number }>()
@@ -165,25 +175,34 @@ export const make = (options: {
               ? Effect.succeed(emptyState(session))
               : Effect.fail(new TranscriptError({ reason: "io", message: `cannot read ${file}: ${text(cause)}`, path: file })),
           onSuccess: (content) => parse(session, file, content)
-        })
+        }),
+        Effect.map(counted)
       )
+    }
+
+    const counts = new Map<string, number>()
+    const counted = (state: SessionState): SessionState => {
+      if (state.pending.length === 0) counts.delete(state.session)
+      else counts.set(state.session, state.pending.length)
+      return state
     }
 
     const write = (state: SessionState): Effect.Effect<void, TranscriptError> => {
       const file = fileOf(state.session)
-      return io(file, async () => {
+      return io(file, "write", async () => {
         const temp = `${file}.${process.pid}.${++tempCounter}.tmp`
-        const handle = await fs.open(temp, "wx", 0o600)
         try {
-          await handle.writeFile(JSON.stringify({ version: 1, ...state }), "utf8")
-          if (fsync) await handle.datasync()
-        } finally {
-          await handle.close()
-        }
-        try {
+          const handle = await fs.open(temp, "wx", 0o600)
+          try {
+            await handle.writeFile(JSON.stringify({ version: 1, ...state }), "utf8")
+            if (fsync) await handle.datasync()
+          } finally {
+            await handle.close()
+          }
           await fs.rename(temp, file)
         } catch (error) {
-          await fs.rm(temp, { force: true })
+          // ENOSPC and friends: no temp file is left behind (the old file is untouched).
+          await fs.rm(temp, { force: true }).catch(() => undefined)
           throw error
         }
         if (fsync) {
@@ -194,7 +213,7 @@ export const make = (options: {
             await folder.close()
           }
         }
-      })
+      }).pipe(Effect.tap(() => Effect.sync(() => counted(state))))
     }
 
     /** Read, change, write atomically, then `after` (still under the lock). */
@@ -218,8 +237,10 @@ export const make = (options: {
       accept: (session, texts, after) =>
         update(session, (state) => {
           const at = Date.now()
+          const activeAt = (lastStamp = Math.max(at, lastStamp + 1))
           const added = texts.map((text, i): PendingMessage => ({ seq: state.nextSeq + i, text, at }))
-          return [{ ...state, pending: [...state.pending, ...added], nextSeq: state.nextSeq + texts.length }, added] as const
+          const next = { ...state, pending: [...state.pending, ...added], nextSeq: state.nextSeq + texts.length, activeAt }
+          return [next, added] as const
         }, after),
       drop: (session, seqs) =>
         update(session, (state) => {
@@ -245,7 +266,8 @@ export const make = (options: {
             pending: state.pending.filter((m) => !answered.has(m.seq)),
             nextSeq: state.nextSeq,
             nextTurn: state.nextTurn + 1,
-            unsent: record
+            unsent: record,
+            ...(state.activeAt === undefined ? {} : { activeAt: state.activeAt })
           }
           return [next, record] as const
         }),
@@ -256,18 +278,19 @@ export const make = (options: {
           return [rest, undefined] as const
         }),
       sessions: Effect.gen(function*() {
-        const names = yield* io(dir, () => fs.readdir(dir))
+        const names = yield* io(dir, "read", () => fs.readdir(dir))
         const out: Array<string> = []
         for (const name of names) {
           if (!name.endsWith(".json")) continue
           const file = path.join(dir, name)
-          const content = yield* io(file, () => fs.readFile(file, "utf8"))
+          const content = yield* io(file, "read", () => fs.readFile(file, "utf8"))
           const session = sessionIdOf(content)
           if (session !== undefined) out.push(session)
           else yield* Effect.logWarning(`switchyard: ignoring unreadable transcript ${file}`)
         }
         return out
-      })
+      }),
+      pendingCounts: () => counts
     }
     return store
   })
@@ -303,15 +326,24 @@ const parse = (session: string, file: string, content: string): Effect.Effect<Se
       pending: value.pending,
       nextSeq: value.nextSeq,
       nextTurn: value.nextTurn,
-      ...(value.unsent === undefined ? {} : { unsent: value.unsent })
+      ...(value.unsent === undefined ? {} : { unsent: value.unsent }),
+      ...(typeof value.activeAt === "number" ? { activeAt: value.activeAt } : {})
     }
     return Effect.succeed(state)
   })
 
-const io = <A>(file: string, f: () => Promise<A>): Effect.Effect<A, TranscriptError> =>
+const io = <A>(file: string, what: "read" | "write" | "create", f: () => Promise<A>): Effect.Effect<A, TranscriptError> =>
   Effect.tryPromise({
     try: f,
-    catch: (cause) => new TranscriptError({ reason: "io", message: `${file}: ${text(cause)}`, path: file })
+    catch: (cause) => new TranscriptError({ reason: "io", message: `cannot ${what} ${file}: ${text(cause)}`, path: file })
+  })
+
+/** Removes the temp files a crash (or a full disk, before this version) left in `dir`: only the writer's own `*.tmp` names. */
+const sweepTemps = (dir: string): Effect.Effect<void, TranscriptError> =>
+  io(dir, "read", async () => {
+    for (const name of await fs.readdir(dir)) {
+      if (/\.json\.\d+\.\d+\.tmp$/.test(name)) await fs.rm(path.join(dir, name), { force: true })
+    }
   })
 
 const text = (cause: unknown): string => cause instanceof Error ? cause.message : String(cause)

@@ -13,8 +13,10 @@ export interface TurnResult {
   readonly messages: number
   /** A heartbeat reply of exactly `HEARTBEAT_OK`: not delivered. */
   readonly suppressed: boolean
-  /** The delivery id of the reply (absent when suppressed or when there was nothing to answer). */
+  /** The delivery id of the reply (absent when suppressed or when there was nothing to answer); of its first part when it was split. */
   readonly id?: string
+  /** A reply too large for one log record is delivered as several entries, in order: their ids. */
+  readonly ids?: ReadonlyArray<string>
   readonly job?: string
 }
 
@@ -33,8 +35,24 @@ export type AgentEvent =
   | { readonly type: "text"; readonly kind: TurnKind; readonly session: string; readonly turn: number; readonly chunk: string }
   /** A turn ended; its reply (unless suppressed) is in the delivery log. */
   | ({ readonly type: "turn-ended" } & TurnResult)
-  /** A turn failed (the model, the transcript or the log); accepted user messages stay for the next turn. */
-  | { readonly type: "turn-failed"; readonly kind: TurnKind; readonly session: string; readonly error: string }
+  /**
+   * A turn failed (the model, the transcript or the log). `kept`: its accepted messages stay and
+   * will be answered; then `retryInMs` is when the agent tries again by itself (absent: it waits for
+   * a new message of the session, or `retry`). `kept: false`: given up for good (the log refuses
+   * the reply), the session moved on. `messages`: the session's accepted, unanswered messages.
+   */
+  | {
+    readonly type: "turn-failed"
+    readonly kind: TurnKind
+    readonly session: string
+    readonly error: string
+    readonly messages: number
+    readonly retryable: boolean
+    readonly kept: boolean
+    readonly retryInMs?: number
+  }
+  /** The delivery log's health changed (`DeliveryLog.health`). */
+  | { readonly type: "log-health"; readonly status: "ok" | "failing"; readonly error?: string }
   /** A heartbeat turn ended. */
   | { readonly type: "heartbeat"; readonly suppressed: boolean; readonly text: string; readonly id?: string }
   /** The channel took an entry. */

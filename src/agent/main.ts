@@ -1,9 +1,9 @@
 /**
- * Running an agent as a program's main: graceful shutdown on SIGTERM / SIGINT.
+ * Running an agent as a program's main: graceful shutdown on SIGTERM / SIGINT / SIGHUP.
  *
- * `runMain` installs the signal handlers and runs a program; the first SIGTERM or SIGINT
+ * `runMain` installs the signal handlers and runs a program; the first SIGTERM, SIGINT or SIGHUP
  * completes `main.signal` (the program then stops taking input and shuts down); a second one
- * exits at once with 128 + the signal's number (130 for SIGINT, 143 for SIGTERM). When the
+ * exits at once with 128 + the signal's number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP). When the
  * program ends, standard output and standard error are flushed and the process exits with the
  * program's code (0 by default, 1 after a failure, whose cause goes to standard error).
  *
@@ -14,22 +14,22 @@
 import { Cause, Deferred, Effect, Exit, Fiber, Logger } from "effect"
 import type { Agent, ShutdownReport } from "./Agent.js"
 
-/** The signals that ask for a graceful shutdown. */
-export type ShutdownSignal = "SIGTERM" | "SIGINT"
+/** The signals that ask for a graceful shutdown (SIGHUP: the terminal went away, treated like SIGTERM). */
+export type ShutdownSignal = "SIGTERM" | "SIGINT" | "SIGHUP"
 
 /** Why the program ended: a signal, or the end of its input. */
 export type StopReason = ShutdownSignal | "eof"
 
 /** What `runMain` gives its program. */
 export interface MainContext {
-  /** Completes with the first SIGTERM or SIGINT. */
+  /** Completes with the first SIGTERM, SIGINT or SIGHUP. */
   readonly signal: Effect.Effect<ShutdownSignal>
   /** The first signal received, if any. */
   readonly received: () => ShutdownSignal | undefined
 }
 
 /** The exit code of a process ended by `signal` (128 + its number). */
-export const signalExitCode = (signal: ShutdownSignal): number => (signal === "SIGINT" ? 130 : 143)
+export const signalExitCode = (signal: ShutdownSignal): number => (signal === "SIGINT" ? 130 : signal === "SIGHUP" ? 129 : 143)
 
 /**
  * Runs `program` as the process's main (see the module comment). Effect's loggers write to
@@ -56,10 +56,9 @@ export const runMain = <E>(
       process.exit(signalExitCode(signal))
     }
   }
-  const onTerm = () => onSignal("SIGTERM")
-  const onInt = () => onSignal("SIGINT")
-  process.on("SIGTERM", onTerm)
-  process.on("SIGINT", onInt)
+  process.on("SIGTERM", () => onSignal("SIGTERM"))
+  process.on("SIGINT", () => onSignal("SIGINT"))
+  process.on("SIGHUP", () => onSignal("SIGHUP"))
 
   const main: MainContext = { signal: Deferred.await(first), received: () => received }
   const fiber = Effect.runFork(program(main).pipe(Effect.provideService(Logger.LogToStderr, true)))

@@ -42,5 +42,11 @@ export const validateOptions = (options: AgentOptions): Effect.Effect<void, Agen
   if (options.fsync !== undefined && options.fsync !== "always" && options.fsync !== "never") {
     return bad("fsync", "`always` or `never`", options.fsync)
   }
+  if (options.maxRecordBytes !== undefined && !isInt(options.maxRecordBytes, 1024)) {
+    return bad("maxRecordBytes", "an integer from 1024 and up", options.maxRecordBytes)
+  }
+  if (options.maxMessagesPerTurn !== undefined && !isInt(options.maxMessagesPerTurn, 1)) {
+    return bad("maxMessagesPerTurn", "an integer from 1 and up", options.maxMessagesPerTurn)
+  }
   return Effect.void
 }

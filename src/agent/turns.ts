@@ -8,10 +8,10 @@
  * accepted messages. So every message is answered by exactly the turn whose future `send` returned.
  */
 import { Cause, Deferred, Effect, Exit, Option } from "effect"
+import type { Scope } from "effect"
 import { AdmissionError, RequestError } from "../queue/index.js"
 import type { CommandQueue } from "../queue/index.js"
-import type { DeliveryQueue } from "../delivery/index.js"
-import type { ReplyBody } from "./Channel.js"
+import type { DeliveryEntry, DeliveryQueue } from "../delivery/index.js"
 import { cronSession } from "./CronJobs.js"
 import type { ParsedCronJob } from "./CronJobs.js"
 import type { AgentEvent, TurnResult } from "./events.js"
@@ -20,6 +20,11 @@ import type { Model } from "./Model.js"
 import { toMessages } from "./Transcripts.js"
 import type { SessionState, TurnKind, TurnRecord, Transcripts } from "./Transcripts.js"
 import type { TurnError } from "./Agent.js"
+import { checkMessageSize, replyMessages } from "./replies.js"
+import type { MessageTooLarge } from "./replies.js"
+import { makeRetries } from "./retries.js"
+import type { UnansweredSession } from "./retries.js"
+import { classify, errorText, isWellFormed } from "./turnErrors.js"
 
 type TurnFuture = CommandQueue.Future<TurnResult, TurnError>
 
@@ -42,23 +47,16 @@ interface Deps {
   readonly maxTokens: number
   readonly defaultSession: string
   readonly emit: (event: AgentEvent) => void
+  /** The delivery log's record limit: larger messages are refused, larger replies split. */
+  readonly maxRecordBytes: number
+  /** At most this many accepted messages per model call (default: all). */
+  readonly maxMessagesPerTurn?: number
+  /** Where retry timers live (closed with the agent). */
+  readonly scope: Scope.Scope
 }
-
-const errorText = (error: unknown): string =>
-  typeof error === "object" && error !== null && "message" in error ? String((error as { message: unknown }).message) : String(error)
 
 /** Whether a session id belongs to the heartbeat or a cron job (users cannot send to it). */
 export const isReservedSession = (session: string): boolean => session === HEARTBEAT_SESSION || session.startsWith("cron:")
-
-/** The reply body written to the log for a turn record. */
-export const replyBody = (session: string, record: TurnRecord): ReplyBody => ({
-  session,
-  kind: record.kind,
-  text: record.reply,
-  messages: record.kind === "user" ? record.user.length : 1,
-  ...(record.job === undefined ? {} : { job: record.job }),
-  turn: record.n
-})
 
 /** Builds the turn machinery of one agent. */
 export const makeTurns = (deps: Deps) => {
@@ -74,19 +72,45 @@ export const makeTurns = (deps: Deps) => {
     if (waiting.get(batch.session) === batch) waiting.delete(batch.session)
   }
 
-  const enqueueReply = (session: string, record: TurnRecord) =>
-    deps.deliveries.enqueue({
-      channel: deps.channelName,
-      to: record.to,
-      body: replyBody(session, record),
-      idempotencyKey: `reply:${session}#${record.n}`
-    })
+  const max = deps.maxMessagesPerTurn ?? Infinity
+  const retries = makeRetries({ scope: deps.scope, kick: (session) => resume([session]) })
 
-  /** A reply recorded before a crash and maybe not logged: log it (once, by its idempotency key). */
-  const flushUnsent = (session: string, state: SessionState) =>
+  /**
+   * Logs a reply (in parts when it is larger than a record, in order), then marks it logged. A
+   * reply the log refuses for good (`too-large`, `invalid`) is given up: marked logged all the
+   * same, so the session moves on, and the failure goes on to the caller.
+   */
+  const logReply = (session: string, record: TurnRecord): Effect.Effect<ReadonlyArray<DeliveryEntry>, TurnError> =>
+    Effect.gen(function*() {
+      const entries: Array<DeliveryEntry> = []
+      for (const message of replyMessages(deps.channelName, session, record, deps.maxRecordBytes)) {
+        entries.push(yield* deps.deliveries.enqueue(message))
+      }
+      yield* transcripts.markSent(session, record.n)
+      return entries
+    }).pipe(
+      Effect.tapError((error) =>
+        classify(error).final
+          ? Effect.andThen(
+            Effect.logWarning(`switchyard: the reply of turn ${record.n} of \`${session}\` is given up (the delivery log refuses it): ${errorText(error)}`),
+            Effect.ignore(transcripts.markSent(session, record.n))
+          )
+          : Effect.void
+      )
+    )
+
+  /** A reply recorded before a crash (or a failed append) and maybe not logged: log it (once, by its idempotency keys). */
+  const flushUnsent = (session: string, state: SessionState): Effect.Effect<void, TurnError> =>
     state.unsent === undefined
       ? Effect.void
-      : Effect.andThen(enqueueReply(session, state.unsent), transcripts.markSent(session, state.unsent.n))
+      : logReply(session, state.unsent).pipe(
+        Effect.asVoid,
+        // Given up for good: this turn goes on with what is accepted (the session is not wedged).
+        Effect.catchIf((error) => classify(error).final, (error) =>
+          Effect.sync(() =>
+            emit({ type: "turn-failed", kind: state.unsent!.kind, session, error: errorText(error), messages: state.pending.length, retryable: false, kept: false })
+          ))
+      )
 
   /** Calls the model, records the turn, logs the reply (durable), then marks it logged. */
   const answer = (turn: {
@@ -124,8 +148,8 @@ export const makeTurns = (deps: Deps) => {
         to: turn.to(),
         ...job
       })
-      const entry = yield* enqueueReply(session, record)
-      yield* transcripts.markSent(session, record.n)
+      const entries = yield* logReply(session, record)
+      const entry = entries[0]!
       const result: TurnResult = {
         session,
         kind,
@@ -134,16 +158,20 @@ export const makeTurns = (deps: Deps) => {
         messages,
         suppressed: false,
         id: entry.id,
+        ...(entries.length > 1 ? { ids: entries.map((e) => e.id) } : {}),
         ...job
       }
       emit({ type: "turn-ended", ...result })
       if (kind === "heartbeat") emit({ type: "heartbeat", suppressed: false, text: reply.text, id: entry.id })
       return result
     }).pipe(
+      // A user turn's failure is reported by its finalizer (it knows the retry); these go on at the next tick.
       Effect.tapError((error) =>
-        Effect.andThen(
-          Effect.sync(() => emit({ type: "turn-failed", kind, session, error: errorText(error) })),
-          kind === "user" ? Effect.void : Effect.logWarning(`switchyard: ${kind} turn of \`${session}\` failed: ${errorText(error)}`)
+        kind === "user" ? Effect.void : Effect.andThen(
+          Effect.sync(() =>
+            emit({ type: "turn-failed", kind, session, error: errorText(error), messages: 0, retryable: classify(error).retryable, kept: !classify(error).final })
+          ),
+          Effect.logWarning(`switchyard: ${kind} turn of \`${session}\` failed: ${errorText(error)}`)
         )
       )
     )
@@ -157,29 +185,61 @@ export const makeTurns = (deps: Deps) => {
       if (state.pending.length === 0) {
         return { session, kind: "user", turn: 0, text: "", messages: 0, suppressed: false } satisfies TurnResult
       }
-      return yield* answer({
+      const taken = state.pending.length > max ? state.pending.slice(0, max) : state.pending
+      const result = yield* answer({
         kind: "user",
         session,
         state,
-        user: state.pending.map((m) => m.text),
-        answered: state.pending.map((m) => m.seq),
+        user: taken.map((m) => m.text),
+        answered: taken.map((m) => m.seq),
         to: () => session
+      })
+      // `maxMessagesPerTurn`: the rest go to the next turn (unless a new message already made one).
+      if (taken.length < state.pending.length) yield* resume([session])
+      return result
+    })
+
+  /** After a user turn ended: forget a failure, or record it and schedule the retry; report it. */
+  const turnEnded = (session: string, exit: Exit.Exit<TurnResult, unknown>) =>
+    Effect.gen(function*() {
+      if (Exit.isSuccess(exit)) return yield* retries.succeeded(session)
+      const error = Option.getOrUndefined(Cause.findErrorOption(exit.cause)) ?? Cause.squash(exit.cause)
+      if (Cause.hasInterruptsOnly(exit.cause)) return // a shutdown or a cancel: nothing to report or retry
+      const c = classify(error)
+      if (c.ignore) return // stale (restartLane resumes the session) or closed (shutting down)
+      const messages = transcripts.pendingCounts().get(session) ?? 0
+      if (c.final) {
+        yield* retries.succeeded(session)
+        emit({ type: "turn-failed", kind: "user", session, error: c.text, messages, retryable: false, kept: false })
+        return
+      }
+      const delay = yield* retries.failed(session, c.text, c.retryable, c.io)
+      emit({
+        type: "turn-failed",
+        kind: "user",
+        session,
+        error: c.text,
+        messages,
+        retryable: c.retryable,
+        kept: true,
+        ...(delay === undefined ? {} : { retryInMs: delay })
       })
     })
 
   /** Dispatches the turn of a batch; settles the batch's future with the outcome of `dispatch`. */
-  const dispatchBatch = (batch: Batch) =>
+  const dispatchBatch = (batch: Batch, coalesce = true) =>
     Effect.gen(function*() {
       const session = batch.session
       const exit = yield* Effect.exit(
         deps.queue.dispatch("main", session, userTurn(batch), {
-          coalesce: true,
-          finalizer: () =>
-            Effect.sync(() => {
+          coalesce,
+          finalizer: (exit) =>
+            Effect.suspend(() => {
               release(batch)
               const n = (owed.get(session) ?? 1) - 1
               if (n <= 0) owed.delete(session)
               else owed.set(session, n)
+              return turnEnded(session, exit)
             })
         })
       )
@@ -205,17 +265,27 @@ export const makeTurns = (deps: Deps) => {
       if (isReservedSession(session)) {
         return yield* new RequestError({ lane: "main", key: session, message: `Expected \`session\` not to be \`${HEARTBEAT_SESSION}\` or start with \`cron:\` (the heartbeat's and cron jobs' own sessions), got \`${session}\`` })
       }
+      if (!isWellFormed(session)) {
+        return yield* new RequestError({ lane: "main", key: session, message: `Expected \`session\` to be well-formed UTF-16 (no lone surrogate), got \`${JSON.stringify(session)}\`` })
+      }
       if (!Array.isArray(texts) || texts.length === 0 || texts.some((t) => typeof t !== "string")) {
         return yield* new RequestError({ lane: "main", key: session, message: `Expected the message texts to be a non-empty list of strings, got \`${String(texts)}\`` })
       }
+      for (const text of texts) {
+        const big = checkMessageSize(session, text, deps.maxRecordBytes)
+        if (big !== undefined) return yield* big
+      }
       if (closed) return yield* new AdmissionError({ lane: "main", key: session, reason: "closed" })
-      const slot: { joined?: Batch; created?: Batch } = {}
+      const slot: { joined?: Batch; created?: Batch; overflow?: boolean } = {}
       yield* transcripts.accept(session, texts, (added) => {
         const current = waiting.get(session)
         let batch: Batch
-        if (current !== undefined && !current.started) {
+        // A batch holds at most `maxMessagesPerTurn`: past it, a new turn queues behind the waiting one.
+        const fits = current !== undefined && (current.seqs.length === 0 || current.seqs.length + added.length <= max)
+        if (current !== undefined && !current.started && fits) {
           batch = slot.joined = current
         } else {
+          slot.overflow = current !== undefined && !current.started
           batch = slot.created = { session, started: false, seqs: [], future: Deferred.makeUnsafe() }
           waiting.set(session, batch)
         }
@@ -224,7 +294,7 @@ export const makeTurns = (deps: Deps) => {
       lastActive = session
       if (slot.joined !== undefined) return yield* Deferred.await(slot.joined.future)
       const batch = slot.created!
-      const exit = yield* dispatchBatch(batch)
+      const exit = yield* dispatchBatch(batch, slot.overflow !== true)
       if (Exit.isFailure(exit)) {
         // Refused: the caller is told so, and the messages are not answered later either.
         yield* transcripts.drop(session, batch.seqs).pipe(Effect.ignore)
@@ -232,7 +302,7 @@ export const makeTurns = (deps: Deps) => {
       return yield* exit
     })
 
-  const send = (session: string, text: string) =>
+  const send = (session: string, text: string): ReturnType<typeof sendAll> =>
     typeof text === "string"
       ? sendAll(session, [text])
       : Effect.fail(new RequestError({ lane: "main", key: String(session), message: `Expected \`text\` to be a string, got \`${typeof text}\`` }))
@@ -263,6 +333,7 @@ export const makeTurns = (deps: Deps) => {
   /** On start: log the replies a crash left unlogged, and dispatch a turn for every session with accepted messages. */
   const recover = Effect.gen(function*() {
     const sessions = yield* transcripts.sessions
+    let lastAt = -Infinity
     for (const session of sessions) {
       const loaded = yield* Effect.exit(Effect.tap(transcripts.load(session), (state) => flushUnsent(session, state)))
       if (Exit.isFailure(loaded)) {
@@ -271,6 +342,10 @@ export const makeTurns = (deps: Deps) => {
         continue
       }
       const state = loaded.value
+      if (state.activeAt !== undefined && state.activeAt > lastAt && !isReservedSession(session)) {
+        lastAt = state.activeAt
+        lastActive = session
+      }
       if (state.pending.length > 0) {
         const batch: Batch = { session, started: false, seqs: [], future: Deferred.makeUnsafe() }
         waiting.set(session, batch)
@@ -286,17 +361,34 @@ export const makeTurns = (deps: Deps) => {
   })
 
   /**
-   * After `restartLane("main")`: the sessions whose turns were failed stale keep their accepted
-   * messages; dispatch a fresh turn for each (one that finds nothing to answer ends at once).
+   * After `restartLane("main")` (or for a retry): the sessions keep their accepted messages;
+   * dispatch a fresh turn for each (one that finds nothing to answer ends at once).
    */
-  const resume = (sessions: ReadonlyArray<string>) =>
-    Effect.forEach(sessions, (session) => {
+  function resume(sessions: ReadonlyArray<string>): Effect.Effect<void> {
+    return Effect.forEach(sessions, (session) => {
       const current = waiting.get(session)
       if (closed || (current !== undefined && !current.started)) return Effect.void
       const batch: Batch = { session, started: false, seqs: [], future: Deferred.makeUnsafe() }
       waiting.set(session, batch)
       return Effect.asVoid(dispatchBatch(batch))
     }, { discard: true })
+  }
+
+  /** Retries now (see `Agent.retry`): returns how many sessions got a turn. */
+  const retry = (session?: string, only?: (io: boolean) => boolean): Effect.Effect<number> =>
+    Effect.gen(function*() {
+      if (closed) return 0
+      const sessions = yield* retries.retry(session, only)
+      yield* resume(sessions)
+      return sessions.length
+    })
+
+  /** Sessions with messages accepted and not answered, and their failures. */
+  const unanswered = (): ReadonlyArray<UnansweredSession> =>
+    [...transcripts.pendingCounts()].map(([session, messages]) => {
+      const failure = retries.failureOf(session)
+      return failure === undefined ? { session, messages } : { session, messages, failure }
+    })
 
   return {
     send,
@@ -307,10 +399,15 @@ export const makeTurns = (deps: Deps) => {
     heartbeatTurn,
     cronTurn,
     recover,
-    /** Refuses every later `send` (a shutdown began). */
-    close: () => {
+    retry,
+    unanswered,
+    /** Whether a session failed on the disk or the log (then the log's health is worth watching). */
+    anyIoFailure: retries.anyIo,
+    /** Refuses every later `send` (a shutdown began) and stops the retry timers. */
+    close: Effect.suspend(() => {
       closed = true
-    },
+      return retries.close
+    }),
     lastActiveSession: () => lastActive
   }
 }

@@ -222,10 +222,12 @@ export const make = (
           "attempt",
           id,
           sql.unsafe<Row>(
-            `UPDATE ${table} SET attempts = attempts + 1, last_error = $2, next_attempt_at = $3,
+            `UPDATE ${table} SET attempts = attempts + 1, last_error = $2,
+             next_attempt_at = CASE WHEN $4 THEN NULL ELSE $3 END,
+             status = CASE WHEN $4 THEN 'dead' ELSE status END,
              lease_owner = NULL, lease_until = NULL
              WHERE id = $1 AND status <> 'acked' RETURNING ${cols}`,
-            [id, failure.error, Math.round(failure.nextAttemptAt)]
+            [id, failure.error, Math.round(failure.nextAttemptAt), failure.dead === true]
           )
         ),
       ack: (id) =>
@@ -233,10 +235,16 @@ export const make = (
           guard("ack", Effect.gen(function*() {
             const rows = yield* sql.unsafe<{ readonly status: string }>(
               `UPDATE ${table} SET status = 'acked', acked_at = COALESCE(acked_at, $2), lease_owner = NULL, lease_until = NULL
-               WHERE id = $1 RETURNING status`,
+               WHERE id = $1 AND status <> 'dead' RETURNING status`,
               [id, now]
             )
-            if (rows.length === 0) return yield* Effect.fail(unknownId(id))
+            if (rows.length === 0) {
+              const dead = yield* sql.unsafe<{ readonly id: string }>(`SELECT id FROM ${table} WHERE id = $1 AND status = 'dead'`, [id])
+              if (dead.length > 0) {
+                return yield* Effect.fail(new DeliveryLogError({ reason: "not-pending", message: `Expected a pending entry to ack, got dead entry \`${id}\` in ${table}` }))
+              }
+              return yield* Effect.fail(unknownId(id))
+            }
           }))),
       deadLetter: (id, reason) =>
         Effect.asVoid(updateLive(

@@ -125,8 +125,8 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     }
 
     /**
-     * Runs the owed log call of the head. On success the head moves on (acked or dead: removed); a recorded
-     * attempt that ends in the dead letters goes on with `deadLetter`. On failure the call stays owed and
+     * Runs the owed log call of the head. On success the head moves on (acked or dead: removed); the last
+     * failed attempt is one `attempt` record with `dead: true` (a crash cannot leave it half done). On failure the call stays owed and
      * `opRetryAt` says when to retry; `unknown-id` means the log no longer holds the entry: it is dropped.
      */
     const runOp = (rec: Recipient, node: Node): Effect.Effect<void> =>
@@ -137,7 +137,7 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
           ? log.ack(id)
           : op._tag === "Dead"
           ? log.deadLetter(id, op.reason)
-          : Effect.map(log.attempt(id, { error: op.error, nextAttemptAt: op.nextAttemptAt }), (entry) => {
+          : Effect.map(log.attempt(id, { error: op.error, nextAttemptAt: op.nextAttemptAt, dead: op.dead }), (entry) => {
             node.entry = entry
           })
         return Effect.matchEffect(call, {
@@ -148,13 +148,14 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
                 node.op = undefined
                 delivered++
                 held.removeHead(rec)
-              } else if (op._tag === "Dead") {
+              } else if (op._tag === "Dead" || op.dead) {
+                // The last failed attempt moved the entry to dead in the same record.
                 node.op = undefined
                 held.removeHead(rec)
               } else {
-                node.op = op.dead ? { _tag: "Dead", reason: op.error } : undefined
+                node.op = undefined
               }
-            }).pipe(Effect.andThen(Effect.suspend(() => (node.op?._tag === "Dead" ? runOp(rec, node) : Effect.void)))),
+            }),
           onFailure: (error) => {
             if (error.reason === "unknown-id") {
               held.removeHead(rec)
@@ -282,9 +283,20 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     )
 
     // ---- replay: every pending entry, oldest first ----
+    // One that already used maxAttempts (this queue's, which may be lower than the one that recorded the
+    // attempts) goes to dead without another attempt; if that write fails, its recipient owes it.
     const pending = yield* log.pending
+    const spent = pending.filter((e) => e.status === "pending" && e.attempts >= maxAttempts)
+    const reasonOf = (e: DeliveryEntry) =>
+      `reached maxAttempts (${maxAttempts}) with ${e.attempts} attempts${e.lastError === undefined ? "" : `; last error: ${e.lastError}`}`
+    const deadExits = yield* Effect.forEach(spent, (e) => Effect.exit(log.deadLetter(e.id, reasonOf(e))), { concurrency: 64 })
+    const owed = new Set(spent.filter((_, i) => Exit.isFailure(deadExits[i]!)).map((e) => e.id))
+    const spentIds = new Set(spent.map((e) => e.id))
     for (const entry of pending) {
-      if (entry.status === "pending" && !held.byId.has(entry.id)) held.insert(entry)
+      if (entry.status !== "pending" || held.byId.has(entry.id)) continue
+      if (spentIds.has(entry.id) && !owed.has(entry.id)) continue
+      held.insert(entry)
+      if (owed.has(entry.id)) held.byId.get(entry.id)!.op = { _tag: "Dead", reason: reasonOf(entry) }
     }
     // Map order is the order of each recipient's oldest entry: recipients are woken oldest first.
     for (const rec of Array.from(held.byKey.values())) yield* scheduleHead(rec)

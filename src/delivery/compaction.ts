@@ -56,7 +56,8 @@ export const writeSnapshot = async (
   number: number,
   captured: Captured,
   sync: boolean,
-  hooks: CompactionHooks
+  hooks: CompactionHooks,
+  beforeRename: () => void = () => {}
 ): Promise<number> => {
   const final = join(dir, segmentName(number, "snap"))
   const temp = `${final}.tmp`
@@ -105,6 +106,7 @@ export const writeSnapshot = async (
   } finally {
     await fh.close()
   }
+  beforeRename()
   await fs.promises.rename(temp, final)
   hooks.step?.("renamed")
   if (sync) fsyncDir(dir)

@@ -1,14 +1,21 @@
 /**
  * The segmented file log as a `DeliveryLog`: Effects over `LogCore`, a Scope that flushes and
- * releases the lock, and a background fiber for automatic compaction.
+ * releases the lock, a background fiber for automatic compaction (with backoff after a failure), and
+ * self-healing: after a failed write the log re-opens itself through recovery (see `healer.ts`).
  */
 import { Clock, Effect, Latch, Option, type Scope } from "effect"
 import type { CompactionHooks } from "./compaction.js"
 import { DeliveryLogError } from "./errors.js"
+import { makeHealer } from "./healer.js"
 import { type Done, LogCore } from "./logCore.js"
-import type { DeliveryEntry, DeliveryLog, DeliveryLogHealth } from "./types.js"
+import type { DeliveryEntry, DeliveryLog } from "./types.js"
 import { type OpenOptions, resolveOptions } from "./validate.js"
 
+/** Backoff of automatic compaction after a failure: 1 s doubling, at most 5 min. */
+export const COMPACTION_RETRY_MS = { first: 1_000, max: 300_000 } as const
+
+const asLogError = (o: { readonly dir: string }, what: string) => (e: unknown): DeliveryLogError =>
+  e instanceof DeliveryLogError ? e : new DeliveryLogError({ reason: "io", message: `${what} (${String(e)})`, path: o.dir })
 
 /** `DeliveryLog.open`, with test hooks (crash points inside compaction). */
 export const openFileLog = (
@@ -19,73 +26,77 @@ export const openFileLog = (
     const o = resolveOptions(options)
     if (o instanceof DeliveryLogError) return yield* Effect.fail(o)
     const now = yield* Clock.currentTimeMillis
-    const { core, notes } = yield* Effect.acquireRelease(
+    const wanted = Latch.makeUnsafe(false)
+    const healer = yield* Effect.acquireRelease(
       Effect.try({
         try: () => LogCore.open(o, now, hooks),
-        catch: (e) =>
-          e instanceof DeliveryLogError
-            ? e
-            : new DeliveryLogError({ reason: "io", message: `Could not open the log (${String(e)})`, path: o.dir })
-      }),
-      ({ core }) => Effect.promise(() => core.close())
+        catch: asLogError(o, "Could not open the log")
+      }).pipe(Effect.flatMap((opened) => makeHealer(o, hooks, opened, () => void wanted.openUnsafe()))),
+      (h) => h.close
     )
-    if (notes.truncated !== undefined) {
-      yield* Effect.logWarning(
-        `delivery log: cut a torn tail (${notes.truncated.why}) of ${notes.truncated.path} at offset ${notes.truncated.offset}; records after it were never reported durable`
-      )
-    }
-    if (notes.tookOverLockFrom !== undefined) {
-      yield* Effect.logWarning(`delivery log: took over the lock of ${o.dir} left by process ${notes.tookOverLockFrom}, which is gone`)
-    }
 
-    // The first write/sync failure is logged once (the calls it failed carry it too).
-    let health: DeliveryLogHealth = { status: "ok" }
-    const call = <A>(f: (done: Done<A>) => void): Effect.Effect<A, DeliveryLogError> =>
-      Effect.callback<A, DeliveryLogError>((resume) => {
-        f((err, value) => {
-          if (err === undefined) return resume(Effect.succeed(value as A))
-          if (err.reason !== "io" || health.status === "failing") return resume(Effect.fail(err))
-          health = { status: "failing", since: Date.now(), error: err }
-          resume(Effect.andThen(Effect.logWarning(`delivery log: ${err.message}`), Effect.fail(err)))
-        })
-      })
-
-    const wanted = Latch.makeUnsafe(false)
-    core.onCompactionWanted = () => void wanted.openUnsafe()
+    // Automatic compaction: one at a time; after a failure, wait (doubling, capped) before the next try,
+    // whatever the writes ask for meanwhile, so a blocked compaction cannot storm the disk.
     yield* Effect.forkScoped(
-      Effect.forever(
-        Effect.gen(function* () {
+      Effect.gen(function* () {
+        let delay = 0
+        for (;;) {
           yield* wanted.await
           wanted.closeUnsafe()
-          yield* Effect.tryPromise({ try: () => core.compact(), catch: (e) => e }).pipe(
+          const core = healer.core
+          const failed = yield* Effect.tryPromise({ try: () => core.compact(), catch: (e) => e }).pipe(
+            Effect.as(false),
             Effect.catch((e) =>
-              e instanceof DeliveryLogError && e.reason === "closed"
-                ? Effect.void
-                : Effect.logWarning(`delivery log: automatic compaction failed: ${(e as Error).message}`)
+              e instanceof DeliveryLogError && (e.reason === "closed" || healer.failing)
+                ? Effect.succeed(false)
+                : Effect.as(
+                  Effect.logWarning(
+                    `delivery log: automatic compaction failed: ${(e as Error).message}; next try in ${Math.max(delay * 2, COMPACTION_RETRY_MS.first)} ms at the earliest`
+                  ),
+                  true
+                )
             )
           )
-        })
-      )
+          delay = failed ? Math.min(Math.max(delay * 2, COMPACTION_RETRY_MS.first), COMPACTION_RETRY_MS.max) : 0
+          if (delay > 0) yield* Effect.sleep(delay)
+        }
+      })
     )
+
+    const call = <A>(f: (core: LogCore, done: Done<A>) => void): Effect.Effect<A, DeliveryLogError> =>
+      Effect.callback<A, DeliveryLogError>((resume) => {
+        const refused = healer.refusal
+        if (refused !== undefined) return resume(Effect.fail(refused))
+        f(healer.core, (err, value) => {
+          if (err === undefined) {
+            healer.succeeded()
+            return resume(Effect.succeed(value as A))
+          }
+          resume(err.reason === "io" ? Effect.andThen(healer.failed(err), Effect.fail(err)) : Effect.fail(err))
+        })
+      })
 
     const log: DeliveryLog = {
       // The clock is read inside the call (one Effect less per append than flatMap over currentTimeMillis).
       append: (message) =>
-        Effect.clockWith((clock) => call<DeliveryEntry>((done) => core.append(message, clock.currentTimeMillisUnsafe(), done))),
-      attempt: (id, failure) => call((done) => core.attempt(id, failure, done)),
-      ack: (id) => Effect.clockWith((clock) => call<void>((done) => core.ack(id, clock.currentTimeMillisUnsafe(), done))),
-      deadLetter: (id, reason) => call<void>((done) => core.deadLetter(id, reason, done)),
-      requeue: (id) => call<void>((done) => core.requeue(id, done)),
-      get: (id) => Effect.sync(() => Option.fromUndefinedOr(core.get(id))),
-      pending: Effect.sync(() => core.list("pending")),
-      dead: Effect.sync(() => core.list("dead")),
-      stats: Effect.sync(() => core.stats()),
-      health: Effect.sync(() => health),
-      flush: call<void>((done) => core.flush(done)),
-      compact: Effect.tryPromise({
-        try: () => core.compact(),
-        catch: (e) =>
-          e instanceof DeliveryLogError ? e : new DeliveryLogError({ reason: "io", message: `Compaction failed (${String(e)})`, path: o.dir })
+        Effect.clockWith((clock) =>
+          call<DeliveryEntry>((core, done) => core.append(message, clock.currentTimeMillisUnsafe(), done))
+        ),
+      attempt: (id, failure) => call((core, done) => core.attempt(id, failure, done)),
+      ack: (id) => Effect.clockWith((clock) => call<void>((core, done) => core.ack(id, clock.currentTimeMillisUnsafe(), done))),
+      deadLetter: (id, reason) => call<void>((core, done) => core.deadLetter(id, reason, done)),
+      requeue: (id) => call<void>((core, done) => core.requeue(id, done)),
+      get: (id) => Effect.sync(() => Option.fromUndefinedOr(healer.core.get(id))),
+      pending: Effect.sync(() => healer.core.list("pending")),
+      dead: Effect.sync(() => healer.core.list("dead")),
+      stats: Effect.sync(() => healer.core.stats()),
+      health: healer.health,
+      flush: call<void>((core, done) => core.flush(done)),
+      compact: Effect.suspend(() => {
+        const refused = healer.refusal
+        if (refused !== undefined) return Effect.fail(refused)
+        const core = healer.core
+        return Effect.tryPromise({ try: () => core.compact(), catch: asLogError(o, "Compaction failed") })
       })
     }
     return log

@@ -24,6 +24,14 @@ export interface WriterEvents {
   readonly onRoll: (number: number) => void
   /** Bytes were appended to segment `number` (durably, when syncing). */
   readonly onWritten: (number: number, bytes: number) => void
+  /** A write, sync or roll failed: the writer accepts nothing more (see `frontier`). */
+  readonly onFailed?: (error: Error) => void
+}
+
+/** How far the log is durable: segment `number` holds `size` good bytes (a failed batch may have left more). */
+export interface Frontier {
+  readonly number: number
+  readonly size: number
 }
 
 /** A checkpoint for compaction: the state captured after the last record of segment `sealed`. */
@@ -67,7 +75,7 @@ export class GroupCommitWriter {
   private staged = 0
   /** Per queued call: where its record ends in `stage` (a marker ends where the record before it does), and its completion. */
   private ends: Array<number> = []
-  private dones: Array<Completion> = []
+  private dones: Array<Completion | undefined> = []
   /** The other staging buffer, free while no batch is being written. */
   private spare: Buffer | undefined = Buffer.allocUnsafeSlow(STAGE_BYTES)
   private running = false
@@ -86,6 +94,11 @@ export class GroupCommitWriter {
   /** The error that stopped the writer, if one did. */
   get failed(): Error | undefined {
     return this.failure
+  }
+
+  /** After a failure: the segment and size up to which every record was reported durable. */
+  get frontier(): Frontier {
+    return { number: this.active.number, size: this.active.size }
   }
 
   /** Number of the segment being appended to. */
@@ -176,7 +189,7 @@ export class GroupCommitWriter {
       this.checkpoint = undefined
       const captured = cp?.capture()
       try {
-        await this.writeBatch(buf, ends)
+        await this.writeBatch(buf, ends, dones)
         if (cp !== undefined) {
           const sealed = this.active.number
           this.roll(sealed + 2)
@@ -190,23 +203,29 @@ export class GroupCommitWriter {
         this.dones = []
         this.ends = []
         this.staged = 0
-        for (const done of dones) done(err)
-        for (const done of rest) done(err)
+        // The calls of the parts already synced were completed by writeBatch (it emptied their slots).
+        for (const done of dones) done?.(err)
+        for (const done of rest) done?.(err)
         this.running = false
+        this.events.onFailed?.(err)
         return
       }
       if (buf.length <= KEEP_STAGE_BYTES) this.spare = buf
-      for (let i = 0; i < dones.length; i++) dones[i]!(undefined)
     }
     this.running = false
   }
 
-  /** Write the records of `buf` (record i ends at `ends[i]`), rolling to a new segment where one would pass `segmentBytes`. */
-  private async writeBatch(buf: Buffer, ends: ReadonlyArray<number>): Promise<void> {
+  /**
+   * Write the records of `buf` (record i ends at `ends[i]`), rolling to a new segment where one would
+   * pass `segmentBytes`. The calls of each part are completed once that part is durable (their slot in
+   * `dones` is emptied), so a failure in a later part fails only what is not on disk.
+   */
+  private async writeBatch(buf: Buffer, ends: ReadonlyArray<number>, dones: Array<Completion | undefined>): Promise<void> {
     let start = 0
     let i = 0
     while (i < ends.length) {
       let to = start
+      const first = i
       for (; i < ends.length; i++) {
         const end = ends[i]!
         if (end === to) continue // a marker
@@ -220,6 +239,11 @@ export class GroupCommitWriter {
         if (this.sync) await datasync(this.active.fd)
         this.active.size += size
         this.events.onWritten(this.active.number, size)
+      }
+      for (let j = first; j < i; j++) {
+        const done = dones[j]!
+        dones[j] = undefined
+        done(undefined)
       }
       start = to
       if (i < ends.length) this.roll(this.active.number + 1)

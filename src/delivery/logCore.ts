@@ -18,6 +18,7 @@ import type { LogState } from "./state.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { checkMessage, clipError, type ResolvedOptions } from "./validate.js"
 import { join } from "node:path"
+import { writeManifest } from "./manifest.js"
 
 /** Completion of a call: an error, or the value. */
 export type Done<A> = (error: DeliveryLogError | undefined, value?: A) => void
@@ -28,7 +29,7 @@ const READ_SLACK = 64 * 1024
 const ioError = (dir: string, e: unknown): DeliveryLogError =>
   new DeliveryLogError({
     reason: "io",
-    message: `Writing the delivery log failed (${(e as NodeJS.ErrnoException)?.code ?? String(e)}); it accepts no more writes: close its Scope and open it again (recovery keeps every record reported durable)`,
+    message: `Writing the delivery log failed (${(e as NodeJS.ErrnoException)?.code ?? String(e)}); the log re-opens itself through recovery (see health) and keeps every record reported durable; free the space or fix the disk`,
     path: dir
   })
 
@@ -45,11 +46,17 @@ const unknownId = (id: string): DeliveryLogError =>
 export interface OpenNotes {
   readonly truncated?: { readonly path: string; readonly offset: number; readonly why: string }
   readonly tookOverLockFrom?: number
+  /** The directory had segments but no MANIFEST (an older version): one was written. */
+  readonly wroteManifest?: boolean
 }
 
 /** The open log: state, writer, segment list. Owned by `openFileLog`, which wraps it in Effects. */
 export class LogCore {
   private closed = false
+  private closing: Promise<void> | undefined
+  private released = false
+  /** Appends staged whose record is not durable yet (counted in `state.pending`, not listed). */
+  private uncommitted = 0
   private compaction: Promise<void> = Promise.resolve()
   private compacting = false
   private totalBytes = 0
@@ -58,6 +65,8 @@ export class LogCore {
   private baseline = 0
   /** Called when dead weight passed the threshold; the owner runs `compact()` in the background. */
   onCompactionWanted: () => void = () => {}
+  /** Called once when the writer failed: the core accepts no more writes, the owner re-opens the log. */
+  onFailed: (error: DeliveryLogError) => void = () => {}
 
   private constructor(
     private readonly o: ResolvedOptions,
@@ -74,8 +83,11 @@ export class LogCore {
     }
   }
 
-  /** Create the directory, take the lock, recover, and start the writer. Throws `DeliveryLogError`. */
-  static open(o: ResolvedOptions, now: number, hooks: CompactionHooks): { core: LogCore; notes: OpenNotes } {
+  /**
+   * Create the directory, take the lock (or keep `heldLock`, the path of a lock this process holds:
+   * a re-open), recover, and start the writer. Throws `DeliveryLogError`.
+   */
+  static open(o: ResolvedOptions, now: number, hooks: CompactionHooks, heldLock?: string): { core: LogCore; notes: OpenNotes } {
     const io = (e: unknown, what: string): DeliveryLogError =>
       new DeliveryLogError({
         reason: "io",
@@ -89,7 +101,7 @@ export class LogCore {
     }
     let lock: ReturnType<typeof acquireLock>
     try {
-      lock = acquireLock(o.dir)
+      lock = heldLock !== undefined ? { _tag: "Acquired", path: heldLock } : acquireLock(o.dir)
     } catch (e) {
       throw io(e, "take the log's lock")
     }
@@ -117,18 +129,26 @@ export class LogCore {
       let core: LogCore | undefined
       const writer = new GroupCommitWriter(o.dir, active, o.segmentBytes, o.sync, {
         onRoll: (n) => core?.rolled(n),
-        onWritten: (n, b) => core?.written(n, b)
+        onWritten: (n, b) => core?.written(n, b),
+        onFailed: (e) => core?.onFailed(ioError(o.dir, e))
       })
       core = new LogCore(o, lock.path, r.state, r.nextLsn, segments, writer, hooks)
+      try {
+        core.saveManifest()
+      } catch {
+        // A full disk: the MANIFEST on disk still holds (what it lists exists, its sizes are lower bounds);
+        // the next roll or close writes it, or fails the writer.
+      }
       core.lastNow = now
       r.state.evict(now, o.dedupeWindowMs)
       const notes: OpenNotes = {
         ...(r.truncate !== undefined ? { truncated: r.truncate } : {}),
-        ...(lock.tookOverFrom !== undefined ? { tookOverLockFrom: lock.tookOverFrom } : {})
+        ...(lock.tookOverFrom !== undefined ? { tookOverLockFrom: lock.tookOverFrom } : {}),
+        ...(r.noManifest ? { wroteManifest: true } : {})
       }
       return { core, notes }
     } catch (e) {
-      releaseLock(lock.path)
+      if (heldLock === undefined) releaseLock(lock.path)
       if (e instanceof DeliveryLogError) throw e
       if (e instanceof CorruptLog) {
         throw new DeliveryLogError({
@@ -143,6 +163,23 @@ export class LogCore {
 
   private rolled(number: number): void {
     this.segments.set(number, { number, kind: "log", bytes: 0 })
+    // Before the first record goes there (a throw fails the writer): the sealed size and the new segment are on record.
+    this.saveManifest()
+  }
+
+  /** A snapshot a compaction is installing (named in the MANIFEST before its rename). */
+  private installing: number | null = null
+
+  /** Write the MANIFEST: the snapshot in force, and every `.log` after it with its size now. Throws the I/O error. */
+  private saveManifest(): void {
+    let snapshot: number | null = null
+    const logs: Array<{ number: number; bytes: number }> = []
+    for (const s of this.segments.values()) {
+      if (s.kind === "snap") snapshot = s.number
+      else logs.push({ number: s.number, bytes: s.bytes })
+    }
+    logs.sort((a, b) => a.number - b.number)
+    writeManifest(this.o.dir, { snapshot, next: this.installing, segments: logs }, this.o.sync)
   }
 
   private written(number: number, bytes: number): void {
@@ -230,16 +267,23 @@ export class LogCore {
     seal(buf, at, this.nextLsn++, Kind.append, payloadBytes)
     const data = new EntryData(id, seq, now, key, json, 0, undefined, undefined, "pending", false, HEADER_BYTES + payloadBytes)
     state.insertNew(data)
+    this.uncommitted++
     // Nobody knows the id before this call returns, so the entry cannot change before it is durable.
     this.writer.push((err) => {
+      // A failed append stays uncommitted (never listed or counted) in this core, which takes no more writes.
       if (err) return done(ioError(this.o.dir, err))
+      this.uncommitted--
       data.committed = true
       // The copy made while checking the body is the message as replay will parse it from the record.
       done(undefined, copy === undefined ? data.toEntry() : data.toEntry(copy))
     })
   }
 
-  attempt(id: string, failure: { readonly error: string; readonly nextAttemptAt: number }, done: Done<DeliveryEntry>): void {
+  attempt(
+    id: string,
+    failure: { readonly error: string; readonly nextAttemptAt: number; readonly dead?: boolean },
+    done: Done<DeliveryEntry>
+  ): void {
     const no = this.refuse()
     if (no) return done(no)
     if (failure === null || typeof failure !== "object" || typeof failure.error !== "string") {
@@ -256,12 +300,14 @@ export class LogCore {
     const attempts = live.attempts + 1
     const lastError = clipError(failure.error)
     const next = failure.nextAttemptAt
-    const no2 = this.frameId(Kind.attempt, id, 12, lastError, "the attempt", (b, at) => {
+    const dead = failure.dead === true
+    const no2 = this.frameId(dead ? Kind.attemptDead : Kind.attempt, id, 12, lastError, "the attempt", (b, at) => {
       b.writeUInt32BE(attempts, at)
       b.writeDoubleBE(next, at + 4)
     })
     if (no2) return done(no2)
     this.state.applyAttempt(id, attempts, lastError, next)
+    if (dead) this.state.applyDead(id, lastError)
     // The entry as of this attempt (a later call may change it before this one is durable).
     this.pushed(live.toEntry(), done)
   }
@@ -271,7 +317,16 @@ export class LogCore {
     if (no) return done(no)
     this.lastNow = now
     this.state.evict(now, this.o.dedupeWindowMs)
-    if (!this.state.live.has(id)) {
+    const live = this.state.live.get(id)
+    if (live?.status === "dead") {
+      return done(
+        new DeliveryLogError({
+          reason: "not-pending",
+          message: `Expected a pending entry to ack, got dead entry \`${id}\`; it stays in the dead letters (requeue it to deliver it again)`
+        })
+      )
+    }
+    if (live === undefined) {
       // Acked already (within the window): idempotent, once that ack is durable.
       if (this.state.acked.has(id)) return this.afterDurable(() => undefined, done)
       return done(unknownId(String(id)))
@@ -330,7 +385,8 @@ export class LogCore {
   }
 
   stats(): { pending: number; dead: number; segments: number; bytes: number } {
-    return { pending: this.state.pending, dead: this.state.dead, segments: this.segments.size, bytes: this.totalBytes }
+    // Appends not yet durable are not listed by `pending`: not counted either.
+    return { pending: this.state.pending - this.uncommitted, dead: this.state.dead, segments: this.segments.size, bytes: this.totalBytes }
   }
 
   /** Run one compaction after any running one. Rejects with `DeliveryLogError`. */
@@ -340,24 +396,43 @@ export class LogCore {
     return run
   }
 
+  /**
+   * A checkpoint whose snapshot failed: segments below `reserved` are sealed and that number is free.
+   * The next try rebuilds the same checkpoint from those files instead of sealing another segment.
+   */
+  private retry: { readonly reserved: number } | undefined
+
+  /** The state at the end of the sealed files below `reserved`, read back from disk. */
+  private rebuild(reserved: number): Captured {
+    const r = recover(this.o.dir, this.o.maxRecordBytes + READ_SLACK, reserved)
+    r.state.evict(this.lastNow, this.o.dedupeWindowMs)
+    return { entries: Array.from(r.state.live.values()), acked: Array.from(r.state.acked), nextSeq: r.state.nextSeq, nextLsn: r.nextLsn }
+  }
+
   private async compactOnce(): Promise<void> {
     const no = this.refuse()
     if (no) throw no
     this.compacting = true
     let reserved = -1
     try {
-      const cp = await this.writer.requestCheckpoint((): Captured => {
-        this.state.evict(this.lastNow, this.o.dedupeWindowMs)
-        return {
-          entries: Array.from(this.state.live.values(), (l) => l.clone()),
-          acked: Array.from(this.state.acked),
-          nextSeq: this.state.nextSeq,
-          nextLsn: this.nextLsn
-        }
-      })
+      const cp = this.retry !== undefined
+        ? { reserved: this.retry.reserved, captured: this.rebuild(this.retry.reserved) }
+        : await this.writer.requestCheckpoint((): Captured => {
+          this.state.evict(this.lastNow, this.o.dedupeWindowMs)
+          return {
+            entries: Array.from(this.state.live.values(), (l) => l.clone()),
+            acked: Array.from(this.state.acked),
+            nextSeq: this.state.nextSeq,
+            nextLsn: this.nextLsn
+          }
+        })
       reserved = cp.reserved
+      this.retry = { reserved }
       this.hooks.step?.("checkpointed")
-      const size = await writeSnapshot(this.o.dir, cp.reserved, cp.captured, this.o.sync, this.hooks)
+      const size = await writeSnapshot(this.o.dir, cp.reserved, cp.captured, this.o.sync, this.hooks, () => {
+        this.installing = cp.reserved
+        this.saveManifest()
+      })
       const replaced: Array<string> = []
       for (const s of this.segments.values()) {
         if (s.number < cp.reserved) {
@@ -369,9 +444,22 @@ export class LogCore {
       this.segments.set(cp.reserved, { number: cp.reserved, kind: "snap", bytes: size })
       this.totalBytes += size
       this.baseline = size
+      this.retry = undefined
+      this.installing = null
+      this.saveManifest()
       removeReplaced(this.o.dir, replaced, this.o.sync, this.hooks)
     } catch (e) {
-      if (reserved >= 0) fs.rmSync(join(this.o.dir, `${segmentName(reserved, "snap")}.tmp`), { force: true })
+      if (reserved >= 0) {
+        try {
+          fs.rmSync(join(this.o.dir, `${segmentName(reserved, "snap")}.tmp`), { force: true })
+        } catch {
+          // Left for recovery (it deletes `.snap.tmp` files) or the next try (it truncates it).
+        }
+      }
+      if (e instanceof CorruptLog) {
+        this.retry = undefined
+        throw new DeliveryLogError({ reason: "corrupt", message: `Compaction found the log corrupt: ${e.message}`, path: e.path })
+      }
       if (e instanceof DeliveryLogError) throw e
       throw new DeliveryLogError({
         reason: "io",
@@ -383,12 +471,52 @@ export class LogCore {
     }
   }
 
-  /** Refuse new calls, wait for compaction and queued records, close files, release the lock. */
-  async close(): Promise<void> {
-    if (this.closed) return
-    this.closed = true
-    await this.compaction
-    await this.writer.close()
-    releaseLock(this.lockPath)
+  /**
+   * Refuse new calls, wait for compaction and queued records, close files, release the lock (kept
+   * with `keepLock`, for a re-open). After a failed write, the bytes past the durable frontier (a
+   * failed batch, never reported durable) are cut, so a re-open shows exactly what was acknowledged.
+   */
+  async close(keepLock = false): Promise<void> {
+    if (this.closing === undefined) {
+      this.closed = true
+      this.closing = (async () => {
+        await this.compaction
+        await this.writer.close()
+        if (this.writer.failed !== undefined) this.cutToFrontier()
+        // The sizes now, so that a segment cut short later is refused (best effort: a full disk keeps the last one).
+        try {
+          this.saveManifest()
+        } catch {
+          // the MANIFEST written at the last roll still holds (its sizes are lower bounds)
+        }
+      })()
+    }
+    await this.closing
+    if (!keepLock && !this.released) {
+      this.released = true
+      releaseLock(this.lockPath)
+    }
+  }
+
+  /** The lock file this core holds. */
+  get lock(): string {
+    return this.lockPath
+  }
+
+  private cutToFrontier(): void {
+    const f = this.writer.frontier
+    const path = join(this.o.dir, segmentName(f.number, "log"))
+    try {
+      if (fs.statSync(path).size <= f.size) return
+      const fd = fs.openSync(path, "r+")
+      try {
+        fs.ftruncateSync(fd, f.size)
+        if (this.o.sync) fs.fsyncSync(fd)
+      } finally {
+        fs.closeSync(fd)
+      }
+    } catch {
+      // Recovery on the re-open judges what is there (a torn tail it cuts itself).
+    }
   }
 }

@@ -22,6 +22,7 @@ export const Kind = {
   ack: 3,
   dead: 4,
   requeue: 5,
+  attemptDead: 6,
   snapshotBegin: 16,
   snapshotEntry: 17,
   snapshotAcked: 18,

@@ -6,7 +6,8 @@
 import * as fs from "node:fs"
 import { join } from "node:path"
 import { describeInvalid, Kind, type Decoded } from "./record.js"
-import { type SegmentFile, SegmentReader, fsyncDir, listSegments } from "./segment.js"
+import { MANIFEST, readManifest } from "./manifest.js"
+import { type SegmentFile, SegmentReader, fsyncDir, listSegments, segmentName } from "./segment.js"
 import { BadPayload, readAck, readAcked, readAppend, readAttempt, readDead, readEntry, readRequeue } from "./payload.js"
 import { LogState, type SnapshotBeginPayload, type SnapshotEndPayload } from "./state.js"
 
@@ -39,6 +40,45 @@ export interface Recovered {
   readonly truncate: { readonly path: string; readonly offset: number; readonly why: string } | undefined
   /** File names to delete: segments superseded by the newest snapshot, and temporary files. */
   readonly remove: ReadonlyArray<string>
+  /** The directory held segments but no MANIFEST (an older version wrote it): open writes one. */
+  readonly noManifest: boolean
+}
+
+/** Check the files against the MANIFEST (what must exist, at least how long); throws `CorruptLog`. */
+const checkManifest = (dir: string, files: ReadonlyArray<SegmentFile>, snapAt: number): boolean => {
+  const m = readManifest(dir)
+  if (typeof m === "string") throw new CorruptLog(join(dir, MANIFEST), 0, m)
+  if (m === undefined) return files.length > 0
+  const named = [m.snapshot, m.next].filter((n): n is number => n !== null)
+  if (snapAt >= 0 && !named.includes(snapAt)) {
+    throw new CorruptLog(
+      join(dir, segmentName(snapAt, "snap")),
+      0,
+      `a snapshot the MANIFEST does not name (it names ${m.snapshot === null ? "no snapshot" : segmentName(m.snapshot, "snap")}): a stale or copied file`
+    )
+  }
+  if (m.snapshot !== null && snapAt < m.snapshot) {
+    throw new CorruptLog(join(dir, segmentName(m.snapshot, "snap")), 0, "a missing snapshot (the MANIFEST names it)")
+  }
+  const logs = new Set<number>()
+  let last = -1
+  for (const f of files) {
+    if (f.kind !== "log") continue
+    logs.add(f.number)
+    last = f.number
+  }
+  for (const s of m.segments) {
+    if (s.number < snapAt) continue
+    const path = join(dir, segmentName(s.number, "log"))
+    if (!logs.has(s.number)) throw new CorruptLog(path, 0, "a missing segment (the MANIFEST lists it)")
+    const size = fs.statSync(path).size
+    // The last segment may have lost a torn tail (judged record by record), never all it had on record;
+    // any other segment was sealed at its recorded size.
+    if (size < s.bytes && (s.number !== last || size === 0)) {
+      throw new CorruptLog(path, size, `a segment cut short: it ends at ${size} bytes, the MANIFEST recorded ${s.bytes} bytes written`)
+    }
+  }
+  return false
 }
 
 /** The JSON payload of a snapshot's begin or end record. */
@@ -65,9 +105,11 @@ const applyLogRecord = (state: LogState, d: Decoded, path: string, offset: numbe
         state.insert(e)
         return
       }
-      case Kind.attempt: {
+      case Kind.attempt:
+      case Kind.attemptDead: {
         const a = readAttempt(buf, start, end)
         state.applyAttempt(a.id, a.attempts, a.lastError, a.nextAttemptAt)
+        if (d.kind === Kind.attemptDead) state.applyDead(a.id, a.lastError)
         return
       }
       case Kind.ack: {
@@ -145,11 +187,15 @@ const replaySnapshot = (state: LogState, path: string, maxPayload: number): { ne
  * Read `dir` and rebuild the state. `maxPayload` bounds every record length read. Throws `CorruptLog`
  * on corruption, and the I/O error itself when a read fails.
  */
-export const recover = (dir: string, maxPayload: number): Recovered => {
-  const { segments: files, temps } = listSegments(dir)
+export const recover = (dir: string, maxPayload: number, below?: number): Recovered => {
+  const listed = listSegments(dir)
+  const temps = below === undefined ? listed.temps : []
+  // `below`: only the sealed files numbered below it (a compaction retry rebuilding its checkpoint); no torn tail there.
+  const files = below === undefined ? listed.segments : listed.segments.filter((f) => f.number < below)
   const state = new LogState()
   let snapAt = -1
   for (const f of files) if (f.kind === "snap") snapAt = f.number
+  const noManifest = below === undefined ? checkManifest(dir, files, snapAt) : false
   const remove: Array<string> = [...temps]
   const kept: Array<KeptSegment> = []
   let expected = 1
@@ -167,7 +213,7 @@ export const recover = (dir: string, maxPayload: number): Recovered => {
   let truncate: Recovered["truncate"] = undefined
   logs.forEach((f, i) => {
     const path = join(dir, f.name)
-    const last = i === logs.length - 1
+    const last = i === logs.length - 1 && below === undefined
     const size = withFile(path, (fd, size) => {
       const reader = new SegmentReader(fd, size, maxPayload)
       for (;;) {
@@ -201,7 +247,8 @@ export const recover = (dir: string, maxPayload: number): Recovered => {
     active: lastKept !== undefined && lastKept.kind === "log" ? lastKept : undefined,
     highestNumber: files.length === 0 ? 0 : files[files.length - 1]!.number,
     truncate,
-    remove
+    remove,
+    noManifest
   }
 }
 

@@ -14,7 +14,7 @@ export interface SegmentFile {
 }
 
 const NAME = /^(\d{16})\.(log|snap)$/
-const TMP = /^\d{16}\.snap\.tmp$/
+const TMP = /^(\d{16}\.snap|MANIFEST)\.tmp$/
 
 /** The file name of segment `number`. */
 export const segmentName = (number: number, kind: "log" | "snap"): string =>

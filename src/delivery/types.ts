@@ -45,10 +45,15 @@ export type DeliveryLogHealth =
  */
 export interface DeliveryLog {
   readonly append: (message: OutboundMessage) => Effect.Effect<DeliveryEntry, DeliveryLogError>
+  /**
+   * Records a failed attempt (attempts + 1, `lastError`, `nextAttemptAt`). With `dead: true` it is the
+   * last one: the same single record also moves the entry to dead (a crash cannot split the two).
+   */
   readonly attempt: (
     id: string,
-    failure: { readonly error: string; readonly nextAttemptAt: number }
+    failure: { readonly error: string; readonly nextAttemptAt: number; readonly dead?: boolean }
   ) => Effect.Effect<DeliveryEntry, DeliveryLogError>
+  /** Removes a pending entry (delivered). Fails `not-pending` for a dead entry, and leaves it. */
   readonly ack: (id: string) => Effect.Effect<void, DeliveryLogError>
   readonly deadLetter: (id: string, reason: string) => Effect.Effect<void, DeliveryLogError>
   /** dead -> pending, attempts back to 0. */

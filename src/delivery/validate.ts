@@ -78,6 +78,13 @@ export const resolveOptions = (o: OpenOptions): ResolvedOptions | DeliveryLogErr
 
 class NotJson extends Error {}
 
+/**
+ * Deepest nesting of arrays and objects a `body` may have. The check, the encoder and replay walk
+ * bodies recursively; without a limit a deep body overflows the stack ("Maximum call stack size
+ * exceeded") instead of being refused.
+ */
+export const MAX_BODY_DEPTH = 512
+
 const plainProto = (v: object): boolean => {
   const p = Object.getPrototypeOf(v)
   return p === Object.prototype || p === null || Array.isArray(v)
@@ -120,6 +127,11 @@ const copyJson = (value: unknown, where: () => string, path: Array<object>): unk
         metToJson = true
         return undefined
       }
+      if (path.length >= MAX_BODY_DEPTH) {
+        throw new NotJson(
+          `it is nested more than ${MAX_BODY_DEPTH} levels deep (arrays and objects inside each other); the log takes at most ${MAX_BODY_DEPTH}`
+        )
+      }
       if (path.includes(value)) throw new NotJson(`${where()} is circular (it contains itself); send a tree`)
       path.push(value)
       let out: unknown
@@ -161,8 +173,33 @@ export interface CheckedMessage {
   readonly message: OutboundMessage | undefined
 }
 
-const nonEmpty = (name: string, v: unknown): DeliveryLogError | undefined =>
-  typeof v === "string" && v.length > 0 ? undefined : invalid(`Expected \`${name}\` to be a non-empty string, got \`${show(v)}\``)
+/** A lone surrogate: with the `u` flag a paired one is a single code point and does not match. */
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u
+
+/**
+ * Where `s` stops being well-formed UTF-16 (the index of its first lone surrogate), or -1.
+ * `String.prototype.isWellFormed` is not on every supported Node, hence the regex.
+ */
+export const loneSurrogateAt = (s: string): number => {
+  const m = LONE_SURROGATE.exec(s)
+  return m === null ? -1 : m.index
+}
+
+const hex4 = (code: number): string => code.toString(16).toUpperCase().padStart(4, "0")
+
+/**
+ * A non-empty, well-formed string. The log stores keys as UTF-8, where a lone surrogate cannot be
+ * written: it would come back as U+FFFD and match another key.
+ */
+const nonEmpty = (name: string, v: unknown): DeliveryLogError | undefined => {
+  if (typeof v !== "string" || v.length === 0) return invalid(`Expected \`${name}\` to be a non-empty string, got \`${show(v)}\``)
+  const at = loneSurrogateAt(v)
+  return at < 0
+    ? undefined
+    : invalid(
+        `Expected \`${name}\` to be well-formed UTF-16, got a lone surrogate \\u${hex4(v.charCodeAt(at))} at index ${at} of ${show(v)} (UTF-8 cannot store it; it would come back as U+FFFD)`
+      )
+}
 
 /** Check a message and encode it as JSON; nothing about it is logged (bodies may hold secrets). */
 export const checkMessage = (m: OutboundMessage): CheckedMessage | DeliveryLogError => {

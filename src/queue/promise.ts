@@ -14,6 +14,7 @@ import type { EngineState } from "./engine/state.js"
 import { PROMISE_BODY, Task, unknownLane, WAKE } from "./engine/state.js"
 import { FutureTimeout, RequestError } from "./errors.js"
 import { TaskHandle } from "./Future.js"
+import { setLongTimeout } from "./longTimer.js"
 import type { Admission, CommandQueueOptions, DrainReport, LaneSnapshot } from "./types.js"
 
 /** The options of one Promise-API dispatch. */
@@ -135,14 +136,15 @@ class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
       return rejected
     }
     const p = new Promise<A>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new FutureTimeout({ runId: this.runId, timeoutMs })), timeoutMs)
+      // Chained: a plain setTimeout over 2^31−1 ms would fire after 1 ms.
+      const timer = setLongTimeout(() => reject(new FutureTimeout({ runId: this.runId, timeoutMs })), timeoutMs)
       this.result.then(
         (value) => {
-          clearTimeout(timer)
+          timer.clear()
           resolve(value)
         },
         (error) => {
-          clearTimeout(timer)
+          timer.clear()
           reject(error)
         }
       )

@@ -62,13 +62,20 @@ describe("DeliveryLog against a model", () => {
               }
               case "attempt":
                 if (id !== undefined && live.get(id)!.status === "pending") {
-                  const e = await run(log.attempt(id, { error: "e", nextAttemptAt: 1 }))
+                  // Every third pick is a final attempt: one record counts it and moves the entry to dead.
+                  const dead = o.pick % 3 === 0
+                  const e = await run(log.attempt(id, { error: "e", nextAttemptAt: 1, dead }))
                   live.get(id)!.attempts++
+                  if (dead) live.get(id)!.status = "dead"
                   assert.strictEqual(e.attempts, live.get(id)!.attempts)
+                  assert.strictEqual(e.status, live.get(id)!.status)
                 }
                 break
               case "ack":
-                if (id !== undefined) {
+                if (id !== undefined && live.get(id)!.status === "dead") {
+                  const r = await run(Effect.flip(log.ack(id)))
+                  assert.strictEqual(r.reason, "not-pending", "ack of a dead entry fails and leaves it")
+                } else if (id !== undefined) {
                   await run(log.ack(id))
                   live.delete(id)
                   await run(log.ack(id)) // idempotent

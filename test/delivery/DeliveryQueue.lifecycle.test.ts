@@ -164,7 +164,7 @@ describe("DeliveryQueue lifecycle", () => {
       assert.strictEqual(calls, 2)
     }))
 
-  it.effect("a failing dead letter keeps the entry at the head until it is recorded", () =>
+  it.effect("a failing final attempt (one record: attempt and dead) keeps the entry at the head until it is recorded", () =>
     Effect.gen(function*() {
       const log = makeMemoryLog()
       const seen: Array<unknown> = []
@@ -175,7 +175,7 @@ describe("DeliveryQueue lifecycle", () => {
             ? Effect.fail(new DeliveryFailure({ message: "gone", permanent: true }))
             : Effect.sync(() => seen.push(e.message.body))
       })
-      log.failNext("deadLetter")
+      log.failNext("attempt")
       const first = yield* q.enqueue(msg("a", 1))
       yield* q.enqueue(msg("a", 2))
       yield* q.idle
@@ -184,6 +184,7 @@ describe("DeliveryQueue lifecycle", () => {
       yield* q.idle
       assert.deepStrictEqual(seen, [2])
       assert.deepStrictEqual((yield* log.dead).map((e) => e.id), [first.id])
+      assert.isFalse(log.calls.some((c) => c.op === "deadLetter"), "no second record for the move to dead")
     }))
 
   it.effect("an entry the log no longer knows is dropped from memory with a warning", () =>
@@ -217,7 +218,7 @@ describe("DeliveryQueue lifecycle", () => {
       yield* q.enqueue(msg("dead", 2))
       yield* q.enqueue(msg("slow", 3))
       yield* Deferred.await(reached)
-      yield* waitFor(() => log.acked.length === 1 && log.calls.some((c) => c.op === "deadLetter"))
+      yield* waitFor(() => log.acked.length === 1 && log.calls.some((c) => c.op === "attempt" && !c.failed))
       assert.deepStrictEqual(yield* q.stats, { pending: 1, dead: 1, inFlight: 1, delivered: 1 })
       yield* Deferred.succeed(gate, undefined)
       yield* q.idle

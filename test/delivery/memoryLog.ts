@@ -193,6 +193,12 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
       Effect.flatMap(Clock.currentTimeMillis, (at) =>
         lift("attempt", { op: "attempt", id, ...failure, at }, () => {
           const e = mustGet(id)
+          if (failure.dead === true) {
+            const { nextAttemptAt: _n, ...rest } = e
+            const next: DeliveryEntry = { ...rest, attempts: e.attempts + 1, lastError: failure.error, status: "dead" }
+            live.set(id, next)
+            return next
+          }
           const next: DeliveryEntry = { ...e, attempts: e.attempts + 1, lastError: failure.error, nextAttemptAt: failure.nextAttemptAt }
           live.set(id, next)
           return next
@@ -202,6 +208,9 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
         lift("ack", { op: "ack", id }, () => {
           if (acked.includes(id) && !live.has(id)) return
           const e = mustGet(id)
+          if (e.status === "dead") {
+            throw new DeliveryLogError({ reason: "not-pending", message: `Expected a pending entry to ack, got dead entry \`${id}\`` })
+          }
           live.delete(id)
           acked.push(id)
           if (e.message.idempotencyKey !== undefined) ackedKeys.set(e.message.idempotencyKey, { entry: e, at: now })

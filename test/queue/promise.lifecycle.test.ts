@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it, vi } from "vitest"
 import { AdmissionError, createCommandQueue, RequestError } from "../../src/queue/index.js"
-import { cleanUp, flush, gated, make } from "./promise.helpers.js"
+import { mayReadSignal } from "../../src/queue/engine/run.js"
+import { cleanUp, flush, gate, gated, make } from "./promise.helpers.js"
 
 afterEach(cleanUp)
 
@@ -34,6 +35,85 @@ describe("AsyncCommandQueue timeouts", () => {
     expect(g.signal().reason).toBe(error)
     expect(await next.result).toBe("next")
     g.release()
+  })
+})
+
+describe("AsyncCommandQueue task signals, whatever the task's arity", () => {
+  it("mayReadSignal: only an arrow with () and a function () that never says `arguments` go without a signal", () => {
+    const blind = [() => 1, async () => 1, function () {
+      return 1
+    }, async function named() {
+      return 1
+    }, function* gen() {
+      yield 1
+    }]
+    // eslint-disable-next-line @typescript-eslint/no-unused-vars
+    const seeing = [(s: AbortSignal) => s, (...args: Array<unknown>) => args, (s: unknown = 1) => s, function () {
+      // eslint-disable-next-line prefer-rest-params
+      return arguments[0]
+    }, ((s: unknown) => s).bind(null, 1), { m() { return 1 } }.m, Math.max]
+    for (const f of blind) expect(mayReadSignal(f), String(f)).toBe(false)
+    for (const f of seeing) expect(mayReadSignal(f), String(f)).toBe(true)
+  })
+
+  it("a task of length 0 that reads its argument ((...args), a default parameter, arguments) gets its own signal, aborted by turnTimeoutMs", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] })
+    const q = await make({ lanes: { main: { concurrent: 4, queued: 4 } } })
+    const never = gate()
+    const seen: Array<AbortSignal> = []
+    const tasks = [
+      (...args: Array<unknown>) => (seen.push(args[0] as AbortSignal), never.promise),
+      (s: AbortSignal | undefined = undefined) => (seen.push(s!), never.promise),
+      function () {
+        // eslint-disable-next-line prefer-rest-params
+        seen.push(arguments[0] as AbortSignal)
+        return never.promise
+      }
+    ]
+    for (const t of tasks) expect(t.length).toBe(0)
+    const futures = tasks.map((t, i) => q.dispatch("main", `k${i}`, t as () => Promise<void>, { turnTimeoutMs: 500 }))
+    await flush()
+    expect(seen).toHaveLength(3)
+    expect(new Set(seen).size).toBe(3)
+    for (const s of seen) {
+      expect(s).toBeInstanceOf(AbortSignal)
+      expect(s.aborted).toBe(false)
+    }
+    await vi.advanceTimersByTimeAsync(500)
+    for (const [i, f] of futures.entries()) {
+      const error = await f.result.catch((e) => e)
+      expect(error).toMatchObject({ reason: "timeout", stage: "running" })
+      expect(seen[i]!.aborted).toBe(true)
+      expect(seen[i]!.reason).toBe(error)
+    }
+    never.resolve()
+  })
+
+  it("2,000 (...args) tasks that listen on their signal share none, and no MaxListenersExceededWarning", async () => {
+    const warnings: Array<string> = []
+    const onWarning = (w: Error) => warnings.push(w.name)
+    process.on("warning", onWarning)
+    try {
+      const q = await make({ lanes: { main: { concurrent: 8, queued: 2_000 } } })
+      const signals = new Set<AbortSignal>()
+      const futures = []
+      for (let i = 0; i < 2_000; i++) {
+        futures.push(
+          q.dispatch("main", `k${i % 50}`, (...args: Array<unknown>) => {
+            const s = args[0] as AbortSignal
+            signals.add(s)
+            s.addEventListener("abort", () => {})
+            return i
+          }).result
+        )
+      }
+      await Promise.all(futures)
+      await flush()
+      expect(signals.size).toBe(2_000)
+      expect(warnings).not.toContain("MaxListenersExceededWarning")
+    } finally {
+      process.off("warning", onWarning)
+    }
   })
 })
 

@@ -205,6 +205,26 @@ describe("AsyncFuture", () => {
     expect(await f.wait(1_000)).toBe("late")
   })
 
+  it("wait(ms) over 2^31-1 ms (where setTimeout fires after 1 ms) rejects only when its whole time has passed", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] })
+    const q = await make()
+    const g = gated("late")
+    const f = q.dispatch("main", "k", g.task)
+    const ms = 2 ** 31 + 5_000
+    let outcome: unknown = "pending"
+    f.wait(ms).catch((e) => (outcome = e))
+    const forever = f.wait(Number.POSITIVE_INFINITY)
+    await vi.advanceTimersByTimeAsync(10)
+    expect(outcome).toBe("pending")
+    await vi.advanceTimersByTimeAsync(ms - 11)
+    expect(outcome).toBe("pending")
+    await vi.advanceTimersByTimeAsync(1)
+    expect(outcome).toBeInstanceOf(FutureTimeout)
+    expect(outcome).toMatchObject({ runId: f.runId, timeoutMs: ms })
+    g.release()
+    expect(await forever).toBe("late")
+  })
+
   it("cancel() drops a waiting task: it fails canceled at stage queued and never runs", async () => {
     const q = await make()
     const g = gated(0)

@@ -50,8 +50,28 @@ export function pick(engine: EngineState, lane: LaneState, key: string): Task | 
 
 const noop = (): void => {}
 
-/** What a task that declares no parameter gets: it cannot look at a signal, so none is made for it. */
-const NO_SIGNAL = new AbortController().signal
+/** `function name() {` with an empty parameter list (also async, generator). */
+const EMPTY_FUNCTION = /^(?:async\s*)?function\s*\*?\s*[\w$]*\s*\(\s*\)/
+
+/**
+ * Whether `fn` can see the argument it is called with, so needs an AbortSignal of its own (making
+ * one costs about 4 µs, several times the rest of a task). `fn.length` alone is wrong: it is 0 for
+ * `(...args) => …` and default parameters, which do see it (they got one shared signal that never
+ * aborted and gathered every task's listeners). Only two shapes are known blind: an arrow whose
+ * source starts with `()` (arrows have no `arguments`), and a `function` with an empty parameter
+ * list whose source never says `arguments`. Anything else (bound and native functions, methods,
+ * odd spacing) gets a signal.
+ */
+export const mayReadSignal = (fn: Function): boolean => {
+  if (fn.length > 0) return true
+  const src = Function.prototype.toString.call(fn)
+  const c0 = src.charCodeAt(0)
+  // "(" ")": an arrow with no parameters.
+  if (c0 === 40) return src.charCodeAt(1) !== 41
+  if (c0 === 97 && (src.startsWith("async ()") || src.startsWith("async()"))) return false
+  // Bound and native functions print `function () { [native code] }` whatever they forward.
+  return !(EMPTY_FUNCTION.test(src) && !src.includes("arguments") && !src.includes("[native code]"))
+}
 
 const isThenable = (u: unknown): u is PromiseLike<unknown> =>
   typeof u === "object" && u !== null && typeof (u as { then?: unknown }).then === "function"
@@ -92,9 +112,9 @@ export function startEffect(
 }
 
 /**
- * Calls the function with its AbortSignal (made only for a function that declares a parameter:
- * `signal => ...`; one that declares none cannot see it). Its exit if it returned a plain value
- * or threw, else an Effect of the promise's outcome, or of the queue's stop, whichever is first.
+ * Calls the function with an AbortSignal of its own whenever it can see one (`mayReadSignal`), whatever
+ * its arity. Its exit if it returned a plain value or threw, else an Effect of the promise's outcome,
+ * or of the queue's stop, whichever is first.
  */
 export function startPromise(
   engine: EngineState,
@@ -104,15 +124,15 @@ export function startPromise(
 ): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> | typeof PENDING {
   const fn = task.body as (signal: AbortSignal) => unknown
   task.body = undefined
-  let signal = NO_SIGNAL
-  if (fn.length > 0) {
-    const controller = new AbortController()
-    task.handle = controller
-    signal = controller.signal
-  }
   let out: unknown
   try {
-    out = fn(signal)
+    if (mayReadSignal(fn)) {
+      const controller = new AbortController()
+      task.handle = controller
+      out = fn(controller.signal)
+    } else {
+      out = (fn as () => unknown)()
+    }
   } catch (error) {
     return Exit.fail(error)
   }
