@@ -2,8 +2,9 @@
  * switchyard/queue — keyed lanes, the command queue, futures, and the Promise API.
  *
  * Reading order, bottom-up (every file imports only files before it; `test/house/imports.test.ts`
- * fails on any import circle): `errors.ts` (the failures), `show.ts` (message helpers) and
- * `types.ts` (the public shapes: limits, reports, snapshots, the queue, its futures); then
+ * fails on any import circle): `errors.ts` (the failures), the helpers `show.ts` (messages),
+ * `fifo.ts` (an intrusive FIFO), `longTimer.ts`, and `types.ts` (the public shapes: limits,
+ * reports, snapshots, the queue, its futures); then
  * `lanes/`: `types.ts` -> `config.ts` (validation) -> `entry.ts` (a key's entry, the FIFO) ->
  * `scheduler.ts` (one activation per key under a global cap), skinned by `Lanes.ts`
  * (`createLanes`). Then the command queue's `engine/`: `options.ts` (resolved limits) ->
