@@ -122,12 +122,19 @@ const failedTurnLine = (event: Extract<AgentEvent, { type: "turn-failed" }>): st
 const makeEventPrinter = (output: Output) => {
   /** Entries whose failure was printed (once per entry, not once per attempt). */
   const failedDeliveries = new Set<string>()
+  /** Per session, the failure last printed (while its turns keep failing). */
+  const failing = new Map<string, string>()
   return (event: AgentEvent) => {
     output.onAgentEvent(event)
     if (event.type === "heartbeat") {
       output.event({ type: "heartbeat", suppressed: event.suppressed })
     } else if (event.type === "turn-failed") {
+      // The automatic retries fail the same way: one line, until the failure changes (/status counts the attempts).
+      if (event.kind === "user" && event.kept && failing.get(event.session) === event.error) return
+      if (event.kind === "user") failing.set(event.session, event.error)
       output.error(failedTurnLine(event))
+    } else if (event.type === "turn-ended" && event.kind === "user") {
+      failing.delete(event.session)
     } else if (event.type === "delivery-failed") {
       if (failedDeliveries.has(event.entry.id)) return
       failedDeliveries.add(event.entry.id)

@@ -11,6 +11,7 @@
 import { Cause, Clock, Deferred, Effect, Exit, Option, Random, Scope } from "effect"
 import { createLanes } from "../queue/index.js"
 import type { ActivationExit } from "../queue/index.js"
+import { type Classification, type Classify, defaultClassify as defaultClassifyImpl, retryDelay } from "./classify.js"
 import { backoffDelay, failureOf, LOG_RETRY_MS, resolvePolicy, TURN_BATCH } from "./deliveryPolicy.js"
 import { DeliveryFailure, DeliveryLogError } from "./errors.js"
 import { AppendOrder, dueAt, Recipients } from "./recipients.js"
@@ -33,7 +34,23 @@ export interface Options {
   readonly jitter?: number
   /** An entry whose attempts reach this number goes to the dead letters. */
   readonly maxAttempts?: number
+  /**
+   * Decides for every failure (a `DeliveryFailure`, a defect, a timeout) whether it is permanent and
+   * whether the other side asked for a delay. Default: {@link defaultClassify}.
+   */
+  readonly classify?: Classify
 }
+
+export type { Classification, Classify } from "./classify.js"
+
+/**
+ * The default classifier: `permanent` on the error decides when set; otherwise an HTTP `status` 4xx is
+ * permanent except 408, 409, 425 and 429; 5xx, connection errors, timeouts and defects retry.
+ * `retryAfterMs`, or a `Retry-After` the error carries (`retryAfter`: seconds or an HTTP date, or a
+ * `headers` map), replaces that attempt's backoff step, kept within `[jittered step / 4, last step]`.
+ * `now` (epoch ms, default `Date.now()`) is what an HTTP date is counted from.
+ */
+export const defaultClassify: (error: unknown, entry?: DeliveryEntry, now?: number) => Classification = defaultClassifyImpl
 
 /** What {@link DeliveryQueue.stats} reports. */
 export interface Stats {
@@ -81,6 +98,24 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     const clock = yield* Clock.Clock
     const random = yield* Random.Random
     const now = () => clock.currentTimeMillisUnsafe()
+    const lastStep = policy.backoffMs[policy.backoffMs.length - 1]
+    /** The classifier's verdict; one that throws or answers nonsense falls back to the default, with a warning. */
+    const judge = (error: unknown, entry: DeliveryEntry, at: number): Effect.Effect<Classification> => {
+      const classify = options.classify
+      if (classify === undefined) return Effect.succeed(defaultClassify(error, entry, at))
+      let why: string
+      try {
+        const v = classify(error, entry)
+        if (typeof v === "object" && v !== null && typeof v.permanent === "boolean") return Effect.succeed(v)
+        why = `returned \`${JSON.stringify(v) ?? String(v)}\`, expected { permanent: boolean, retryAfterMs?: number }`
+      } catch (e) {
+        why = `threw (${e instanceof Error ? e.message : String(e)})`
+      }
+      return Effect.as(
+        Effect.logWarning(`DeliveryQueue: classify ${why} for entry ${entry.id}; using the default classifier`),
+        defaultClassify(error, entry, at)
+      )
+    }
 
     // ---- state (plain mutable, owned by this queue) ----
     const held = new Recipients()
@@ -195,9 +230,11 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
             yield* Effect.logWarning(`DeliveryQueue: deliver of entry ${node.entry.id} died; counted as a failed attempt`, exit.cause)
           }
           const attempts = node.entry.attempts + 1
-          const dead = failure.permanent || attempts >= maxAttempts
           const at = now()
-          const nextAttemptAt = dead ? at : at + backoffDelay(policy, attempts, random.nextDoubleUnsafe())
+          const verdict = yield* judge(failure.error, node.entry, at)
+          const dead = verdict.permanent || attempts >= maxAttempts
+          const step = backoffDelay(policy, attempts, random.nextDoubleUnsafe())
+          const nextAttemptAt = dead ? at : at + retryDelay(step, verdict.retryAfterMs, lastStep)
           node.op = { _tag: "Attempt", error: failure.message, nextAttemptAt, dead }
         }
         yield* runOp(rec, node)

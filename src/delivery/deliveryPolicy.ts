@@ -4,6 +4,7 @@
  */
 import { Cause, Effect, Option } from "effect"
 import { LanesConfigInvalid } from "../queue/index.js"
+import { DeliveryFailure } from "./errors.js"
 
 /** Delays between retries of a failed log call (ack, attempt record, dead letter); the last repeats. */
 export const LOG_RETRY_MS: ReadonlyArray<number> = [1_000, 5_000, 30_000]
@@ -44,6 +45,7 @@ export const resolvePolicy = (options: {
   readonly backoffMs?: ReadonlyArray<number>
   readonly jitter?: number
   readonly maxAttempts?: number
+  readonly classify?: unknown
 }): Effect.Effect<Policy> =>
   Effect.suspend(() => {
     const concurrency = options.concurrency ?? 8
@@ -70,6 +72,9 @@ export const resolvePolicy = (options: {
       return invalid("jitter", "a number from 0 through 1", jitter)
     }
     if (!isIntFrom1(maxAttempts)) return invalid("maxAttempts", "an integer from 1 and up", maxAttempts)
+    if (options.classify !== undefined && typeof options.classify !== "function") {
+      return invalid("classify", "a function (error, entry) => { permanent, retryAfterMs? }", options.classify)
+    }
     return Effect.succeed({ concurrency, attemptTimeoutMs, backoffMs: [...backoffMs], jitter, maxAttempts })
   })
 
@@ -80,10 +85,11 @@ export const backoffDelay = (policy: Policy, attempts: number, random: number): 
   return Math.max(0, Math.round(base * (1 + jitter * (2 * random - 1))))
 }
 
-/** How a failed attempt is recorded: its message, whether it is permanent, and whether it was a defect. */
+/** A failed attempt: the message to record, the value to classify, and whether it was a defect. */
 export interface AttemptFailure {
   readonly message: string
-  readonly permanent: boolean
+  /** What the classifier judges: the typed failure, the defect, or a `DeliveryFailure` for an interruption. */
+  readonly error: unknown
   readonly defect: boolean
 }
 
@@ -92,14 +98,14 @@ export const failureOf = (cause: Cause.Cause<unknown>): AttemptFailure => {
   const error = Cause.findErrorOption(cause)
   if (Option.isSome(error)) {
     const e = error.value
-    const fields = typeof e === "object" && e !== null ? (e as { readonly message?: unknown; readonly permanent?: unknown }) : undefined
+    const fields = typeof e === "object" && e !== null ? (e as { readonly message?: unknown }) : undefined
     const message = fields !== undefined && typeof fields.message === "string" ? fields.message : String(e)
-    return { message, permanent: fields?.permanent === true, defect: false }
+    return { message, error: e, defect: false }
   }
   const defect = Cause.findDefect(cause)
   if (defect._tag === "Success") {
     const d = defect.success
-    return { message: `deliver died: ${d instanceof Error ? d.message : String(d)}`, permanent: false, defect: true }
+    return { message: `deliver died: ${d instanceof Error ? d.message : String(d)}`, error: d, defect: true }
   }
-  return { message: "deliver was interrupted", permanent: false, defect: false }
+  return { message: "deliver was interrupted", error: new DeliveryFailure({ message: "deliver was interrupted" }), defect: false }
 }
