@@ -8,7 +8,7 @@
  *   `manifest.ts`, `lockfile.ts`, `groupCommit.ts` (one writer, batched syncs) -> `state.ts`,
  *   `framing.ts` -> `recovery.ts`, `compaction.ts` -> `logCore.ts` (the log's engine) ->
  *   `healer.ts` -> `fileLog.ts` (Effects and a Scope) -> `DeliveryLog.ts` (public: `open`).
- * - The queue: `recipients.ts` (per-recipient FIFOs), `WakeHeap.ts`, `deliveryPolicy.ts` ->
+ * - The queue: `recipients.ts` (per-recipient FIFOs), `WakeHeap.ts`, `classify.ts`, `deliveryPolicy.ts` ->
  *   `DeliveryQueue.ts` (public: replay, order, retries, dead letters).
  */
 export * from "./errors.js"
