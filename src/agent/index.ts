@@ -29,3 +29,5 @@ export type { AgentOptions, AgentSnapshot, LogHealthStatus, SendError, ShutdownR
 export { RETRY_DELAYS_MS } from "./retries.js"
 export { exitAfterFlush, runMain, serve, signalExitCode } from "./main.js"
 export type { MainContext, ShutdownSignal, StopReason } from "./main.js"
+export { DEFAULT_WEBHOOK_TIMEOUT_MS, parseWebhookUrl, WebhookChannel } from "./WebhookChannel.js"
+export type { WebhookChannelOptions } from "./WebhookChannel.js"
