@@ -4,6 +4,7 @@
  * carries (`DeliveryFailure`'s `permanent`, `status`, `retryAfterMs`, `retryAfter`, or the same names
  * on any error object, a `headers` map included).
  */
+import { Effect } from "effect"
 import type { DeliveryEntry } from "./types.js"
 
 /** What a classifier decides about one failure. */
@@ -91,4 +92,25 @@ export const defaultClassify = (error: unknown, _entry?: DeliveryEntry, now: num
 export const retryDelay = (step: number, retryAfterMs: number | undefined, lastStep: number): number => {
   if (retryAfterMs === undefined || !Number.isFinite(retryAfterMs)) return step
   return Math.round(Math.min(Math.max(retryAfterMs, step / 4), lastStep))
+}
+
+/**
+ * The queue's use of a classifier: `classify` (the default one when undefined) as an Effect; one that
+ * throws or answers something else than `{ permanent: boolean }` falls back to the default, with a warning.
+ */
+export const makeJudge = (classify: Classify | undefined) =>
+(error: unknown, entry: DeliveryEntry, now: number): Effect.Effect<Classification> => {
+  if (classify === undefined) return Effect.succeed(defaultClassify(error, entry, now))
+  let why: string
+  try {
+    const v = classify(error, entry)
+    if (typeof v === "object" && v !== null && typeof v.permanent === "boolean") return Effect.succeed(v)
+    why = `returned \`${JSON.stringify(v) ?? String(v)}\`, expected { permanent: boolean, retryAfterMs?: number }`
+  } catch (e) {
+    why = `threw (${e instanceof Error ? e.message : String(e)})`
+  }
+  return Effect.as(
+    Effect.logWarning(`DeliveryQueue: classify ${why} for entry ${entry.id}; using the default classifier`),
+    defaultClassify(error, entry, now)
+  )
 }

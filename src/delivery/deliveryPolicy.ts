@@ -5,6 +5,7 @@
 import { Cause, Effect, Option } from "effect"
 import { LanesConfigInvalid } from "../queue/index.js"
 import { DeliveryFailure } from "./errors.js"
+import type { Options } from "./queueTypes.js"
 
 /** Delays between retries of a failed log call (ack, attempt record, dead letter); the last repeats. */
 export const LOG_RETRY_MS: ReadonlyArray<number> = [1_000, 5_000, 30_000]
@@ -19,6 +20,12 @@ export interface Policy {
   readonly backoffMs: ReadonlyArray<number>
   readonly jitter: number
   readonly maxAttempts: number
+  /** Pending longer than this after `enqueuedAt`: dead, `lastError` "expired". Infinity: never. */
+  readonly maxAgeMs: number
+  /** Replayed entries that begin a first attempt per second (Infinity: no pacing). */
+  readonly replayPerSecond: number
+  /** After this long from start, replay starts no more old entries (Infinity: no bound). */
+  readonly maxRecoveryMs: number
 }
 
 const show = (u: unknown): string => {
@@ -37,16 +44,7 @@ const isIntFrom1 = (n: unknown): n is number => typeof n === "number" && Number.
  * Applies the defaults and checks every option. A bad one is a defect (`LanesConfigInvalid` naming it,
  * in p-queue's tone): a queue that cannot run as configured fails loudly at start.
  */
-export const resolvePolicy = (options: {
-  readonly log: unknown
-  readonly deliver: unknown
-  readonly concurrency?: number
-  readonly attemptTimeoutMs?: number
-  readonly backoffMs?: ReadonlyArray<number>
-  readonly jitter?: number
-  readonly maxAttempts?: number
-  readonly classify?: unknown
-}): Effect.Effect<Policy> =>
+export const resolvePolicy = (options: Options): Effect.Effect<Policy> =>
   Effect.suspend(() => {
     const concurrency = options.concurrency ?? 8
     const attemptTimeoutMs = options.attemptTimeoutMs ?? 30_000
@@ -75,7 +73,27 @@ export const resolvePolicy = (options: {
     if (options.classify !== undefined && typeof options.classify !== "function") {
       return invalid("classify", "a function (error, entry) => { permanent, retryAfterMs? }", options.classify)
     }
-    return Effect.succeed({ concurrency, attemptTimeoutMs, backoffMs: [...backoffMs], jitter, maxAttempts })
+    const maxAgeMs = options.maxAgeMs ?? Infinity
+    if (typeof maxAgeMs !== "number" || !(maxAgeMs > 0)) return invalid("maxAgeMs", "a number of ms above 0 (Infinity: never)", maxAgeMs)
+    const replay: unknown = options.replay ?? {}
+    if (typeof replay !== "object" || replay === null) return invalid("replay", "an object { maxPerSecond?, maxRecoveryMs? }", replay)
+    const { maxPerSecond = Infinity, maxRecoveryMs = Infinity } = replay as { maxPerSecond?: unknown; maxRecoveryMs?: unknown }
+    if (maxPerSecond !== Infinity && !isIntFrom1(maxPerSecond)) {
+      return invalid("replay.maxPerSecond", "an integer from 1 and up (Infinity: no pacing)", maxPerSecond)
+    }
+    if (typeof maxRecoveryMs !== "number" || !(maxRecoveryMs > 0)) {
+      return invalid("replay.maxRecoveryMs", "a number of ms above 0 (Infinity: no bound)", maxRecoveryMs)
+    }
+    return Effect.succeed({
+      concurrency,
+      attemptTimeoutMs,
+      backoffMs: [...backoffMs],
+      jitter,
+      maxAttempts,
+      maxAgeMs,
+      replayPerSecond: maxPerSecond as number,
+      maxRecoveryMs
+    })
   })
 
 /** The delay before the next attempt after `attempts` failures: `backoffMs[attempts - 1]` (the last repeats), scaled by a factor in `[1 - jitter, 1 + jitter]` (`random` in [0, 1)). */
