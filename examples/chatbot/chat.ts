@@ -14,6 +14,7 @@ import {
   AnthropicModel,
   FileChannel,
   ScriptedModel,
+  WebhookChannel,
   replyOf,
   runMain,
   serve
@@ -50,7 +51,10 @@ const chooseModel = (options: ChatOptions): { readonly layer: Layer.Layer<Model>
   }
 }
 
-/** The channel: prints replies (or appends them to the outbox) and prints cron events. */
+/**
+ * The channel: prints replies (or appends them to the outbox) and prints cron events. With
+ * `--webhook` every entry is POSTed first, and printed as usual once the webhook took it.
+ */
 const makeChannel = (
   options: ChatOptions,
   output: Output
@@ -64,9 +68,11 @@ const makeChannel = (
         return { id: entry.id, session: reply?.session ?? entry.message.to, text: reply?.text ?? entry.message.body }
       }
     })
+    const webhook = options.webhook === undefined ? undefined : WebhookChannel({ url: options.webhook })
     const send = (entry: DeliveryEntry): Effect.Effect<void, DeliveryFailure> =>
       Effect.gen(function*() {
         const reply = replyOf(entry)
+        if (webhook !== undefined) yield* webhook.send(entry)
         if (outbox !== undefined) yield* outbox.send(entry)
         if (reply === undefined) {
           if (outbox === undefined) output.say(`[${entry.message.to}] ${JSON.stringify(entry.message.body)}`)
@@ -83,7 +89,7 @@ const makeChannel = (
           output.say(reply.kind === "heartbeat" ? `[heartbeat] ${reply.text}` : `bot> ${reply.text}`)
         }
       })
-    // The name stays "console" with or without an outbox, so entries left in the log are delivered
+    // The name stays "console" with or without an outbox or a webhook, so entries left in the log are delivered
     // by the next start whichever way it prints.
     return { name: "console", send } satisfies Channel
   })
@@ -122,12 +128,19 @@ const failedTurnLine = (event: Extract<AgentEvent, { type: "turn-failed" }>): st
 const makeEventPrinter = (output: Output) => {
   /** Entries whose failure was printed (once per entry, not once per attempt). */
   const failedDeliveries = new Set<string>()
+  /** Per session, the failure last printed (while its turns keep failing). */
+  const failing = new Map<string, string>()
   return (event: AgentEvent) => {
     output.onAgentEvent(event)
     if (event.type === "heartbeat") {
       output.event({ type: "heartbeat", suppressed: event.suppressed })
     } else if (event.type === "turn-failed") {
+      // The automatic retries fail the same way: one line, until the failure changes (/status counts the attempts).
+      if (event.kind === "user" && event.kept && failing.get(event.session) === event.error) return
+      if (event.kind === "user") failing.set(event.session, event.error)
       output.error(failedTurnLine(event))
+    } else if (event.type === "turn-ended" && event.kind === "user") {
+      failing.delete(event.session)
     } else if (event.type === "delivery-failed") {
       if (failedDeliveries.has(event.entry.id)) return
       failedDeliveries.add(event.entry.id)

@@ -1,6 +1,7 @@
 /**
- * Error texts name the real cause and the file: a segment the process may not read (EACCES, run as
- * the unprivileged user `nobody`: root reads everything).
+ * Error texts name the real cause and the file: a file where the log directory should be (EEXIST,
+ * ENOTDIR), a segment the process may not read (EACCES, run as the unprivileged user `nobody`: root
+ * reads everything).
  */
 import { execFileSync } from "node:child_process"
 import * as fs from "node:fs"
@@ -10,7 +11,7 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import { canMount } from "./faults/tmpfs.js"
-import { tempRoot } from "./fixtures/files.js"
+import { failure, tempRoot } from "./fixtures/files.js"
 
 const tmp = tempRoot("log-errors")
 afterAll(tmp.rm)
@@ -19,6 +20,20 @@ const fixture = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "openO
 const hasRunuser = fs.existsSync("/usr/sbin/runuser") || fs.existsSync("/sbin/runuser")
 
 describe("DeliveryLog error texts", () => {
+  it.effect("a file where the log directory (or a parent) should be fails io naming EEXIST / ENOTDIR and that path", () =>
+    Effect.gen(function* () {
+      const file = tmp.next()
+      fs.writeFileSync(file, "not a directory")
+      const e = yield* failure(Effect.scoped(DeliveryLog.open({ dir: file })))
+      assert.strictEqual(e.reason, "io")
+      assert.include(e.message, `EEXIST (it already exists) at ${file}`)
+      assert.strictEqual(e.path, file)
+      const under = yield* failure(Effect.scoped(DeliveryLog.open({ dir: join(file, "log") })))
+      assert.include(under.message, "ENOTDIR")
+      assert.strictEqual(under.path, join(file, "log"))
+      assert.strictEqual(fs.readFileSync(file, "utf8"), "not a directory")
+    }))
+
   it.effect.skipIf(!canMount || !hasRunuser)("a segment the process may not read fails io naming EACCES and that segment", () =>
     Effect.gen(function* () {
       const dir = tmp.next()

@@ -80,6 +80,28 @@ describe("chatbot: failed model calls", () => {
     }
   }, 60_000)
 
+  it("automatic retries that fail the same way print no new line; /status counts the attempts", async () => {
+    const port = await closedPort()
+    const bot = startChatbot(["--state-dir", path.join(fresh(), "state"), "--json"], {
+      env: { ANTHROPIC_API_KEY: KEY, ANTHROPIC_BASE_URL: `http://127.0.0.1:${port}` }
+    })
+    bot.write("anyone?\n")
+    await bot.waitForStderr(/^error: no reply for local:/)
+    // Ask until the agent has tried again by itself (1 s after the first failure).
+    let status
+    do {
+      const from = bot.events.length
+      bot.write("/status\n")
+      status = await bot.waitForEvent((e) => e.type === "status", "the status", { from })
+    } while ((status.unanswered[0]?.failure?.attempts ?? 0) < 2)
+    expect(status.unanswered).toEqual([
+      { session: "local", messages: 1, failure: expect.objectContaining({ retryable: true, retryAt: expect.any(Number) }) }
+    ])
+    expect(bot.stderr.filter((l) => l.startsWith("error: no reply for local:"))).toHaveLength(1)
+    bot.end()
+    expect((await bot.waitForExit()).code).toBe(3)
+  }, 60_000)
+
   it("end of input with messages unanswered (no network): the goodbye line says how many, exit 3", async () => {
     const port = await closedPort()
     const { exit, bot } = await runChatbot(["--state-dir", path.join(fresh(), "state")], "one\ntwo\n", {
