@@ -1,28 +1,34 @@
 /**
  * The chat program: an agent over standard input and output.
  *
- * Each line of standard input is a user message of `--session`; `/status`, `/restart <lane>` and
- * `/quit` are commands. At the end of input every turn owed is answered and delivered, then the
+ * Each line of standard input is a user message of `--session`; `/help`, `/status`,
+ * `/restart <lane>` and `/quit` are commands (commands.ts). In a terminal: a `you> ` prompt, the
+ * thinking sign, the reply streaming (screen.ts). At the end of input every turn owed is answered and delivered, then the
  * program exits 0; on SIGTERM / SIGINT it stops reading, drains and exits 0 (a second signal exits
  * at once). Replies are printed (or appended to `--outbox`) when the delivery queue delivers them.
  */
 import { Effect, Layer, Redacted } from "effect"
 import type { Scope } from "effect"
-import * as readline from "node:readline"
 import {
   Agent,
   AnthropicModel,
   FileChannel,
   ScriptedModel,
+  WebhookChannel,
   replyOf,
   runMain,
   serve
 } from "../../src/agent/index.js"
-import type { Channel, MainContext, Model } from "../../src/agent/index.js"
+import type { AgentEvent, Channel, MainContext, Model } from "../../src/agent/index.js"
 import type { DeliveryEntry, DeliveryFailure } from "../../src/delivery/index.js"
 import type { ChatOptions } from "./cli.js"
+import { runCommand } from "./commands.js"
+import { readInput } from "./input.js"
+import { makeLogs } from "./logs.js"
+import type { Logs } from "./logs.js"
 import { makeOutput } from "./output.js"
 import type { Output } from "./output.js"
+import { makeScreen } from "./screen.js"
 
 /** Which model to use, and the banner that says so. */
 const chooseModel = (options: ChatOptions): { readonly layer: Layer.Layer<Model>; readonly banner: string } => {
@@ -33,7 +39,7 @@ const chooseModel = (options: ChatOptions): { readonly layer: Layer.Layer<Model>
         apiKey: Redacted.make(key),
         ...(options.model === undefined ? {} : { model: options.model })
       }),
-      banner: `switchyard chat: talking to Claude (${options.model ?? AnthropicModel.DEFAULT_MODEL}). Type a message, /status, /restart <lane> or /quit.`
+      banner: `switchyard chat: talking to Claude (${options.model ?? AnthropicModel.DEFAULT_MODEL}). Type a message, or /help.`
     }
   }
   const why = options.offline ? "--offline" : "no ANTHROPIC_API_KEY"
@@ -41,11 +47,14 @@ const chooseModel = (options: ChatOptions): { readonly layer: Layer.Layer<Model>
     layer: ScriptedModel.layer({ latencyMs: options.latency }),
     banner: `switchyard chat: offline (${why}) — replies come from the scripted model, no network.\n` +
       `To talk to Claude: ANTHROPIC_API_KEY=sk-... npm run chat (ANTHROPIC_BASE_URL and --model are honoured).\n` +
-      `Type a message, /status, /restart <lane> or /quit.`
+      `Type a message, or /help.`
   }
 }
 
-/** The channel: prints replies (or appends them to the outbox) and prints cron events. */
+/**
+ * The channel: prints replies (or appends them to the outbox) and prints cron events. With
+ * `--webhook` every entry is POSTed first, and printed as usual once the webhook took it.
+ */
 const makeChannel = (
   options: ChatOptions,
   output: Output
@@ -59,9 +68,11 @@ const makeChannel = (
         return { id: entry.id, session: reply?.session ?? entry.message.to, text: reply?.text ?? entry.message.body }
       }
     })
+    const webhook = options.webhook === undefined ? undefined : WebhookChannel({ url: options.webhook })
     const send = (entry: DeliveryEntry): Effect.Effect<void, DeliveryFailure> =>
       Effect.gen(function*() {
         const reply = replyOf(entry)
+        if (webhook !== undefined) yield* webhook.send(entry)
         if (outbox !== undefined) yield* outbox.send(entry)
         if (reply === undefined) {
           if (outbox === undefined) output.say(`[${entry.message.to}] ${JSON.stringify(entry.message.body)}`)
@@ -78,56 +89,16 @@ const makeChannel = (
           output.say(reply.kind === "heartbeat" ? `[heartbeat] ${reply.text}` : `bot> ${reply.text}`)
         }
       })
-    // The name stays "console" with or without an outbox, so entries left in the log are delivered
+    // The name stays "console" with or without an outbox or a webhook, so entries left in the log are delivered
     // by the next start whichever way it prints.
     return { name: "console", send } satisfies Channel
   })
 
-const handleLine = (agent: Agent.Agent, options: ChatOptions, output: Output, line: string): Effect.Effect<"quit" | void> =>
-  Effect.gen(function*() {
-    const text = line.trim()
-    if (text === "") return
-    if (text === "/quit") return "quit" as const
-    if (text === "/status") {
-      const snapshot = yield* agent.snapshot
-      output.event({ type: "status", lanes: snapshot.lanes, deliveries: snapshot.deliveries })
-      for (const lane of snapshot.lanes) {
-        output.say(
-          `lane ${lane.lane}: running ${lane.running}, waiting ${lane.waiting}, keys ${lane.keys}, generation ${lane.generation}${lane.draining ? ", draining" : ""}`
-        )
-      }
-      const d = snapshot.deliveries
-      output.say(`deliveries: pending ${d.pending}, dead ${d.dead}, in flight ${d.inFlight}, delivered ${d.delivered}`)
-      return
-    }
-    if (text === "/restart" || text.startsWith("/restart ")) {
-      const lane = text.slice("/restart".length).trim()
-      if (lane === "") {
-        output.error("error: /restart needs a lane, e.g. /restart main")
-        return
-      }
-      yield* agent.restartLane(lane).pipe(
-        Effect.match({
-          onFailure: (error) => output.error(`error: ${error.message}`),
-          onSuccess: (generation) => {
-            output.event({ type: "restart", lane, generation })
-            output.say(`lane ${lane} restarted (generation ${generation})`)
-          }
-        })
-      )
-      return
-    }
-    if (text.startsWith("/")) {
-      output.error(`error: unknown command ${text.split(/\s/)[0]} (try /status, /restart <lane>, /quit)`)
-      return
-    }
-    yield* sendMessages(agent, options, output, [line])
-  })
-
-/** A line that is a user message (not empty, not a command). */
-const isMessage = (line: string): boolean => {
+const handleLine = (agent: Agent.Agent, options: ChatOptions, output: Output, logs: Logs, line: string): Effect.Effect<"quit" | void> => {
   const text = line.trim()
-  return text !== "" && !text.startsWith("/")
+  if (text === "") return Effect.void
+  if (text.startsWith("/")) return runCommand(agent, output, logs, text)
+  return sendMessages(agent, options, output, [line])
 }
 
 /** Sends user messages that arrived together: one write accepts them all. */
@@ -139,73 +110,63 @@ const sendMessages = (agent: Agent.Agent, options: ChatOptions, output: Output, 
     })
   )
 
-/**
- * Reads standard input line by line until it ends (or `/quit`), in order. User messages that are
- * already buffered together go to `handleMessages` at once; every other line to `handle`.
- */
-const readInput = (
-  handle: (line: string) => Effect.Effect<"quit" | void>,
-  handleMessages: (lines: ReadonlyArray<string>) => Effect.Effect<void>
-): Effect.Effect<void> =>
-  Effect.gen(function*() {
-    const lines: Array<string | null> = []
-    let wake: (() => void) | undefined
-    const push = (line: string | null) => {
-      lines.push(line)
-      const w = wake
-      wake = undefined
-      w?.()
+const plural = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`
+
+/** One line for a failed turn: what failed, and what becomes of the messages. */
+const failedTurnLine = (event: Extract<AgentEvent, { type: "turn-failed" }>): string => {
+  if (event.kind !== "user") return `error: the ${event.kind} turn failed: ${event.error}`
+  const what = `error: no reply for ${event.session}: ${event.error}`
+  if (!event.kept) return `${what}; given up (it cannot succeed), the session goes on`
+  const kept = event.messages === 1 ? "1 message is kept and will be answered" : `${event.messages} messages are kept and will be answered`
+  const when = event.retryInMs === undefined
+    ? "when you send another message, or /retry"
+    : `trying again in ${Math.round(event.retryInMs / 1000)} s (/retry: now)`
+  return `${what}; ${kept}: ${when}`
+}
+
+/** Prints the agent's events that are not replies: failed turns and deliveries, recoveries. */
+const makeEventPrinter = (output: Output) => {
+  /** Entries whose failure was printed (once per entry, not once per attempt). */
+  const failedDeliveries = new Set<string>()
+  /** Per session, the failure last printed (while its turns keep failing). */
+  const failing = new Map<string, string>()
+  return (event: AgentEvent) => {
+    output.onAgentEvent(event)
+    if (event.type === "heartbeat") {
+      output.event({ type: "heartbeat", suppressed: event.suppressed })
+    } else if (event.type === "turn-failed") {
+      // The automatic retries fail the same way: one line, until the failure changes (/status counts the attempts).
+      if (event.kind === "user" && event.kept && failing.get(event.session) === event.error) return
+      if (event.kind === "user") failing.set(event.session, event.error)
+      output.error(failedTurnLine(event))
+    } else if (event.type === "turn-ended" && event.kind === "user") {
+      failing.delete(event.session)
+    } else if (event.type === "delivery-failed") {
+      if (failedDeliveries.has(event.entry.id)) return
+      failedDeliveries.add(event.entry.id)
+      output.error(
+        `error: the reply ${event.entry.id} to ${event.entry.message.to} was not delivered: ${event.error}; ` +
+          "it stays in the delivery log (`npm run chat -- deliveries` shows it)"
+      )
+    } else if (event.type === "delivered") {
+      failedDeliveries.delete(event.entry.id)
+    } else if (event.type === "recovered") {
+      output.note(`recovered ${event.session}: ${event.messages} message(s) to answer, ${event.replies} reply(ies) to log`)
     }
-    const rl = yield* Effect.acquireRelease(
-      Effect.sync(() => {
-        const rl = readline.createInterface({ input: process.stdin, terminal: process.stdin.isTTY === true, crlfDelay: Infinity })
-        rl.on("line", (line) => push(line))
-        rl.on("close", () => push(null))
-        // In a terminal, readline takes Ctrl+C itself: pass it on as the signal it means.
-        rl.on("SIGINT", () => process.kill(process.pid, "SIGINT"))
-        return rl
-      }),
-      (rl) => Effect.sync(() => {
-        rl.close()
-        process.stdin.destroy()
-      })
-    )
-    void rl
-    let next = 0
-    while (true) {
-      if (next === lines.length) {
-        lines.length = 0 // everything read was handled: keep no memory of it
-        next = 0
-        yield* Effect.callback<void>((resume) => {
-          if (next < lines.length) resume(Effect.void)
-          else wake = () => resume(Effect.void)
-        })
-        continue
-      }
-      const line = lines[next]!
-      if (line === null) return
-      if (isMessage(line)) {
-        const run: Array<string> = []
-        while (next < lines.length && lines[next] !== null && isMessage(lines[next]!)) {
-          run.push(lines[next]!)
-          lines[next++] = ""
-        }
-        // Handled whole, even when a signal stops the input meanwhile.
-        yield* Effect.uninterruptible(handleMessages(run))
-        continue
-      }
-      lines[next++] = ""
-      if ((yield* Effect.uninterruptible(handle(line))) === "quit") return
-    }
-  }).pipe(Effect.scoped)
+  }
+}
 
 /** Runs the chat program as the process's main. */
 export const runChat = (options: ChatOptions): void => {
   // A reader that went away (`| head`) is not a crash: what is not printed stays delivered all the same.
   process.stdout.on("error", () => {})
   process.stderr.on("error", () => {})
-  const tty = process.stdout.isTTY === true
-  const output = makeOutput({ json: options.json, tty, session: options.session })
+  // A screen when standard output is a terminal; a prompt when standard input is one too.
+  const screen = !options.json && process.stdout.isTTY === true ? makeScreen(process.stdout) : undefined
+  const prompt = screen !== undefined && process.stdin.isTTY === true ? screen : undefined
+  const output = makeOutput({ json: options.json, ...(screen === undefined ? {} : { screen }), session: options.session })
+  const logs = makeLogs(options.logLevel ?? (prompt === undefined ? "warn" : "none"), (line) =>
+    screen === undefined ? void process.stderr.write(line + "\n") : screen.print(line, "err"))
   const model = chooseModel(options)
   runMain((main: MainContext) =>
     Effect.gen(function*() {
@@ -218,27 +179,23 @@ export const runChat = (options: ChatOptions): void => {
         drainTimeoutMs: options.drainTimeout,
         ...(options.heartbeat === undefined ? {} : { heartbeat: { everyMs: options.heartbeat } }),
         cron: options.cron,
-        onEvent: (event) => {
-          output.onAgentEvent(event)
-          if (event.type === "heartbeat") output.event({ type: "heartbeat", suppressed: event.suppressed })
-          else if (event.type === "turn-failed") output.error(`error: ${event.kind} turn of ${event.session} failed: ${event.error}`)
-          else if (event.type === "recovered") {
-            output.note(`recovered ${event.session}: ${event.messages} message(s) to answer, ${event.replies} reply(ies) to log`)
-          }
-        }
+        onEvent: makeEventPrinter(output)
       }).pipe(Effect.provide(model.layer))
       output.event({ type: "ready" })
       const { reason, report } = yield* serve({
         agent,
         main,
         input: readInput(
-          (line) => handleLine(agent, options, output, line),
+          prompt,
+          (line) => handleLine(agent, options, output, logs, line),
           (lines) => sendMessages(agent, options, output, lines)
         ),
         onStop: (reason) => {
           // On standard error in every mode: a supervisor (or a test) sees that the drain began.
           if (reason !== "eof") {
-            process.stderr.write(`switchyard chat: ${reason}: finishing the turns in flight (a second signal exits at once)\n`)
+            const line = `switchyard chat: ${reason}: finishing the turns in flight (a second signal exits at once)`
+            if (screen === undefined) process.stderr.write(line + "\n")
+            else screen.print(line, "err")
           }
         }
       })
@@ -248,13 +205,19 @@ export const runChat = (options: ChatOptions): void => {
         drain: { completed: report.drain.completed, canceled: report.drain.canceled, timedOut: report.drain.timedOut },
         pendingDeliveries: report.pendingDeliveries
       })
+      const unanswered = report.unanswered === 0
+        ? ""
+        : `; ${plural(report.unanswered, "message", "messages")} not answered (kept: the next start answers them)`
       output.note(
         `bye (${reason}): the drain let ${report.drain.completed} turn(s) finish and canceled ${report.drain.canceled}` +
-          `${report.drain.timedOut ? " (drain timed out)" : ""}; ${report.pendingDeliveries} delivery(ies) left for the next start`
+          `${report.drain.timedOut ? " (drain timed out)" : ""}; ${report.pendingDeliveries} delivery(ies) left for the next start` +
+          unanswered
       )
-      return 0
+      // End of input with messages not answered: 3, so a script knows (a signal's drain exits 0).
+      return reason === "eof" && report.unanswered > 0 ? 3 : 0
     }).pipe(
       Effect.scoped,
+      logs.provide,
       Effect.catch((error: { readonly message?: string; readonly _tag?: string }) =>
         Effect.sync(() => {
           output.error(`error: ${error.message ?? String(error)}`)

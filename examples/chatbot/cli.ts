@@ -3,8 +3,23 @@
  * option or value gives one line naming it, a non-zero exit, and nothing written.
  */
 import { Command, InvalidArgumentError, Option } from "commander"
-import { isReservedSession, parseCronFlag } from "../../src/agent/index.js"
-import type { CronJob } from "../../src/agent/index.js"
+import * as fs from "node:fs"
+// Narrow imports: the command line is parsed (and the state paths checked) before the agent loads.
+import { parseCronFlag } from "../../src/agent/CronJobs.js"
+import type { CronJob } from "../../src/agent/CronJobs.js"
+import { HEARTBEAT_SESSION } from "../../src/agent/Heartbeat.js"
+import { parseWebhookUrl, shownUrl } from "../../src/agent/webhookUrl.js"
+
+/** Which Effect logs are printed (on standard error); the warnings are kept for `/status` whatever the level. */
+export type LogLevelOption = "none" | "error" | "warn" | "info" | "debug"
+
+const LOG_LEVELS: ReadonlyArray<LogLevelOption> = ["none", "error", "warn", "info", "debug"]
+
+/** The package's version (package.json at the repository root). */
+export const packageVersion = (): string => {
+  const file = new URL("../../package.json", import.meta.url)
+  return (JSON.parse(fs.readFileSync(file, "utf8")) as { version: string }).version
+}
 
 /** What `npm run chat` was asked to do. */
 export interface ChatOptions {
@@ -16,8 +31,12 @@ export interface ChatOptions {
   readonly heartbeat?: number
   readonly cron: ReadonlyArray<CronJob>
   readonly outbox?: string
+  /** Deliver by POSTing each reply to this http(s) URL (WebhookChannel). */
+  readonly webhook?: string
   readonly json: boolean
   readonly drainTimeout: number
+  /** Which Effect logs are printed; `undefined`: none in an interactive terminal, `warn` otherwise. */
+  readonly logLevel?: LogLevelOption
 }
 
 /** What `npm run chat -- deliveries` was asked to do. */
@@ -42,10 +61,18 @@ const nonEmpty = (flag: string) => (value: string): string => {
 
 const sessionId = (value: string): string => {
   const id = nonEmpty("--session")(value)
-  if (isReservedSession(id)) {
+  if (id === HEARTBEAT_SESSION || id.startsWith("cron:")) {
     throw new InvalidArgumentError(`Expected \`--session\` not to be \`heartbeat\` or start with \`cron:\`, got \`${value}\``)
   }
   return id
+}
+
+const logLevel = (value: string): LogLevelOption => {
+  const level = value.trim().toLowerCase() as LogLevelOption
+  if (!LOG_LEVELS.includes(level)) {
+    throw new InvalidArgumentError(`Expected \`--log-level\` to be one of ${LOG_LEVELS.join(", ")}, got \`${value}\``)
+  }
+  return level
 }
 
 const collectCron = (value: string, previous: Array<CronJob> | undefined): Array<CronJob> => {
@@ -68,6 +95,7 @@ export const makeProgram = (handlers: {
       "A chat agent on switchyard: each line of standard input is a user message; replies go through a durable delivery log.\n" +
         "Offline (the scripted model) unless ANTHROPIC_API_KEY is set; ANTHROPIC_BASE_URL is honoured."
     )
+    .version(packageVersion(), "--version", "print the version")
     .enablePositionalOptions()
     .showSuggestionAfterError(false)
     .allowExcessArguments(false)
@@ -81,8 +109,24 @@ export const makeProgram = (handlers: {
       new Option("--cron <expr|prompt>", "a cron job, repeatable; the job is named cron-1, cron-2, ...").argParser(collectCron)
     )
     .option("--outbox <file>", "deliver by appending JSON lines to <file> instead of printing", nonEmpty("--outbox"))
+    .addOption(
+      new Option("--webhook <url>", "deliver by POSTing each reply as JSON { id, channel, to, body } to <url> (http or https)")
+        .argParser((value: string): string => {
+          const url = parseWebhookUrl(value, "--webhook")
+          // Not InvalidArgumentError: commander would repeat the argument as given, a password included.
+          if (typeof url === "string") program.error(`error: option '--webhook <url>' argument '${shownUrl(value)}' is invalid. ${url}`)
+          return value
+        })
+        .conflicts("outbox")
+    )
     .option("--json", "print events as JSON lines", false)
     .option("--drain-timeout <ms>", "how long a shutdown waits for turns and deliveries", integer("--drain-timeout", 1), 10_000)
+    .option(
+      "--log-level <level>",
+      "which internal logs to print on standard error: none, error, warn, info, debug (default: none in a terminal, warn otherwise; /status shows the warnings)",
+      logLevel
+    )
+    .option("--debug", "the same as --log-level debug", false)
     .action((raw: Record<string, unknown>) => {
       handlers.onChat({
         stateDir: raw.stateDir as string,
@@ -93,8 +137,10 @@ export const makeProgram = (handlers: {
         ...(raw.heartbeat === undefined ? {} : { heartbeat: raw.heartbeat as number }),
         cron: (raw.cron as Array<CronJob> | undefined) ?? [],
         ...(raw.outbox === undefined ? {} : { outbox: raw.outbox as string }),
+        ...(raw.webhook === undefined ? {} : { webhook: raw.webhook as string }),
         json: raw.json === true,
-        drainTimeout: raw.drainTimeout as number
+        drainTimeout: raw.drainTimeout as number,
+        ...(raw.debug === true ? { logLevel: "debug" as const } : raw.logLevel === undefined ? {} : { logLevel: raw.logLevel as LogLevelOption })
       })
     })
 

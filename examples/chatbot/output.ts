@@ -1,9 +1,10 @@
 /**
  * What the chatbot prints. With `--json` standard output carries only JSON lines (one per event);
- * otherwise replies are printed as text, and in a TTY a turn shows "…thinking" on standard error
+ * otherwise replies are printed as text, and in a terminal (the `Screen`) a turn shows "…thinking"
  * and its reply streams as it arrives. Errors always go to standard error, one line each.
  */
 import type { AgentEvent, ReplyBody } from "../../src/agent/index.js"
+import type { Screen } from "./screen.js"
 
 /** The output of one chatbot process. */
 export interface Output {
@@ -16,67 +17,58 @@ export interface Output {
   readonly note: (line: string) => void
   /** An error line on standard error (always). */
   readonly error: (line: string) => void
-  /** Agent events (progress and streaming in a TTY). */
+  /** Agent events (progress and streaming in a terminal). */
   readonly onAgentEvent: (event: AgentEvent) => void
   /** Whether the reply with this body was already shown as it streamed (so the delivery prints nothing more). */
   readonly wasStreamed: (reply: ReplyBody) => boolean
 }
 
-/** Makes the output for these options; `tty` says whether standard output is a terminal. */
-export const makeOutput = (options: { readonly json: boolean; readonly tty: boolean; readonly session: string }): Output => {
-  const { json, tty } = options
-  const out = (line: string) => void process.stdout.write(line + "\n")
-  const err = (line: string) => void process.stderr.write(line + "\n")
+/** Makes the output; `screen` is given when standard output is a terminal (and not `--json`). */
+export const makeOutput = (options: { readonly json: boolean; readonly screen?: Screen; readonly session: string }): Output => {
+  const { json, screen } = options
+  const line = (to: "out" | "err", text: string) => {
+    if (screen !== undefined) screen.print(text, to)
+    else void (to === "out" ? process.stdout : process.stderr).write(text + "\n")
+  }
   const streamed = new Set<string>()
-  let thinking = false
   let streaming: string | undefined
 
-  const clearThinking = () => {
-    if (thinking) {
-      process.stderr.write("\r\x1b[K")
-      thinking = false
-    }
+  const endStream = () => {
+    if (streaming === undefined) return
+    streaming = undefined
+    screen?.endStream()
   }
 
   const onAgentEvent = (event: AgentEvent) => {
-    if (json || !tty) return
+    if (screen === undefined) return
     if (event.type === "turn-started" && event.kind === "user" && event.session === options.session) {
-      process.stderr.write("…thinking")
-      thinking = true
+      screen.thinking(true)
     } else if (event.type === "text" && event.kind === "user" && event.session === options.session) {
-      clearThinking()
       const key = `${event.session}#${event.turn}`
       if (streaming !== key) {
-        if (streaming !== undefined) process.stdout.write("\n")
+        endStream()
         streaming = key
         streamed.add(key)
-        process.stdout.write("bot> ")
       }
-      process.stdout.write(event.chunk)
+      screen.stream(event.chunk)
     } else if ((event.type === "turn-ended" || event.type === "turn-failed") && event.session === options.session) {
-      clearThinking()
-      if (streaming !== undefined) {
-        process.stdout.write("\n")
-        streaming = undefined
-      }
+      endStream()
+      screen.thinking(false)
     }
   }
 
   return {
     json,
     event: (value) => {
-      if (json) out(JSON.stringify(value))
+      if (json) process.stdout.write(JSON.stringify(value) + "\n")
     },
-    say: (line) => {
-      if (!json) out(line)
+    say: (text) => {
+      if (!json) line("out", text)
     },
-    note: (line) => {
-      if (!json) err(line)
+    note: (text) => {
+      if (!json) line("err", text)
     },
-    error: (line) => {
-      clearThinking()
-      err(line)
-    },
+    error: (text) => line("err", text),
     onAgentEvent,
     wasStreamed: (reply) => reply.turn !== undefined && streamed.delete(`${reply.session}#${reply.turn}`)
   }

@@ -38,7 +38,8 @@ export type AgentEvent =
   /**
    * A turn failed (the model, the transcript or the log). `kept`: its accepted messages stay and
    * will be answered; then `retryInMs` is when the agent tries again by itself (absent: it waits for
-   * a new message of the session, or `retry`). `kept: false`: given up for good (the log refuses
+   * a new message of the session, or `retry`; with `retryable: true`, absent means a shutdown began
+   * and the next start answers it). `kept: false`: given up for good (the log refuses
    * the reply), the session moved on. `messages`: the session's accepted, unanswered messages.
    */
   | {

@@ -1,4 +1,15 @@
-/** switchyard/agent — a chat agent runtime on the queue and the delivery log. */
+/**
+ * switchyard/agent — a chat agent runtime on the queue and the delivery log.
+ *
+ * Reading order, bottom-up (every file imports only files before it, and queue/delivery):
+ * - `errors.ts`, `Model.ts` (the model service), `Channel.ts` (where replies go), `retries.ts`,
+ *   `turnErrors.ts`; the models `ScriptedModel.ts`, `AnthropicModel.ts`; `Transcripts.ts` (a
+ *   session's journal), `Heartbeat.ts`, `CronJobs.ts`, `stateDir.ts`.
+ * - `events.ts`, `replies.ts` (a reply as log entries), `logHealth.ts`, then `types.ts` (the public
+ *   shapes: options, errors, reports).
+ * - `options.ts` (validation) and `turns.ts` (user, heartbeat and cron turns on the queue);
+ *   `Agent.ts` (`Agent.make`, the public module) on top, `main.ts` (signals, exit codes) over it.
+ */
 export * from "./Model.js"
 export * as ScriptedModel from "./ScriptedModel.js"
 export * as AnthropicModel from "./AnthropicModel.js"
@@ -18,3 +29,5 @@ export type { AgentOptions, AgentSnapshot, LogHealthStatus, SendError, ShutdownR
 export { RETRY_DELAYS_MS } from "./retries.js"
 export { exitAfterFlush, runMain, serve, signalExitCode } from "./main.js"
 export type { MainContext, ShutdownSignal, StopReason } from "./main.js"
+export { DEFAULT_WEBHOOK_TIMEOUT_MS, parseWebhookUrl, WebhookChannel } from "./WebhookChannel.js"
+export type { WebhookChannelOptions } from "./WebhookChannel.js"

@@ -1,6 +1,6 @@
 /** Validation of `Agent.make`'s options, in p-queue's tone: what was expected, what was given. */
 import { Effect } from "effect"
-import type { AgentOptions } from "./Agent.js"
+import type { AgentOptions } from "./types.js"
 import { AgentConfigInvalid } from "./errors.js"
 
 const show = (value: unknown): string =>

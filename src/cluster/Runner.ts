@@ -59,6 +59,8 @@ export interface RunnerOptions {
   readonly deliveryTimeoutMs?: number
   /** How long turn records, cron firings and processed cluster messages are kept; default 24 h. */
   readonly retainMs?: number
+  /** The shard lease (ms): a runner silent this long loses its shards (see Fencing.ts); default 10_000. */
+  readonly leaseMs?: number
 }
 
 /** A running runner. */
@@ -101,7 +103,8 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
       port: options.clusterPort ?? options.port + 1000,
       prefix,
       ...(options.host === undefined ? {} : { host: options.host }),
-      ...(options.shardsPerGroup === undefined ? {} : { shardsPerGroup: options.shardsPerGroup })
+      ...(options.shardsPerGroup === undefined ? {} : { shardsPerGroup: options.shardsPerGroup }),
+      ...(options.leaseMs === undefined ? {} : { shardLockExpiration: options.leaseMs })
     }))) as Context.Context<any>
     const provide = <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.provideContext(self, cluster) as Effect.Effect<A, E, Scope.Scope>
 

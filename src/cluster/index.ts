@@ -3,6 +3,13 @@
  * lane and key across processes, durable runs), the Postgres delivery log and its many-process
  * deliverer, cron once per due time, and the runner with its HTTP ingress. See docs/cluster.md.
  * Nothing in queue, delivery or agent imports this entry.
+ *
+ * Reading order, bottom-up (every file imports only files before it, and the other parts):
+ * - `protocol.ts`, `json.ts`, `Coalesce.ts`, `Generations.ts`, `Postgres.ts`, `Migrations.ts`.
+ * - The queue: `wire.ts` -> `KeyRunner.ts` (one key entity) -> `ClusterQueue.ts` ->
+ *   `ClusterCronJobs.ts`. Delivery: `PgDeliveryLog.ts` -> `ClusterDelivery.ts`, `Retention.ts`.
+ *   `ClusterAgent.ts` (turns as lane handlers), `ClusterLayer.ts`.
+ * - `RunnerStatus.ts`, `Ingress.ts` (HTTP) -> `Runner.ts` (all of it in one Scope) -> `runner-main.ts`.
  */
 export * as ClusterQueue from "./ClusterQueue.js"
 export type { ClusterDispatchOptions, ClusterFuture, ClusterQueueOptions, ClusterTask, DrainOptions, LaneHandler } from "./ClusterQueue.js"

@@ -11,56 +11,27 @@
 import { Cause, Clock, Deferred, Effect, Exit, Option, Random, Scope } from "effect"
 import { createLanes } from "../queue/index.js"
 import type { ActivationExit } from "../queue/index.js"
+import { type Classification, defaultClassify as defaultClassifyImpl, makeJudge, retryDelay } from "./classify.js"
 import { backoffDelay, failureOf, LOG_RETRY_MS, resolvePolicy, TURN_BATCH } from "./deliveryPolicy.js"
 import { DeliveryFailure, DeliveryLogError } from "./errors.js"
 import { AppendOrder, dueAt, Recipients } from "./recipients.js"
 import type { Node, Recipient } from "./recipients.js"
-import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "./types.js"
+import type { DeliveryQueue, Options, Stats } from "./queueTypes.js"
+import type { DeliveryEntry, OutboundMessage } from "./types.js"
+import { makePacer } from "./replayPacer.js"
 import { makeTimer } from "./WakeHeap.js"
 
-/** Options of {@link make}. Defaults: `concurrency` 8, `attemptTimeoutMs` 30 s, `backoffMs` 5 s, 25 s, 2 min, 10 min, `jitter` 0.2, `maxAttempts` 5. */
-export interface Options {
-  readonly log: DeliveryLog
-  /** Sends one entry. Fail with `DeliveryFailure` (`permanent: true` to give up at once); a defect counts as a failure too. */
-  readonly deliver: (entry: DeliveryEntry) => Effect.Effect<void, DeliveryFailure>
-  /** Recipients in flight at once. */
-  readonly concurrency?: number
-  /** An attempt running longer is interrupted and counts as a failure. `Infinity` turns the bound off. */
-  readonly attemptTimeoutMs?: number
-  /** Delay before the next attempt after the n-th failure: `backoffMs[n - 1]`, the last value repeating. */
-  readonly backoffMs?: ReadonlyArray<number>
-  /** Each delay is scaled by a uniform factor in `[1 - jitter, 1 + jitter]`. From 0 through 1. */
-  readonly jitter?: number
-  /** An entry whose attempts reach this number goes to the dead letters. */
-  readonly maxAttempts?: number
-}
+export type { DeliveryQueue, Options, Stats } from "./queueTypes.js"
+export type { Classification, Classify } from "./classify.js"
 
-/** What {@link DeliveryQueue.stats} reports. */
-export interface Stats {
-  /** Entries pending in the log (due or waiting for their backoff). */
-  readonly pending: number
-  /** Entries in the dead letters. */
-  readonly dead: number
-  /** `deliver` calls running now. */
-  readonly inFlight: number
-  /** Entries this queue delivered and acked since `make`. */
-  readonly delivered: number
-}
-
-/** A running delivery queue over a `DeliveryLog`. */
-export interface DeliveryQueue {
-  /**
-   * Appends the message to the log and returns once it is durable; delivery happens in the background.
-   * Not interruptible once started (an appended entry is always scheduled); concurrent enqueues are
-   * scheduled in seq order.
-   */
-  readonly enqueue: (message: OutboundMessage) => Effect.Effect<DeliveryEntry, DeliveryLogError>
-  /** Puts the dead entry `id` (or every dead entry) back to pending with attempts 0; returns how many. */
-  readonly retryDead: (id?: string) => Effect.Effect<number, DeliveryLogError>
-  /** Waits until nothing pending is due or in flight (entries waiting for a later backoff do not count). */
-  readonly idle: Effect.Effect<void>
-  readonly stats: Effect.Effect<Stats>
-}
+/**
+ * The default classifier: `permanent` on the error decides when set; otherwise an HTTP `status` 4xx is
+ * permanent except 408, 409, 425 and 429; 5xx, connection errors, timeouts and defects retry.
+ * `retryAfterMs`, or a `Retry-After` the error carries (`retryAfter`: seconds or an HTTP date, or a
+ * `headers` map), replaces that attempt's backoff step, kept within `[jittered step / 4, last step]`.
+ * `now` (epoch ms, default `Date.now()`) is what an HTTP date is counted from.
+ */
+export const defaultClassify: (error: unknown, entry?: DeliveryEntry, now?: number) => Classification = defaultClassifyImpl
 
 /**
  * Starts delivering what `log` holds and what `enqueue` adds. Every pending entry of the log is
@@ -77,10 +48,12 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
   Effect.gen(function*() {
     const policy = yield* resolvePolicy(options)
     const { log, deliver } = options
-    const { attemptTimeoutMs, maxAttempts } = policy
+    const { attemptTimeoutMs, maxAttempts, maxAgeMs } = policy
     const clock = yield* Clock.Clock
     const random = yield* Random.Random
     const now = () => clock.currentTimeMillisUnsafe()
+    const lastStep = policy.backoffMs[policy.backoffMs.length - 1]
+    const judge = makeJudge(options.classify)
 
     // ---- state (plain mutable, owned by this queue) ----
     const held = new Recipients()
@@ -96,6 +69,22 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     // ---- timer: one fiber sleeping until the earliest recipient wake ----
     const timer = makeTimer<Recipient>(now, (rec) => wakeRec(rec), () => checkIdle())
     const scheduleWake = timer.schedule
+    const pacer = policy.replayPerSecond === Infinity && policy.maxRecoveryMs === Infinity
+      ? undefined
+      : makePacer<Recipient>({
+        now,
+        startAt: now(),
+        perSecond: policy.replayPerSecond,
+        maxRecoveryMs: policy.maxRecoveryMs,
+        wake: (rec) => wakeRec(rec)
+      })
+    const expired = (entry: DeliveryEntry, at: number) => at - entry.enqueuedAt >= maxAgeMs
+    /** The recipient's replayed entries go without pacing from now on (a new message or retryNow for it). */
+    const unpace = (rec: Recipient) => {
+      if (pacer === undefined) return
+      for (let n = rec.head; n !== undefined; n = n.next) n.replayed = false
+      pacer.forget(rec)
+    }
 
     const isIdle = () => closed || (awakeCount === 0 && !timer.hasDue())
     const checkIdle = () => {
@@ -195,9 +184,11 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
             yield* Effect.logWarning(`DeliveryQueue: deliver of entry ${node.entry.id} died; counted as a failed attempt`, exit.cause)
           }
           const attempts = node.entry.attempts + 1
-          const dead = failure.permanent || attempts >= maxAttempts
           const at = now()
-          const nextAttemptAt = dead ? at : at + backoffDelay(policy, attempts, random.nextDoubleUnsafe())
+          const verdict = yield* judge(failure.error, node.entry, at)
+          const dead = verdict.permanent || attempts >= maxAttempts
+          const step = backoffDelay(policy, attempts, random.nextDoubleUnsafe())
+          const nextAttemptAt = dead ? at : at + retryDelay(step, verdict.retryAfterMs, lastStep)
           node.op = { _tag: "Attempt", error: failure.message, nextAttemptAt, dead }
         }
         yield* runOp(rec, node)
@@ -234,6 +225,20 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
             if (Exit.isFailure(woken)) settle(rec)
             break
           }
+          if (node.op === undefined && !node.inFlight) {
+            if (expired(node.entry, now())) {
+              node.op = { _tag: "Dead", reason: "expired" }
+            } else if (node.replayed && pacer !== undefined) {
+              const gate = pacer.admit(rec)
+              if (gate !== "go") {
+                // "wait": the pacer wakes it when its turn comes; "stop": it stays pending until a new
+                // message for this recipient, retryNow, or the next start.
+                settle(rec)
+                break
+              }
+              node.replayed = false
+            }
+          }
           working++
           yield* Effect.ensuring(node.op !== undefined ? runOp(rec, node) : attemptHead(rec, node), Effect.sync(endWork))
           // A log call that failed set node.opRetryAt: the next turn sees the head not due and sleeps.
@@ -265,6 +270,7 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     )
 
     yield* Effect.forkIn(timer.run, internalScope)
+    if (pacer !== undefined) yield* Effect.forkIn(pacer.run, internalScope)
 
     // ---- shutdown: stop new attempts, let those in flight end, close the lanes, flush ----
     yield* Effect.addFinalizer(() =>
@@ -285,10 +291,14 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     // ---- replay: every pending entry, oldest first ----
     // One that already used maxAttempts (this queue's, which may be lower than the one that recorded the
     // attempts) goes to dead without another attempt; if that write fails, its recipient owes it.
+    // One pending longer than maxAgeMs goes to dead as "expired".
     const pending = yield* log.pending
-    const spent = pending.filter((e) => e.status === "pending" && e.attempts >= maxAttempts)
+    const startedAt = now()
     const reasonOf = (e: DeliveryEntry) =>
-      `reached maxAttempts (${maxAttempts}) with ${e.attempts} attempts${e.lastError === undefined ? "" : `; last error: ${e.lastError}`}`
+      expired(e, startedAt)
+        ? "expired"
+        : `reached maxAttempts (${maxAttempts}) with ${e.attempts} attempts${e.lastError === undefined ? "" : `; last error: ${e.lastError}`}`
+    const spent = pending.filter((e) => e.status === "pending" && (e.attempts >= maxAttempts || expired(e, startedAt)))
     const deadExits = yield* Effect.forEach(spent, (e) => Effect.exit(log.deadLetter(e.id, reasonOf(e))), { concurrency: 64 })
     const owed = new Set(spent.filter((_, i) => Exit.isFailure(deadExits[i]!)).map((e) => e.id))
     const spentIds = new Set(spent.map((e) => e.id))
@@ -296,7 +306,9 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
       if (entry.status !== "pending" || held.byId.has(entry.id)) continue
       if (spentIds.has(entry.id) && !owed.has(entry.id)) continue
       held.insert(entry)
-      if (owed.has(entry.id)) held.byId.get(entry.id)!.op = { _tag: "Dead", reason: reasonOf(entry) }
+      const node = held.byId.get(entry.id)!
+      node.replayed = true
+      if (owed.has(entry.id)) node.op = { _tag: "Dead", reason: reasonOf(entry) }
     }
     // Map order is the order of each recipient's oldest entry: recipients are woken oldest first.
     for (const rec of Array.from(held.byKey.values())) yield* scheduleHead(rec)
@@ -315,7 +327,10 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     /** Takes an entry the log holds as pending into memory and schedules its recipient. */
     const admit = (entry: DeliveryEntry): Effect.Effect<void> => {
       if (held.byId.has(entry.id) || entry.status !== "pending") return Effect.void
-      return scheduleHead(held.insert(entry))
+      const rec = held.insert(entry)
+      // A new message is held behind its recipient's older entries only, never behind replay's pacing.
+      unpace(rec)
+      return scheduleHead(rec)
     }
 
     // Appended entries are admitted in seq order, whatever order concurrent appends complete in.
@@ -376,6 +391,27 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
           return found.value.status === "dead" ? yield* requeue([found.value]) : 0
         })
 
+    const retryNow = (filter: { readonly channel?: string; readonly to?: string } = {}): Effect.Effect<number> =>
+      Effect.suspend(() => {
+        const channel = filter?.channel
+        const to = filter?.to
+        const at = now()
+        let count = 0
+        const matched: Array<Recipient> = []
+        for (const rec of held.byKey.values()) {
+          const m = rec.head?.entry.message
+          if (m === undefined || (channel !== undefined && m.channel !== channel) || (to !== undefined && m.to !== to)) continue
+          for (let n = rec.head; n !== undefined; n = n.next) {
+            if (n.inFlight || n.op !== undefined) continue
+            count++
+            if (n.entry.nextAttemptAt !== undefined && n.entry.nextAttemptAt > at) n.entry = { ...n.entry, nextAttemptAt: at }
+          }
+          unpace(rec)
+          matched.push(rec)
+        }
+        return Effect.as(Effect.forEach(matched, scheduleHead, { discard: true }), count)
+      })
+
     const idle: Effect.Effect<void> = Effect.suspend(() => {
       if (isIdle()) return Effect.void
       const d = Deferred.makeUnsafe<void>()
@@ -385,5 +421,5 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
 
     const stats: Effect.Effect<Stats> = Effect.map(log.stats, (s) => ({ pending: s.pending, dead: s.dead, inFlight, delivered }))
 
-    return { enqueue, retryDead, idle, stats } satisfies DeliveryQueue
+    return { enqueue, retryDead, retryNow, idle, stats } satisfies DeliveryQueue
   })

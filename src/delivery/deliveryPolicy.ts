@@ -4,6 +4,8 @@
  */
 import { Cause, Effect, Option } from "effect"
 import { LanesConfigInvalid } from "../queue/index.js"
+import { DeliveryFailure } from "./errors.js"
+import type { Options } from "./queueTypes.js"
 
 /** Delays between retries of a failed log call (ack, attempt record, dead letter); the last repeats. */
 export const LOG_RETRY_MS: ReadonlyArray<number> = [1_000, 5_000, 30_000]
@@ -18,6 +20,12 @@ export interface Policy {
   readonly backoffMs: ReadonlyArray<number>
   readonly jitter: number
   readonly maxAttempts: number
+  /** Pending longer than this after `enqueuedAt`: dead, `lastError` "expired". Infinity: never. */
+  readonly maxAgeMs: number
+  /** Replayed entries that begin a first attempt per second (Infinity: no pacing). */
+  readonly replayPerSecond: number
+  /** After this long from start, replay starts no more old entries (Infinity: no bound). */
+  readonly maxRecoveryMs: number
 }
 
 const show = (u: unknown): string => {
@@ -36,15 +44,7 @@ const isIntFrom1 = (n: unknown): n is number => typeof n === "number" && Number.
  * Applies the defaults and checks every option. A bad one is a defect (`LanesConfigInvalid` naming it,
  * in p-queue's tone): a queue that cannot run as configured fails loudly at start.
  */
-export const resolvePolicy = (options: {
-  readonly log: unknown
-  readonly deliver: unknown
-  readonly concurrency?: number
-  readonly attemptTimeoutMs?: number
-  readonly backoffMs?: ReadonlyArray<number>
-  readonly jitter?: number
-  readonly maxAttempts?: number
-}): Effect.Effect<Policy> =>
+export const resolvePolicy = (options: Options): Effect.Effect<Policy> =>
   Effect.suspend(() => {
     const concurrency = options.concurrency ?? 8
     const attemptTimeoutMs = options.attemptTimeoutMs ?? 30_000
@@ -70,7 +70,30 @@ export const resolvePolicy = (options: {
       return invalid("jitter", "a number from 0 through 1", jitter)
     }
     if (!isIntFrom1(maxAttempts)) return invalid("maxAttempts", "an integer from 1 and up", maxAttempts)
-    return Effect.succeed({ concurrency, attemptTimeoutMs, backoffMs: [...backoffMs], jitter, maxAttempts })
+    if (options.classify !== undefined && typeof options.classify !== "function") {
+      return invalid("classify", "a function (error, entry) => { permanent, retryAfterMs? }", options.classify)
+    }
+    const maxAgeMs = options.maxAgeMs ?? Infinity
+    if (typeof maxAgeMs !== "number" || !(maxAgeMs > 0)) return invalid("maxAgeMs", "a number of ms above 0 (Infinity: never)", maxAgeMs)
+    const replay: unknown = options.replay ?? {}
+    if (typeof replay !== "object" || replay === null) return invalid("replay", "an object { maxPerSecond?, maxRecoveryMs? }", replay)
+    const { maxPerSecond = Infinity, maxRecoveryMs = Infinity } = replay as { maxPerSecond?: unknown; maxRecoveryMs?: unknown }
+    if (maxPerSecond !== Infinity && !isIntFrom1(maxPerSecond)) {
+      return invalid("replay.maxPerSecond", "an integer from 1 and up (Infinity: no pacing)", maxPerSecond)
+    }
+    if (typeof maxRecoveryMs !== "number" || !(maxRecoveryMs > 0)) {
+      return invalid("replay.maxRecoveryMs", "a number of ms above 0 (Infinity: no bound)", maxRecoveryMs)
+    }
+    return Effect.succeed({
+      concurrency,
+      attemptTimeoutMs,
+      backoffMs: [...backoffMs],
+      jitter,
+      maxAttempts,
+      maxAgeMs,
+      replayPerSecond: maxPerSecond as number,
+      maxRecoveryMs
+    })
   })
 
 /** The delay before the next attempt after `attempts` failures: `backoffMs[attempts - 1]` (the last repeats), scaled by a factor in `[1 - jitter, 1 + jitter]` (`random` in [0, 1)). */
@@ -80,10 +103,11 @@ export const backoffDelay = (policy: Policy, attempts: number, random: number): 
   return Math.max(0, Math.round(base * (1 + jitter * (2 * random - 1))))
 }
 
-/** How a failed attempt is recorded: its message, whether it is permanent, and whether it was a defect. */
+/** A failed attempt: the message to record, the value to classify, and whether it was a defect. */
 export interface AttemptFailure {
   readonly message: string
-  readonly permanent: boolean
+  /** What the classifier judges: the typed failure, the defect, or a `DeliveryFailure` for an interruption. */
+  readonly error: unknown
   readonly defect: boolean
 }
 
@@ -92,14 +116,14 @@ export const failureOf = (cause: Cause.Cause<unknown>): AttemptFailure => {
   const error = Cause.findErrorOption(cause)
   if (Option.isSome(error)) {
     const e = error.value
-    const fields = typeof e === "object" && e !== null ? (e as { readonly message?: unknown; readonly permanent?: unknown }) : undefined
+    const fields = typeof e === "object" && e !== null ? (e as { readonly message?: unknown }) : undefined
     const message = fields !== undefined && typeof fields.message === "string" ? fields.message : String(e)
-    return { message, permanent: fields?.permanent === true, defect: false }
+    return { message, error: e, defect: false }
   }
   const defect = Cause.findDefect(cause)
   if (defect._tag === "Success") {
     const d = defect.success
-    return { message: `deliver died: ${d instanceof Error ? d.message : String(d)}`, permanent: false, defect: true }
+    return { message: `deliver died: ${d instanceof Error ? d.message : String(d)}`, error: d, defect: true }
   }
-  return { message: "deliver was interrupted", permanent: false, defect: false }
+  return { message: "deliver was interrupted", error: new DeliveryFailure({ message: "deliver was interrupted" }), defect: false }
 }

@@ -14,8 +14,22 @@ export class DeliveryLogError extends Data.TaggedError("DeliveryLogError")<{
   readonly path?: string
 }> {}
 
-/** A delivery attempt failed. A `permanent` failure is not retried: the entry goes to the dead letters. */
+/**
+ * A delivery attempt failed: what a channel fails with. The queue's `classify` (by default
+ * `DeliveryQueue.defaultClassify`) decides what happens next:
+ * - `permanent`, when set, decides: `true` gives up at once (the entry goes to the dead letters).
+ * - otherwise `status`, the HTTP status the channel got: 4xx is permanent except 408, 409, 425 and 429;
+ *   5xx retries. No `status` (a connection error) retries.
+ * - `retryAfterMs`, or `retryAfter` (a `Retry-After` header value: delay-seconds or an HTTP date),
+ *   replaces that attempt's backoff step (kept within `[jittered step / 4, last backoff step]`).
+ */
 export class DeliveryFailure extends Data.TaggedError("DeliveryFailure")<{
   readonly message: string
   readonly permanent?: boolean
+  /** The HTTP status the channel got, if it got one. */
+  readonly status?: number | undefined
+  /** The other side asked to wait this long (ms) before the next attempt. */
+  readonly retryAfterMs?: number | undefined
+  /** The other side's `Retry-After` header as given: delay-seconds (`"120"`) or an HTTP date. */
+  readonly retryAfter?: string | undefined
 }> {}

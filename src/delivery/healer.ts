@@ -144,7 +144,8 @@ export const makeHealer = (
       close: Effect.gen(function*() {
         closed = true
         if (healing !== undefined) yield* Fiber.interrupt(healing)
-        yield* Effect.promise(() => core.close())
+        const warning = yield* Effect.promise(() => core.close())
+        if (warning !== undefined) yield* Effect.logWarning(warning)
       })
     } satisfies Healer
   })

@@ -1,4 +1,16 @@
-/** switchyard/delivery — the write-ahead delivery log and the delivery queue. */
+/**
+ * switchyard/delivery — the write-ahead delivery log and the delivery queue.
+ *
+ * Reading order, bottom-up (every file imports only files before it, and queue):
+ * - `errors.ts`, `types.ts` (the public shapes: entries, messages, the `DeliveryLog` interface);
+ *   the helpers `fsError.ts`, `processIdentity.ts`.
+ * - The file log: `record.ts` (framing, checksums) -> `segment.ts`, `payload.ts`, `validate.ts`,
+ *   `manifest.ts`, `lockfile.ts`, `groupCommit.ts` (one writer, batched syncs) -> `state.ts`,
+ *   `framing.ts` -> `recovery.ts`, `compaction.ts` -> `logCore.ts` (the log's engine) ->
+ *   `healer.ts` -> `fileLog.ts` (Effects and a Scope) -> `DeliveryLog.ts` (public: `open`).
+ * - The queue: `recipients.ts` (per-recipient FIFOs), `WakeHeap.ts`, `classify.ts`, `deliveryPolicy.ts` ->
+ *   `DeliveryQueue.ts` (public: replay, order, retries, dead letters).
+ */
 export * from "./errors.js"
 export type { DeliveryEntry, DeliveryLogHealth, OutboundMessage } from "./types.js"
 export * as DeliveryQueue from "./DeliveryQueue.js"

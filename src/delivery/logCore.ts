@@ -8,6 +8,7 @@ import * as fs from "node:fs"
 import { type CompactionHooks, type Captured, removeReplaced, writeSnapshot } from "./compaction.js"
 import { DeliveryLogError } from "./errors.js"
 import { GroupCommitWriter } from "./groupCommit.js"
+import { describeFsError, fsErrorPath, makeDirectory } from "./fsError.js"
 import { acquireLock, releaseLock } from "./lockfile.js"
 import { stageIdRecord, tooLarge } from "./framing.js"
 import { appendBytes, EntryData, utf8Bytes, writeAppend } from "./payload.js"
@@ -91,11 +92,11 @@ export class LogCore {
     const io = (e: unknown, what: string): DeliveryLogError =>
       new DeliveryLogError({
         reason: "io",
-        message: `Could not ${what} (${(e as NodeJS.ErrnoException)?.code ?? String(e)})`,
-        path: o.dir
+        message: `Could not ${what}: ${describeFsError(e)}`,
+        path: fsErrorPath(e) ?? o.dir
       })
     try {
-      fs.mkdirSync(o.dir, { recursive: true, mode: DIR_MODE })
+      makeDirectory(o.dir, DIR_MODE)
     } catch (e) {
       throw io(e, "create the log directory")
     }
@@ -103,7 +104,7 @@ export class LogCore {
     try {
       lock = heldLock !== undefined ? { _tag: "Acquired", path: heldLock } : acquireLock(o.dir)
     } catch (e) {
-      throw io(e, "take the log's lock")
+      throw e instanceof DeliveryLogError ? e : io(e, "take the log's lock")
     }
     if (lock._tag === "Held") {
       throw new DeliveryLogError({
@@ -476,7 +477,7 @@ export class LogCore {
    * with `keepLock`, for a re-open). After a failed write, the bytes past the durable frontier (a
    * failed batch, never reported durable) are cut, so a re-open shows exactly what was acknowledged.
    */
-  async close(keepLock = false): Promise<void> {
+  async close(keepLock = false): Promise<string | undefined> {
     if (this.closing === undefined) {
       this.closed = true
       this.closing = (async () => {
@@ -494,8 +495,10 @@ export class LogCore {
     await this.closing
     if (!keepLock && !this.released) {
       this.released = true
-      releaseLock(this.lockPath)
+      // A warning (never a throw) when the directory became unwritable: the caller logs it.
+      return releaseLock(this.lockPath)
     }
+    return undefined
   }
 
   /** The lock file this core holds. */

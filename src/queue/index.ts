@@ -1,4 +1,19 @@
-/** switchyard/queue — keyed lanes, the command queue, futures, and the Promise API. */
+/**
+ * switchyard/queue — keyed lanes, the command queue, futures, and the Promise API.
+ *
+ * Reading order, bottom-up (every file imports only files before it; `test/house/imports.test.ts`
+ * fails on any import circle):
+ * - `errors.ts` (the failures); the helpers `show.ts` (messages), `fifo.ts` (an intrusive FIFO),
+ *   `longTimer.ts`; `types.ts` (the public shapes: limits, reports, snapshots, the queue, futures).
+ * - `lanes/`: `types.ts` -> `config.ts` (validation) -> `entry.ts` (a key's entry) ->
+ *   `scheduler.ts` (one activation per key under a global cap); `Lanes.ts` (`createLanes`) on top.
+ * - `engine/`, the command queue: `options.ts` (resolved limits) -> `metrics.ts` -> `state.ts`
+ *   (Task, KeyTasks, LaneState, EngineState) -> `end.ts` (how a task ends: finalizer, report,
+ *   settle; a waiting one dropped) -> `run.ts` (an activation runs one task) -> `admit.ts` (how a
+ *   task is admitted) -> `control.ts` (await, cancel, restart, drain, snapshot).
+ * - `Future.ts` (the handle), `engine/Engine.ts` (wires the engine), then the two skins:
+ *   `CommandQueue.ts` (Effect) and `promise.ts` (Promise).
+ */
 export * from "./errors.js"
 export * from "./Lanes.js"
 export * as CommandQueue from "./CommandQueue.js"

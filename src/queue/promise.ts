@@ -5,17 +5,17 @@
  */
 import { Cause, Effect, Exit, Scope } from "effect"
 import * as CommandQueue from "./CommandQueue.js"
-import type { CommandQueueOptions, DrainReport, LaneSnapshot } from "./CommandQueue.js"
-import type { Engine } from "./engine.js"
-import { addListener } from "./ending.js"
-import { engineOf, WAKE } from "./engine.js"
+import { admit, wake } from "./engine/admit.js"
+import { cancelTask, snapshotUnsafe } from "./engine/control.js"
+import { engineOf } from "./engine/Engine.js"
+import { addListener } from "./engine/end.js"
+import { checkWaitTimeout } from "./engine/options.js"
+import type { EngineState } from "./engine/state.js"
+import { PROMISE_BODY, Task, unknownLane, WAKE } from "./engine/state.js"
 import { FutureTimeout, RequestError } from "./errors.js"
-import type { Admission } from "./Future.js"
 import { TaskHandle } from "./Future.js"
-import { PROMISE_BODY, Task } from "./lane.js"
 import { setLongTimeout } from "./longTimer.js"
-import { cancelTask, snapshotUnsafe } from "./lifecycle.js"
-import { show } from "./validate.js"
+import type { Admission, CommandQueueOptions, DrainReport, LaneSnapshot } from "./types.js"
 
 /** The options of one Promise-API dispatch. */
 export interface AsyncDispatchOptions {
@@ -93,7 +93,7 @@ class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
   private _result: Promise<A> | undefined = undefined
   private _resolve: ((a: A) => void) | undefined = undefined
   private _reject: ((e: unknown) => void) | undefined = undefined
-  constructor(task: Task, admission: Admission, private readonly engine: Engine) {
+  constructor(task: Task, admission: Admission, private readonly engine: EngineState) {
     super(task, admission)
   }
   get result(): Promise<A> {
@@ -129,13 +129,9 @@ class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
     return Exit.isSuccess(exit) ? { status: "success", value: exit.value as A } : { status: "failure", error: errorOf(exit.cause) }
   }
   wait(timeoutMs: number): Promise<A> {
-    if (typeof timeoutMs !== "number" || Number.isNaN(timeoutMs) || timeoutMs < 0) {
-      const error = new RequestError({
-        lane: this.lane,
-        key: this.key,
-        message: `Expected \`timeoutMs\` to be a number from 0 and up, got \`${show(timeoutMs)}\``
-      })
-      const rejected = Promise.reject(error)
+    const bad = checkWaitTimeout(timeoutMs)
+    if (bad !== undefined) {
+      const rejected = Promise.reject(new RequestError({ lane: this.lane, key: this.key, message: bad }))
       rejected.catch(noop)
       return rejected
     }
@@ -163,7 +159,7 @@ class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
 
 class AsyncQueue implements AsyncCommandQueue {
   private _closing: Promise<void> | undefined = undefined
-  constructor(private readonly queue: CommandQueue.CommandQueue, private readonly engine: Engine, private readonly scope: Scope.Closeable) {}
+  constructor(private readonly queue: CommandQueue.CommandQueue, private readonly engine: EngineState, private readonly scope: Scope.Closeable) {}
 
   dispatch<A>(
     lane: string,
@@ -174,9 +170,9 @@ class AsyncQueue implements AsyncCommandQueue {
     const engine = this.engine
     const signal = options?.signal
     const aborted = signal instanceof AbortSignal && signal.aborted
-    const admitted = engine.admit(lane, key, task, PROMISE_BODY, options, undefined, aborted)
+    const admitted = admit(engine, lane, key, task, PROMISE_BODY, options, undefined, aborted)
     if (!(admitted instanceof Task)) throw admitted
-    const admission = engine.admission === WAKE ? engine.wake(admitted) : engine.admission
+    const admission = engine.admission === WAKE ? wake(engine, admitted) : engine.admission
     if (typeof admission !== "string") throw admission
     const future = new AsyncFutureImpl<A>(admitted, admission, engine)
     if (signal instanceof AbortSignal && !aborted && admitted.exit === undefined) {
@@ -196,7 +192,7 @@ class AsyncQueue implements AsyncCommandQueue {
   }
   generation(lane: string): number {
     const l = this.engine.byName.get(lane)
-    if (l === undefined) throw this.engine.unknownLane(lane, "")
+    if (l === undefined) throw unknownLane(this.engine, lane, "")
     return l.generation
   }
   cancel(lane: string, key: string): Promise<void> {

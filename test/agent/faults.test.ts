@@ -13,6 +13,7 @@ import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
+import { AgentConfigInvalid } from "../../src/agent/index.js"
 import type { AgentEvent } from "../../src/agent/index.js"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import { bodyOf, gated, harness, isDelivered, tempDir } from "./harness.js"
@@ -200,4 +201,24 @@ describe("Agent main and signals", () => {
       const code = yield* Effect.promise(() => exited)
       assert.strictEqual(code, 129)
     }), 30_000)
+})
+
+describe("Agent state folder paths", () => {
+  it.live("a bad stateDir fails make at once with AgentConfigInvalid naming the path and the system's reason (no spin on /proc)", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const file = path.join(dir, "a-file")
+      fs.writeFileSync(file, "")
+      const underFile = (yield* Effect.flip(Effect.scoped(harness(gated().service, { stateDir: path.join(file, "state") })))) as AgentConfigInvalid
+      assert.instanceOf(underFile, AgentConfigInvalid)
+      assert.include(underFile.message, "ENOTDIR")
+      assert.include(underFile.message, path.join(file, "state"))
+      assert.notInclude(underFile.message, "Error: ")
+      const t0 = Date.now()
+      const proc = (yield* Effect.flip(Effect.scoped(harness(gated().service, { stateDir: "/proc/forbidden/state" })))) as AgentConfigInvalid
+      assert.isBelow(Date.now() - t0, 1_000)
+      assert.strictEqual(proc.field, "stateDir")
+      assert.include(proc.message, "/proc/forbidden")
+      assert.notInclude(proc.message, "\n")
+    }), 10_000)
 })

@@ -3,11 +3,12 @@
  * Time is the TestClock; coordination is Deferreds, never sleeps.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Cause, Deferred, Effect, Exit, Fiber, Logger, Scope } from "effect"
+import { Cause, Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { DeliveryQueue } from "../../src/delivery/index.js"
 import { DeliveryFailure } from "../../src/delivery/errors.js"
 import type { DeliveryEntry, OutboundMessage } from "../../src/delivery/types.js"
+import { withWarnings } from "./fixtures/files.js"
 import { makeMemoryLog } from "./memoryLog.js"
 
 const msg = (to: string, body: unknown, channel = "test"): OutboundMessage => ({ channel, to, body })
@@ -19,14 +20,6 @@ const waitFor = (cond: () => boolean, rounds?: number) =>
     if (rounds === undefined) assert.isTrue(cond(), "condition reached")
   })
 
-/** Runs `self` with a logger that collects what is logged at Warn level (as text). */
-const withWarnings = <A, E, R>(self: (warnings: Array<string>) => Effect.Effect<A, E, R>) => {
-  const warnings: Array<string> = []
-  const capture = Logger.make((o) => {
-    if (o.logLevel === "Warn") warnings.push((Array.isArray(o.message) ? o.message : [o.message]).map(String).join(" "))
-  })
-  return self(warnings).pipe(Effect.provide(Logger.layer([capture])))
-}
 
 describe("DeliveryQueue lifecycle", () => {
   it.effect("idle waits for due and in-flight work only", () =>

@@ -5,7 +5,7 @@
  * nothing, cannot pass), and one that imports from every entry point (so each mapping resolves).
  */
 import { describe, expect, it } from "vitest"
-import { checkBlocks, describeError, documentationBlocks, extractBlocks } from "./codeBlocks.js"
+import { checkBlocks, describeError, documentationBlocks, documentationFiles, extractBlocks, readmeSection } from "./codeBlocks.js"
 import type { CodeBlock } from "./codeBlocks.js"
 
 const WRONG: CodeBlock = {
@@ -72,5 +72,15 @@ describe("the documentation's TypeScript blocks", () => {
     // tsc said nothing else (no config error, no crash), and failed only because of the canary.
     expect(result.unparsed).toEqual([])
     expect(result.status, result.output).not.toBe(0)
+  })
+})
+
+describe("README's documentation list", () => {
+  it("links every docs/*.md, so a newcomer finds each guide", () => {
+    const list = readmeSection("Documentation")
+    expect(list, "README.md has a section \"## Documentation\"").toBeDefined()
+    const docs = documentationFiles().filter((file) => file.startsWith("docs/"))
+    expect(docs.length).toBeGreaterThan(0)
+    expect(docs.filter((file) => !list!.includes(`](${file})`))).toEqual([])
   })
 })

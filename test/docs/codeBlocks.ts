@@ -95,6 +95,13 @@ export const documentationFiles = (root: string = ROOT): Array<string> => {
 export const documentationBlocks = (root: string = ROOT): Array<CodeBlock> =>
   documentationFiles(root).flatMap((file) => extractBlocks(file, fs.readFileSync(path.join(root, file), "utf8")))
 
+/** The text of README.md's section `## title`, up to the next `## ` heading; undefined when there is none. */
+export const readmeSection = (title: string, root: string = ROOT): string | undefined => {
+  const readme = fs.readFileSync(path.join(root, "README.md"), "utf8")
+  const start = readme.indexOf(`\n## ${title}\n`)
+  return start === -1 ? undefined : readme.slice(start + 1).split(/\n## /)[0]
+}
+
 /** The module name a block is written under: `docs-agent.md-L7.ts`. */
 const moduleName = (block: CodeBlock): string => `${block.file.replace(/[\\/]/g, "-")}-L${block.fenceLine}.ts`
 

@@ -25,7 +25,7 @@ describe("chatbot with Claude (fake Messages API)", () => {
       })
       await bot.waitForEvent((e) => e.type === "ready", "ready")
       bot.write("first\n")
-      await bot.waitForStderr(/^error: user turn of local failed/)
+      await bot.waitForStderr(/^error: no reply for local: Anthropic API 400 .*; 1 message is kept and will be answered/)
       bot.end("second\n")
       expect((await bot.waitForExit()).code).toBe(0)
       const replies = bot.events.filter((e) => e.type === "reply")

@@ -1,7 +1,7 @@
 import { assert, describe, expect, it } from "@effect/vitest"
 import { Cause, Deferred, Effect, Exit, Fiber, Option, Scope } from "effect"
 import { TestClock } from "effect/testing"
-import { engineOf } from "../../src/queue/engine.js"
+import { engineOf } from "../../src/queue/engine/Engine.js"
 import { AdmissionError, CommandQueue, QueueFailure, RequestError } from "../../src/queue/index.js"
 import { gated, makeQueue } from "./CommandQueue.helpers.js"
 

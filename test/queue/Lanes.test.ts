@@ -5,8 +5,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Fiber } from "effect"
 import { createLanes, LaneQueueFull, LanesClosed } from "../../src/queue/index.js"
-import { createLanesInternal } from "../../src/queue/lanesCore.js"
-import { PENDING, RunInline } from "../../src/queue/lanesEntry.js"
+import { createLanesInternal } from "../../src/queue/lanes/scheduler.js"
+import { PENDING, RunInline } from "../../src/queue/lanes/entry.js"
 import { idle, lanesWith } from "./Lanes.probe.js"
 
 describe("Lanes: the wake table", () => {

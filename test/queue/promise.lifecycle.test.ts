@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from "vitest"
 import { AdmissionError, createCommandQueue, RequestError } from "../../src/queue/index.js"
-import { mayReadSignal } from "../../src/queue/run.js"
+import { mayReadSignal } from "../../src/queue/engine/run.js"
 import { cleanUp, flush, gate, gated, make } from "./promise.helpers.js"
 
 afterEach(cleanUp)

@@ -6,23 +6,10 @@
 import { afterEach, assert, describe, it } from "@effect/vitest"
 import { Effect, Result } from "effect"
 import { type DeliveryLogError, DeliveryLog } from "../../../src/delivery/index.js"
-import type { DeliveryLog as Log } from "../../../src/delivery/types.js"
-import { canMount, smallDisk } from "./tmpfs.js"
+import { canMount, smallDisk, untilHealthy } from "./tmpfs.js"
 
 const body = "x".repeat(3000)
 const msg = (i: number) => ({ channel: "c", to: `r${i % 3}`, body: { i, body } })
-
-/** Polls `health` (real time: the log's backoff is real) until it is ok, for at most `ms`. */
-export const untilHealthy = (log: Log, ms: number) =>
-  Effect.gen(function*() {
-    const start = Date.now()
-    for (;;) {
-      const h = yield* log.health
-      if (h.status === "ok") return Date.now() - start
-      if (Date.now() - start > ms) return assert.fail(`the log did not heal within ${ms} ms: ${h.error.message}`)
-      yield* Effect.promise(() => new Promise((r) => setTimeout(r, 20)))
-    }
-  })
 
 let disk: ReturnType<typeof smallDisk> | undefined
 afterEach(() => {

@@ -1,7 +1,10 @@
-/** A real small disk for fault tests: a tmpfs mounted for the test (needs root), unmounted after. */
+/** Helpers of the fault suite. A real small disk for fault tests: a tmpfs mounted for the test (needs root), unmounted after. */
 import { execFileSync } from "node:child_process"
 import * as fs from "node:fs"
 import { join } from "node:path"
+import { assert } from "@effect/vitest"
+import { Effect } from "effect"
+import type { DeliveryLog as Log } from "../../../src/delivery/types.js"
 import { tempRoot } from "../fixtures/files.js"
 
 /** True when this process may mount (root on Linux). Fault tests that need a real full disk skip otherwise, and say so. */
@@ -49,3 +52,16 @@ export const smallDisk = (name: string, size: string) => {
     }
   }
 }
+
+/** Polls `health` (real time: the log's backoff is real) until it is ok, for at most `ms`. */
+export const untilHealthy = (log: Log, ms: number) =>
+  Effect.gen(function*() {
+    const start = Date.now()
+    for (;;) {
+      const h = yield* log.health
+      if (h.status === "ok") return Date.now() - start
+      if (Date.now() - start > ms) return assert.fail(`the log did not heal within ${ms} ms: ${h.error.message}`)
+      yield* Effect.promise(() => new Promise((r) => setTimeout(r, 20)))
+    }
+  })
+

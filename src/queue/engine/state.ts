@@ -1,13 +1,20 @@
 /**
- * The plain mutable state of one command-queue lane: its tasks, its per-key FIFOs and its counters.
- * Internal to `src/queue` (not exported from the package). One owner mutates it: the engine.
+ * The engine's plain mutable state: a task, a key's FIFO of tasks, a lane, and the queue-wide
+ * fields (`EngineState`); below it in `engine/` only `options.ts` and `metrics.ts`. Internal to
+ * `src/queue` (not exported from the package). One owner mutates it: the operations above (end,
+ * run, admit, control), synchronously.
  */
-import type { Context, Deferred, Effect, Exit, Fiber } from "effect"
-import type { QueueFailure, Participation } from "./errors.js"
+import { Clock, Context, Effect } from "effect"
+import type { Deferred, Exit, Fiber } from "effect"
+import { QueueFailure, RequestError } from "../errors.js"
+import { Fifo } from "../fifo.js"
+import type { QueueFailureReason, QueueFailureStage } from "../errors.js"
+import { RunInline } from "../lanes/entry.js"
+import type { InlineWork, LanesInternal } from "../lanes/entry.js"
+import { show } from "../show.js"
+import type { Admission, DrainReport } from "../types.js"
 import type { LaneMetrics } from "./metrics.js"
-import type { Engine } from "./engine.js"
-import { RunInline } from "./lanesEntry.js"
-import type { InlineWork, LanesInternal } from "./lanesEntry.js"
+import type { ResolvedLimits, ResolvedOptions } from "./options.js"
 
 /** A task waits in its key's FIFO. */
 export const WAITING = 0
@@ -71,9 +78,11 @@ export class Task implements InlineWork {
     readonly admittedAt: number,
     readonly options: TaskOptions | undefined
   ) {}
-  /** Its activation's turn: runs the task (see `Engine.run`); what is left as an Effect, or `Effect.void`. */
+  /** Its activation's turn: runs the task (`runTask` in run.ts); what is left as an Effect, or `Effect.void`. */
   [RunInline](): Effect.Effect<unknown> {
-    return this.lane.engine.run(this.lane, this.key, this, true)
+    const lane = this.lane
+    const engine = lane.engine
+    return engine.runTask(engine, lane, this.key, this, true)
   }
   /** Unique within the process (a counter, in base 36). */
   get runId(): string {
@@ -82,44 +91,15 @@ export class Task implements InlineWork {
 }
 
 /** The FIFO of one key's waiting tasks and the task it runs. Deleted from the lane when empty. */
-export class KeyTasks {
-  head: Task | undefined = undefined
-  tail: Task | undefined = undefined
+export class KeyTasks extends Fifo<Task> {
   running: Task | undefined = undefined
   /** A `lanes.cancel(key)` is in flight to drop an activation owed for tasks that are gone. */
   cancelling = false
-
-  push(task: Task): void {
-    task.prev = this.tail
-    if (this.tail === undefined) this.head = task
-    else this.tail.next = task
-    this.tail = task
-  }
-
-  unlink(task: Task): void {
-    if (task.prev === undefined) this.head = task.next
-    else task.prev.next = task.next
-    if (task.next === undefined) this.tail = task.prev
-    else task.next.prev = task.prev
-    task.prev = undefined
-    task.next = undefined
-  }
 
   /** Whether the key holds no task at all (nothing waits, nothing runs). */
   get idle(): boolean {
     return this.head === undefined && this.running === undefined
   }
-}
-
-/** A lane's resolved limits. */
-export interface ResolvedLimits {
-  readonly concurrent: number
-  readonly queued: number
-  readonly participation: Participation
-  readonly turnTimeoutMs: number | undefined
-  readonly queueTimeoutMs: number | undefined
-  readonly warnAfterMs: number | undefined
-  readonly finalizationTimeoutMs: number
 }
 
 /** One lane: its limits, its keyed lanes, its keys' FIFOs and its counters. */
@@ -132,9 +112,68 @@ export class LaneState {
   readonly keys = new Map<string, KeyTasks>()
   readonly capacity: number
   lanes!: LanesInternal<string>
-  engine!: Engine
+  engine!: EngineState
   metrics!: LaneMetrics
   constructor(readonly name: string, readonly limits: ResolvedLimits) {
     this.capacity = limits.concurrent + limits.queued
   }
+}
+
+/** `admit` left the key idle: the caller must wake it. */
+export const WAKE = "wake" as const
+
+/** The queue-wide state of one queue: its lanes, its drain, and what every operation shares. */
+export class EngineState {
+  readonly byName = new Map<string, LaneState>()
+  readonly all: Array<LaneState> = []
+  readonly fork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.Fiber<A, E>
+  readonly clock: Clock.Clock
+  /** Admission is closed. */
+  draining = false
+  /** The lanes are being closed (end of a drain): dropped keys need no lanes clean-up. */
+  closing = false
+  drained: Deferred.Deferred<DrainReport> | undefined = undefined
+  /** Tasks admitted and not settled, across lanes. */
+  live = 0
+  /** Completed when `live` reaches 0 (drain waits on it). */
+  idle: Deferred.Deferred<void> | undefined = undefined
+  drainCompleted = 0
+  drainCanceled = 0
+  /**
+   * How the last `admit` took its task: `started`/`queued`/`coalesced`, or `WAKE` when the key was
+   * idle and the caller must now wake it. A field, not a returned pair, so that admission
+   * allocates nothing but the task.
+   */
+  admission: Admission | typeof WAKE = "queued"
+
+  constructor(
+    readonly context: Context.Context<never>,
+    readonly options: ResolvedOptions,
+    /** The activation's work of a task (`runTask` in run.ts, given by the layer that wires the engine). */
+    readonly runTask: (engine: EngineState, lane: LaneState, key: string, task: Task, inline: boolean) => Effect.Effect<void>
+  ) {
+    this.fork = Effect.runForkWith(context)
+    this.clock = Context.get(context, Clock.Clock)
+  }
+}
+
+/** The failure of a task the queue stops or drops. */
+export const failureOf = (task: Task, stage: QueueFailureStage, reason: QueueFailureReason): QueueFailure =>
+  new QueueFailure({
+    runId: task.runId,
+    lane: task.lane.name,
+    key: task.key,
+    participation: task.lane.limits.participation,
+    stage,
+    reason
+  })
+
+/** The `RequestError` for a lane name the queue does not have. */
+export const unknownLane = (engine: EngineState, lane: string, key: string): RequestError => {
+  const names = engine.all.map((l) => `\`${l.name}\``).join(", ")
+  return new RequestError({
+    lane: String(lane),
+    key: String(key),
+    message: `Expected \`lane\` to be one of ${names}, got \`${show(lane)}\``
+  })
 }

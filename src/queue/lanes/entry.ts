@@ -5,8 +5,8 @@
  */
 import { Cause, Effect, Exit } from "effect"
 import type { Deferred, Fiber, Scope } from "effect"
-import { LaneQueueFull, LanesClosed } from "./errors.js"
-import type { ActivationExit, Lanes, WakeResult } from "./Lanes.js"
+import { LaneQueueFull, LanesClosed } from "../errors.js"
+import type { ActivationExit, Lanes, WakeResult } from "./types.js"
 
 /**
  * What `createLanes` really returns: `Lanes` plus a synchronous `wake` for the command queue's

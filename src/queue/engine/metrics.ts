@@ -8,8 +8,14 @@
  */
 import { Cause, Exit, Metric } from "effect"
 import type { Context } from "effect"
-import { QueueFailure } from "./errors.js"
-import type { LaneState } from "./lane.js"
+import { QueueFailure } from "../errors.js"
+
+/** What the metrics read from a lane (its `LaneState`): its name and its live counters. */
+export interface LaneCounters {
+  readonly name: string
+  readonly running: number
+  readonly waiting: number
+}
 
 /** How a task ended, as the tasks counter labels it. */
 export type Outcome = "success" | "failure" | "defect" | "interrupted" | "canceled" | "timeout" | "closed" | "stale"
@@ -44,7 +50,7 @@ export class LaneMetrics {
   private min = Number.MAX_VALUE
   private max = -Number.MAX_VALUE
 
-  constructor(private readonly lane: LaneState, private readonly context: Context.Context<never>) {
+  constructor(private readonly lane: LaneCounters, private readonly context: Context.Context<never>) {
     const attributes = { lane: lane.name }
     this.register(
       Metric.gauge("switchyard_queue_running", { description: "Tasks running, per lane", attributes }),

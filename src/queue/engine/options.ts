@@ -3,9 +3,10 @@
  * `field`) and of each dispatch (`RequestError`). Messages follow p-queue's tone: what was
  * expected, what was given.
  */
-import { LanesConfigInvalid, MAX_QUEUED } from "./errors.js"
-import type { Participation } from "./errors.js"
-import type { ResolvedLimits } from "./lane.js"
+import { LanesConfigInvalid, MAX_QUEUED } from "../errors.js"
+import type { Participation } from "../errors.js"
+import { expected } from "../show.js"
+import type { TaskReport } from "../types.js"
 
 /** The lanes every queue has, merged under the caller's `lanes`. */
 export const DEFAULT_LANES: Readonly<Record<string, {
@@ -23,20 +24,6 @@ export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000
 export const DEFAULT_AUDIT_TIMEOUT_MS = 1_000
 export const DEFAULT_FINALIZATION_TIMEOUT_MS = 5_000
 
-/** `value` as it appears between backticks in a message. */
-export const show = (value: unknown): string => {
-  if (typeof value === "string") return JSON.stringify(value)
-  if (typeof value === "function") return "function"
-  try {
-    return String(value)
-  } catch {
-    return Object.prototype.toString.call(value)
-  }
-}
-
-const expected = (field: string, what: string, value: unknown): string =>
-  `Expected \`${field}\` to be ${what}, got \`${show(value)}\``
-
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v)
 const isTimeout = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v > 0
 
@@ -44,12 +31,29 @@ const isTimeout = (v: unknown): v is number => typeof v === "number" && Number.i
 export const checkTimeout = (field: string, value: unknown): string | undefined =>
   value === undefined || isTimeout(value) ? undefined : expected(field, "a finite number greater than 0", value)
 
+/** A lane's resolved limits. */
+export interface ResolvedLimits {
+  readonly concurrent: number
+  readonly queued: number
+  readonly participation: Participation
+  readonly turnTimeoutMs: number | undefined
+  readonly queueTimeoutMs: number | undefined
+  readonly warnAfterMs: number | undefined
+  readonly finalizationTimeoutMs: number
+}
+
+/** The message for a bad wait deadline (`drain`'s, a Promise future's `wait`): a number from 0 up; or undefined. */
+export const checkWaitTimeout = (timeoutMs: unknown): string | undefined =>
+  typeof timeoutMs === "number" && !Number.isNaN(timeoutMs) && timeoutMs >= 0
+    ? undefined
+    : expected("timeoutMs", "a number from 0 and up", timeoutMs)
+
 /** The resolved options of `CommandQueue.make`. */
 export interface ResolvedOptions {
   readonly lanes: ReadonlyArray<readonly [string, ResolvedLimits]>
   readonly drainTimeoutMs: number
   readonly auditTimeoutMs: number
-  readonly onTaskExit: ((report: any) => unknown) | undefined
+  readonly onTaskExit: ((report: TaskReport) => unknown) | undefined
 }
 
 const fail = (field: string, message: string) => new LanesConfigInvalid({ field, message })
@@ -123,7 +127,7 @@ export const resolveOptions = (options: unknown): ResolvedOptions | LanesConfigI
     lanes,
     drainTimeoutMs: (o.drainTimeoutMs as number | undefined) ?? DEFAULT_DRAIN_TIMEOUT_MS,
     auditTimeoutMs: (o.auditTimeoutMs as number | undefined) ?? DEFAULT_AUDIT_TIMEOUT_MS,
-    onTaskExit: o.onTaskExit as ((report: any) => unknown) | undefined
+    onTaskExit: o.onTaskExit as ((report: TaskReport) => unknown) | undefined
   }
 }
 

@@ -2,20 +2,11 @@
  * Validation of `createLanes` options: every bad option is a `LanesConfigInvalid` that names the
  * option and says, in p-queue's tone, what was expected and what was given.
  */
-import { LanesConfigInvalid, MAX_QUEUED } from "./errors.js"
+import { LanesConfigInvalid, MAX_QUEUED } from "../errors.js"
+import { expected } from "../show.js"
 
-/** A value as a message shows it: strings quoted, anything else as `String` gives it (never throws). */
-export const show = (value: unknown): string => {
-  if (typeof value === "string") return JSON.stringify(value)
-  try {
-    return String(value)
-  } catch {
-    return Object.prototype.toString.call(value)
-  }
-}
-
-const invalid = (field: string, expected: string, value: unknown) =>
-  new LanesConfigInvalid({ field, message: `Expected \`${field}\` to be ${expected}, got \`${show(value)}\`` })
+const invalid = (field: string, what: string, value: unknown) =>
+  new LanesConfigInvalid({ field, message: expected(field, what, value) })
 
 /** The first bad option of `options`, or `undefined` when every option is valid. */
 export const validateLanesOptions = (options: unknown): LanesConfigInvalid | undefined => {

@@ -1,12 +1,14 @@
 /**
- * The end of every task, run or dropped: its finalizer (bounded), the release of its place, its
- * report (bounded), then its future settles. Internal to `src/queue` (part of the engine).
+ * The end of every task, run or dropped: a run that ended (`finish`) and the follow-up its key is
+ * owed, a waiting task dropped (`drop`), then for both its finalizer (bounded), the release of its
+ * place, its report (bounded), and its future settles. Internal to `src/queue` (part of the engine;
+ * it reads and changes `state.ts` only).
  */
 import { Cause, Deferred, Effect, Exit, Option } from "effect"
-import type { TaskReport } from "./CommandQueue.js"
-import type { Engine } from "./engine.js"
-import type { Listener, Task } from "./lane.js"
-import { ENDED, FINISHING } from "./lane.js"
+import type { QueueFailureReason } from "../errors.js"
+import type { TaskReport } from "../types.js"
+import type { EngineState, KeyTasks, LaneState, Listener, Task } from "./state.js"
+import { DROPPING, ENDED, failureOf, FINISHING } from "./state.js"
 
 /** What a part of a task's end returns when it finished synchronously (compared by identity). */
 export const VOID: Effect.Effect<void> = Effect.void
@@ -25,7 +27,7 @@ const callListener = (listener: Listener, exit: Exit.Exit<unknown, unknown>): vo
 }
 
 /** Finalizer (bounded), release of ownership, report (bounded), then the future settles. */
-export function complete(engine: Engine, task: Task, exit: Exit.Exit<any, any>): Effect.Effect<void> {
+export function complete(engine: EngineState, task: Task, exit: Exit.Exit<any, any>): Effect.Effect<void> {
   const finalizer = task.options?.finalizer
   if (finalizer === undefined) return conclude(engine, task, exit)
   const ms = task.lane.limits.finalizationTimeoutMs
@@ -52,7 +54,7 @@ export function complete(engine: Engine, task: Task, exit: Exit.Exit<any, any>):
 }
 
 /** After the finalizer: release the task's place, report it (bounded), then settle its future. */
-export function conclude(engine: Engine, task: Task, exit: Exit.Exit<any, any>): Effect.Effect<void> {
+export function conclude(engine: EngineState, task: Task, exit: Exit.Exit<any, any>): Effect.Effect<void> {
   release(engine, task, exit)
   const onTaskExit = engine.options.onTaskExit
   if (onTaskExit === undefined) {
@@ -85,7 +87,7 @@ export function conclude(engine: Engine, task: Task, exit: Exit.Exit<any, any>):
 }
 
 /** The task no longer owns its place; its key moves on. */
-export function release(engine: Engine, task: Task, exit: Exit.Exit<any, any>): void {
+export function release(engine: EngineState, task: Task, exit: Exit.Exit<any, any>): void {
   const lane = task.lane
   lane.owned--
   if (task.state === FINISHING) {
@@ -113,7 +115,7 @@ export function addListener(task: Task, listener: Listener): void {
 }
 
 /** The task's exit is final: complete its Deferred and listeners; wake a drain when nothing is left. */
-export function settle(engine: Engine, task: Task, exit: Exit.Exit<any, any>): void {
+export function settle(engine: EngineState, task: Task, exit: Exit.Exit<any, any>): void {
   task.state = ENDED
   task.exit = exit
   task.context = undefined
@@ -139,4 +141,83 @@ export function warn(task: Task, message: string, cause?: Cause.Cause<unknown>):
     ? Effect.logWarning(`switchyard: task ${task.runId}: ${message}`)
     : Effect.logWarning(`switchyard: task ${task.runId}: ${message}`, cause)
   return log.pipe(Effect.annotateLogs({ runId: task.runId, lane: task.lane.name, key: task.key }))
+}
+
+/** A run ended with `exit`: the task's end, then (still inside the activation) its key's follow-up. */
+export function finish(engine: EngineState, lane: LaneState, key: string, task: Task, exit: Exit.Exit<any, any>): Effect.Effect<void> {
+  task.state = FINISHING
+  const timer = task.timer
+  if (timer !== undefined) {
+    task.timer = undefined
+    timer.interruptUnsafe()
+  }
+  task.handle = undefined
+  let final = exit
+  if (task.stopped !== undefined && Exit.isFailure(exit) && Cause.hasInterrupts(exit.cause)) {
+    final = Exit.fail(task.stopped)
+  }
+  const rest = complete(engine, task, final)
+  if (rest === VOID) return afterRun(engine, lane, key)
+  return Effect.andThen(rest, Effect.suspend(() => afterRun(engine, lane, key)))
+}
+
+/** Still inside the activation: if the key has more tasks, a follow-up is owed (it queues at the tail). */
+export function afterRun(engine: EngineState, lane: LaneState, key: string): Effect.Effect<void> {
+  const ks = lane.keys.get(key)
+  if (ks === undefined || ks.head === undefined || ks.running !== undefined || ks.cancelling) return VOID
+  return wakeKey(engine, lane, key, ks)
+}
+
+/** Wakes a key that has tasks waiting; when the lanes closed (end of a drain), drops them `closed`. */
+export function wakeKey(engine: EngineState, lane: LaneState, key: string, ks: KeyTasks): Effect.Effect<void> {
+  if (typeof lane.lanes.wakeUnsafe(key) !== "string") {
+    // The lanes closed (end of a drain): nothing may run any more.
+    for (let t = ks.head; t !== undefined;) {
+      const next = t.next
+      engine.fork(drop(engine, t, "closed"))
+      t = next
+    }
+  }
+  return VOID
+}
+
+/** Drops a waiting task now (synchronously) and returns the rest of its end: finalizer, report, settle. */
+export function drop(engine: EngineState, task: Task, reason: QueueFailureReason): Effect.Effect<void> {
+  const lane = task.lane
+  const ks = lane.keys.get(task.key)
+  if (ks !== undefined) {
+    ks.unlink(task)
+    if (ks.idle && !ks.cancelling) {
+      if (engine.closing) lane.keys.delete(task.key)
+      else dropOwedActivation(engine, lane, task.key, ks)
+    }
+  }
+  task.state = DROPPING
+  lane.waiting--
+  const timer = task.timer
+  if (timer !== undefined) {
+    task.timer = undefined
+    timer.interruptUnsafe()
+  }
+  const failure = failureOf(task, "queued", reason)
+  task.stopped = failure
+  return complete(engine, task, Exit.fail(failure))
+}
+
+/**
+ * The key's tasks are all gone but its lanes entry may still owe an activation: cancel that in
+ * the lanes so no idle key lingers there. Dispatches meanwhile wait; they are woken after.
+ */
+function dropOwedActivation(engine: EngineState, lane: LaneState, key: string, ks: KeyTasks): void {
+  ks.cancelling = true
+  engine.fork(Effect.andThen(
+    lane.lanes.cancel(key),
+    Effect.suspend(() => {
+      ks.cancelling = false
+      if (lane.keys.get(key) !== ks) return Effect.void
+      if (ks.head !== undefined) return wakeKey(engine, lane, key, ks)
+      if (ks.running === undefined) lane.keys.delete(key)
+      return Effect.void
+    })
+  ))
 }

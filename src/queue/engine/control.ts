@@ -1,17 +1,17 @@
 /**
  * What acts on tasks from outside their activation: futures (await, poll, cancel), cancel of a
- * key, generations (restartLane), drain and snapshot. Internal to `src/queue` (part of the engine).
+ * key, generations (restartLane), drain and snapshot. Internal to `src/queue` (part of the engine;
+ * below it: `run.ts` for `stop`, `end.ts` for `drop`, `state.ts`).
  */
 import { Deferred, Duration, Effect, Exit, Option } from "effect"
-import type { DrainReport, LaneSnapshot } from "./CommandQueue.js"
-import type { Engine } from "./engine.js"
-import { FutureTimeout, RequestError } from "./errors.js"
-import type { QueueFailureReason } from "./errors.js"
-import type { FutureOps } from "./Future.js"
-import type { KeyTasks, Task } from "./lane.js"
-import { ENDED, RUNNING, WAITING } from "./lane.js"
+import { FutureTimeout, RequestError } from "../errors.js"
+import type { QueueFailureReason } from "../errors.js"
+import type { DrainReport, LaneSnapshot } from "../types.js"
+import { drop } from "./end.js"
+import { checkWaitTimeout } from "./options.js"
 import { stop } from "./run.js"
-import { show } from "./validate.js"
+import type { EngineState, KeyTasks, Task } from "./state.js"
+import { ENDED, RUNNING, unknownLane, WAITING } from "./state.js"
 
 /** The task's Deferred, made when first needed (completed at once if the task has settled). */
 export function deferredOf(task: Task): Deferred.Deferred<any, any> {
@@ -54,11 +54,11 @@ export function awaitAll(tasks: ReadonlyArray<Task>): Effect.Effect<void> {
 }
 
 /** Drops the task if it waits, stops it if it runs; returns once it has settled. An ended task keeps its outcome. */
-export function cancelTask(engine: Engine, task: Task): Effect.Effect<void> {
+export function cancelTask(engine: EngineState, task: Task): Effect.Effect<void> {
   return Effect.suspend(() => {
     switch (task.state) {
       case WAITING:
-        return Effect.andThen(Effect.uninterruptible(engine.drop(task, "canceled")), awaitEnd(task))
+        return Effect.andThen(Effect.uninterruptible(drop(engine, task, "canceled")), awaitEnd(task))
       case RUNNING:
         stop(engine, task, "canceled")
         return awaitEnd(task)
@@ -76,7 +76,7 @@ export function cancelTask(engine: Engine, task: Task): Effect.Effect<void> {
  * slot on at once (synchronously), and none of the tasks being stopped may take it.
  */
 export function stopTasks(
-  engine: Engine,
+  engine: EngineState,
   keys: Iterable<KeyTasks>,
   reason: QueueFailureReason,
   select?: (t: Task) => boolean
@@ -88,7 +88,7 @@ export function stopTasks(
       const next = t.next
       if (select === undefined || select(t)) {
         tasks.push(t)
-        engine.fork(engine.drop(t, reason))
+        engine.fork(drop(engine, t, reason))
       }
       t = next
     }
@@ -106,10 +106,10 @@ export function stopTasks(
 }
 
 /** Cancels every task of `key` in the lane, and returns once they all settled. */
-export function cancelKey(engine: Engine, laneName: string, key: string): Effect.Effect<void, RequestError> {
+export function cancelKey(engine: EngineState, laneName: string, key: string): Effect.Effect<void, RequestError> {
   return Effect.suspend(() => {
     const lane = engine.byName.get(laneName)
-    if (lane === undefined) return Effect.fail(engine.unknownLane(laneName, key))
+    if (lane === undefined) return Effect.fail(unknownLane(engine, laneName, key))
     const ks = lane.keys.get(key)
     if (ks === undefined) return Effect.void
     return awaitAll(stopTasks(engine, [ks], "canceled"))
@@ -117,10 +117,10 @@ export function cancelKey(engine: Engine, laneName: string, key: string): Effect
 }
 
 /** Bumps the lane's generation, fails every older task `stale` (waiting ones at once), returns once they settled. */
-export function restartLane(engine: Engine, laneName: string): Effect.Effect<number, RequestError> {
+export function restartLane(engine: EngineState, laneName: string): Effect.Effect<number, RequestError> {
   return Effect.suspend(() => {
     const lane = engine.byName.get(laneName)
-    if (lane === undefined) return Effect.fail(engine.unknownLane(laneName, ""))
+    if (lane === undefined) return Effect.fail(unknownLane(engine, laneName, ""))
     const generation = ++lane.generation
     const tasks = stopTasks(engine, lane.keys.values(), "stale", (t) => t.generation < generation)
     return Effect.as(awaitAll(tasks), generation)
@@ -128,17 +128,12 @@ export function restartLane(engine: Engine, laneName: string): Effect.Effect<num
 }
 
 /** Closes admission now; the first call starts the drain, every call waits for its report. */
-export function drain(engine: Engine, options: { readonly timeoutMs?: number } | undefined): Effect.Effect<DrainReport> {
+export function drain(engine: EngineState, options: { readonly timeoutMs?: number } | undefined): Effect.Effect<DrainReport> {
   return Effect.suspend(() => {
     if (engine.drained === undefined) {
       const timeoutMs = options?.timeoutMs ?? engine.options.drainTimeoutMs
-      if (typeof timeoutMs !== "number" || Number.isNaN(timeoutMs) || timeoutMs < 0) {
-        return Effect.die(new RequestError({
-          lane: "",
-          key: "",
-          message: `Expected \`timeoutMs\` to be a number from 0 and up, got \`${show(timeoutMs)}\``
-        }))
-      }
+      const bad = checkWaitTimeout(timeoutMs)
+      if (bad !== undefined) return Effect.die(new RequestError({ lane: "", key: "", message: bad }))
       engine.drained = Deferred.makeUnsafe<DrainReport>()
       engine.draining = true
       engine.fork(runDrain(engine, timeoutMs))
@@ -148,7 +143,7 @@ export function drain(engine: Engine, options: { readonly timeoutMs?: number } |
 }
 
 /** The drain itself: wait for the tasks or the deadline, fail the rest `closed`, close the lanes, report. */
-export function runDrain(engine: Engine, timeoutMs: number): Effect.Effect<void> {
+export function runDrain(engine: EngineState, timeoutMs: number): Effect.Effect<void> {
   return Effect.gen(function*() {
     let timedOut = false
     if (engine.live > 0) {
@@ -180,7 +175,7 @@ export function runDrain(engine: Engine, timeoutMs: number): Effect.Effect<void>
 }
 
 /** One snapshot per lane, synchronously. */
-export function snapshotUnsafe(engine: Engine): ReadonlyArray<LaneSnapshot> {
+export function snapshotUnsafe(engine: EngineState): ReadonlyArray<LaneSnapshot> {
   return engine.all.map((lane): LaneSnapshot => ({
     lane: lane.name,
     participation: lane.limits.participation,
@@ -193,11 +188,3 @@ export function snapshotUnsafe(engine: Engine): ReadonlyArray<LaneSnapshot> {
     draining: engine.draining
   }))
 }
-
-/** The operations a future of `engine` calls. */
-export const futureOps = (engine: Engine): FutureOps => ({
-  awaitTask: (task) => awaitTask(task),
-  pollTask: (task) => pollTask(task),
-  awaitTaskTimeout: (task, timeout) => awaitTaskTimeout(task, timeout),
-  cancelTask: (task) => cancelTask(engine, task)
-})

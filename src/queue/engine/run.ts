@@ -1,16 +1,52 @@
 /**
- * Running a task's body inside its activation: an Effect body in a fiber of its own (so that it
+ * One activation runs one task: the key's next task is picked when the lanes give the key its
+ * slot, then its body runs inside the activation: an Effect body in a fiber of its own (so that it
  * can be interrupted alone), a Promise body with its AbortSignal; and stopping a running task.
- * Internal to `src/queue` (part of the engine).
+ * Internal to `src/queue` (part of the engine; below it: `end.ts`, `state.ts`).
  */
 import { Effect, Exit, Fiber } from "effect"
-import type { LaneState } from "./lane.js"
-import { VOID } from "./ending.js"
-import type { Engine } from "./engine.js"
-import type { QueueFailureReason } from "./errors.js"
-import type { Task } from "./lane.js"
-import { EFFECT_BODY, RUNNING } from "./lane.js"
-import { PENDING } from "./lanesEntry.js"
+import type { QueueFailureReason } from "../errors.js"
+import { PENDING } from "../lanes/entry.js"
+import { finish, VOID } from "./end.js"
+import type { EngineState, LaneState, Task } from "./state.js"
+import { EFFECT_BODY, failureOf, RUNNING } from "./state.js"
+
+/**
+ * What `createLanes` calls when the key gets its slot: the key's next task starts now (it runs,
+ * as `snapshot` and `admission: "started"` say, from here on); its body runs when the
+ * activation's fiber does, right after.
+ */
+export function activator(engine: EngineState, lane: LaneState): (key: string) => Effect.Effect<void> {
+  return (key) => {
+    const task = pick(engine, lane, key)
+    // The task is the activation's work (an InlineWork: `run` when its turn comes, as plain
+    // code; a fiber only for what does not end synchronously). The lanes run it
+    // uninterruptibly: a task's end always runs; the engine stops tasks itself.
+    return task === undefined ? VOID : (task as unknown as Effect.Effect<void>)
+  }
+}
+
+/** Takes the key's next task off its FIFO and makes it the running one (synchronously). */
+export function pick(engine: EngineState, lane: LaneState, key: string): Task | undefined {
+  const ks = lane.keys.get(key)
+  // A key whose owed activation is being cancelled, or that has nothing left: nothing to do.
+  if (ks === undefined || ks.cancelling || ks.running !== undefined) return undefined
+  const task = ks.head
+  if (task === undefined) return undefined
+  ks.unlink(task)
+  ks.running = task
+  task.state = RUNNING
+  lane.waiting--
+  lane.running++
+  const timer = task.timer
+  if (timer !== undefined) {
+    task.timer = undefined
+    timer.interruptUnsafe()
+  }
+  task.startedAt = engine.clock.currentTimeMillisUnsafe()
+  lane.metrics.waited(task.startedAt - task.admittedAt)
+  return task
+}
 
 const noop = (): void => {}
 
@@ -41,13 +77,13 @@ const isThenable = (u: unknown): u is PromiseLike<unknown> =>
   typeof u === "object" && u !== null && typeof (u as { then?: unknown }).then === "function"
 
 /** A fiber that stops the task `timeout` after `ms` (interrupted when the task ends first). */
-export function turnTimer(engine: Engine, task: Task, ms: number): Fiber.Fiber<void> {
+export function turnTimer(engine: EngineState, task: Task, ms: number): Fiber.Fiber<void> {
   return engine.fork(Effect.andThen(Effect.sleep(ms), Effect.sync(() => stop(engine, task, "timeout"))))
 }
 
 /** Forks the body in the caller's context; its exit if it ended synchronously, else an Effect of it. */
 export function startEffect(
-  engine: Engine,
+  engine: EngineState,
   task: Task,
   turnMs: number | undefined,
   inline: boolean
@@ -81,7 +117,7 @@ export function startEffect(
  * or of the queue's stop, whichever is first.
  */
 export function startPromise(
-  engine: Engine,
+  engine: EngineState,
   task: Task,
   turnMs: number | undefined,
   inline: boolean
@@ -139,9 +175,9 @@ export function startPromise(
 }
 
 /** Stops a running task: interrupts its fiber, or aborts its signal and drops its late result. */
-export function stop(engine: Engine, task: Task, reason: QueueFailureReason): void {
+export function stop(engine: EngineState, task: Task, reason: QueueFailureReason): void {
   if (task.state !== RUNNING || task.stopped !== undefined) return
-  const failure = engine.failure(task, "running", reason)
+  const failure = failureOf(task, "running", reason)
   task.stopped = failure
   const handle = task.handle
   if (task.kind === EFFECT_BODY) {
@@ -157,7 +193,7 @@ export function stop(engine: Engine, task: Task, reason: QueueFailureReason): vo
  * body, then its end. `VOID` when all of it ended synchronously. `inline`: run as the
  * activation's inline work (no fiber; see `runBody`).
  */
-export function runTask(engine: Engine, lane: LaneState, key: string, task: Task, inline: boolean): Effect.Effect<void> {
+export function runTask(engine: EngineState, lane: LaneState, key: string, task: Task, inline: boolean): Effect.Effect<void> {
   const waited = task.startedAt - task.admittedAt
   const warnAfter = lane.limits.warnAfterMs
   if (warnAfter === undefined || waited <= warnAfter || task.stopped !== undefined) return runBody(engine, lane, key, task, inline)
@@ -174,16 +210,16 @@ export function runTask(engine: Engine, lane: LaneState, key: string, task: Task
  * for it): its end runs from the promise's callback or the body fiber's observer
  * (`resumeInline`), which then ends the activation.
  */
-function runBody(engine: Engine, lane: LaneState, key: string, task: Task, inline: boolean): Effect.Effect<void> {
+function runBody(engine: EngineState, lane: LaneState, key: string, task: Task, inline: boolean): Effect.Effect<void> {
   // Stopped (cancel, restart, drain) between its slot and its first step: the body never runs.
-  if (task.stopped !== undefined) return engine.finish(lane, key, task, Exit.fail(task.stopped))
+  if (task.stopped !== undefined) return finish(engine, lane, key, task, Exit.fail(task.stopped))
   const turnMs = task.options?.turnTimeoutMs ?? lane.limits.turnTimeoutMs
   const body = task.kind === EFFECT_BODY ? startEffect(engine, task, turnMs, inline) : startPromise(engine, task, turnMs, inline)
   if (body === PENDING) return PENDING
   // A body that ended synchronously is finished without another step.
   return Exit.isExit(body)
-    ? engine.finish(lane, key, task, body)
-    : Effect.flatMap(body as Effect.Effect<Exit.Exit<any, any>>, (exit) => engine.finish(lane, key, task, exit))
+    ? finish(engine, lane, key, task, body)
+    : Effect.flatMap(body as Effect.Effect<Exit.Exit<any, any>>, (exit) => finish(engine, lane, key, task, exit))
 }
 
 /**
@@ -191,12 +227,12 @@ function runBody(engine: Engine, lane: LaneState, key: string, task: Task, inlin
  * fiber, when the end has Effects to run: finalizer, report). Never throws (it runs in a promise
  * callback or a fiber observer).
  */
-export function resumeInline(engine: Engine, task: Task, exit: Exit.Exit<any, any>): void {
+export function resumeInline(engine: EngineState, task: Task, exit: Exit.Exit<any, any>): void {
   const lane = task.lane
   const key = task.key
   let rest: Effect.Effect<void>
   try {
-    rest = engine.finish(lane, key, task, exit)
+    rest = finish(engine, lane, key, task, exit)
   } catch (defect) {
     rest = Effect.die(defect)
   }

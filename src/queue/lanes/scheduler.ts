@@ -9,10 +9,12 @@
  * its end (scope closed, `onExit`, hand-off of the slot) always runs.
  */
 import { Context, Deferred, Effect, Exit, Fiber, Scope } from "effect"
-import type { LaneQueueFull, LanesClosed, LanesConfigInvalid } from "./errors.js"
-import type { ActivationExit, LanesOptions, WakeResult } from "./Lanes.js"
-import { show, validateLanesOptions } from "./LanesConfig.js"
-import type { InlineWork, InternalOptions, LanesInternal } from "./lanesEntry.js"
+import type { LaneQueueFull, LanesClosed, LanesConfigInvalid } from "../errors.js"
+import { show } from "../show.js"
+import { Fifo } from "../fifo.js"
+import { validateLanesOptions } from "./config.js"
+import type { InlineWork, InternalOptions, LanesInternal } from "./entry.js"
+import type { ActivationExit, LanesOptions, WakeResult } from "./types.js"
 import {
   CLOSED_ERROR,
   Entry,
@@ -30,7 +32,7 @@ import {
   START_BUDGET_MS,
   STARTING,
   wakeEffect
-} from "./lanesEntry.js"
+} from "./entry.js"
 
 /** `createLanes`, typed with its synchronous wake (for the command queue's engine). @internal */
 export const createLanesInternal = <K, E = never, R = never>(
@@ -71,28 +73,15 @@ const make = <K, E, R>(
     lookedUpEntry = undefined
     entries.delete(key)
   }
-  let head: Entry<K> | undefined
-  let tail: Entry<K> | undefined
+  /** The keys queued for a slot, oldest first. */
+  const queue = new Fifo<Entry<K>>()
   let running = 0
   let waiting = 0
   let closed = false
 
   const enqueue = (e: Entry<K>): void => {
     e.state = QUEUED
-    e.prev = tail
-    e.next = undefined
-    if (tail === undefined) head = e
-    else tail.next = e
-    tail = e
-  }
-
-  const unlink = (e: Entry<K>): void => {
-    if (e.prev === undefined) head = e.next
-    else e.prev.next = e.next
-    if (e.next === undefined) tail = e.prev
-    else e.next.prev = e.prev
-    e.prev = undefined
-    e.next = undefined
+    queue.push(e)
   }
 
   /** Calls `onExit(exit)` now (see `callOnExit`). */
@@ -175,11 +164,7 @@ const make = <K, E, R>(
     running++
     e.work = callActivate(e.key)
     e.state = STARTING
-    e.prev = startTail
-    e.next = undefined
-    if (startTail === undefined) startHead = e
-    else startTail.next = e
-    startTail = e
+    starts.push(e)
     if (!startScheduled) {
       startScheduled = true
       if (startedSinceMacrotask < START_BUDGET) queueMicrotask(runStarts)
@@ -188,19 +173,9 @@ const make = <K, E, R>(
   }
 
   // The start list: keys given a slot whose activation fiber is not forked yet.
-  let startHead: Entry<K> | undefined
-  let startTail: Entry<K> | undefined
+  const starts = new Fifo<Entry<K>>()
   let startScheduled = false
   let startedSinceMacrotask = 0
-
-  const unlinkStart = (e: Entry<K>): void => {
-    if (e.prev === undefined) startHead = e.next
-    else e.prev.next = e.next
-    if (e.next === undefined) startTail = e.prev
-    else e.next.prev = e.prev
-    e.prev = undefined
-    e.next = undefined
-  }
 
   /**
    * Forks the activation fiber of a STARTING entry now; the fiber runs synchronously until it
@@ -208,7 +183,7 @@ const make = <K, E, R>(
    * activation synchronously (then `undefined` is returned: the activation is over).
    */
   const forkNow = (e: Entry<K>): Fiber.Fiber<void> | undefined => {
-    unlinkStart(e)
+    starts.unlink(e)
     e.state = RUNNING
     let work = e.work as Effect.Effect<unknown, E, Scope.Scope>
     e.work = undefined
@@ -244,7 +219,7 @@ const make = <K, E, R>(
     startScheduled = false
     const runStartedAt = performance.now()
     let first = true
-    while (startHead !== undefined) {
+    while (starts.head !== undefined) {
       if (startedSinceMacrotask >= START_BUDGET || (!first && performance.now() - runStartedAt >= START_BUDGET_MS)) {
         startScheduled = true
         setImmediate(runStartsAfterMacrotask)
@@ -252,7 +227,7 @@ const make = <K, E, R>(
       }
       first = false
       startedSinceMacrotask++
-      forkNow(startHead)
+      forkNow(starts.head)
     }
   }
 
@@ -303,9 +278,9 @@ const make = <K, E, R>(
   }
 
   const drain = (): void => {
-    while (running < maxConcurrent && head !== undefined) {
-      const e = head
-      unlink(e)
+    while (running < maxConcurrent && queue.head !== undefined) {
+      const e = queue.head
+      queue.unlink(e)
       waiting--
       start(e)
     }
@@ -366,7 +341,7 @@ const make = <K, E, R>(
       const e = entries.get(key)
       if (e === undefined) return Effect.void
       if (e.state === QUEUED) {
-        unlink(e)
+        queue.unlink(e)
         waiting--
         deleteEntry(key)
         return Effect.uninterruptible(report(dropped(key, "cancel")))
@@ -409,7 +384,7 @@ const make = <K, E, R>(
     }
     closed = true
     const drops: Array<K> = []
-    for (let e = head; e !== undefined;) {
+    for (let e = queue.head; e !== undefined;) {
       const next = e.next
       e.prev = undefined
       e.next = undefined
@@ -417,8 +392,8 @@ const make = <K, E, R>(
       drops.push(e.key)
       e = next
     }
-    head = undefined
-    tail = undefined
+    queue.head = undefined
+    queue.tail = undefined
     waiting -= drops.length
     const fibers: Array<Fiber.Fiber<void>> = []
     const starting: Array<Entry<K>> = []

@@ -1,0 +1,155 @@
+/**
+ * The chatbot's terminal: finished lines scroll up above a live part at the bottom. The live part
+ * is the "…thinking" sign or the line of the reply that is streaming, then (while input is read)
+ * the `you> ` prompt with what the user is typing, which readline echoes and edits.
+ *
+ * Every line printed goes through `print`: it erases the live part, prints the line, and draws the
+ * live part again below it, so nothing is ever printed into the thinking sign or into the prompt.
+ * The rows the live part takes are counted with the terminal's width (long lines wrap).
+ */
+import type * as readline from "node:readline"
+import { stripVTControlCharacters } from "node:util"
+
+/** The prompt of a line typed. */
+export const PROMPT = "you> "
+
+/** The first line of a reply. */
+export const BOT = "bot> "
+
+/** The thinking sign. */
+export const THINKING = "…thinking"
+
+export interface Screen {
+  /** Prints a finished line (on standard output or standard error); the thinking sign goes first. */
+  readonly print: (line: string, to: "out" | "err") => void
+  /** Shows (or clears) the thinking sign. */
+  readonly thinking: (on: boolean) => void
+  /** A chunk of the reply that streams: complete lines are printed, the last one stays live until the end. */
+  readonly stream: (chunk: string) => void
+  /** The streaming reply ended: its last line is printed. */
+  readonly endStream: () => void
+  /** The prompt is shown, and redrawn under every line printed, until `detach`. */
+  readonly attach: (rl: readline.Interface) => void
+  /** Removes the prompt (input ends); the live part stays. */
+  readonly detach: () => void
+  /** Call on readline's `line` event: the line typed stays on screen, the live part moves under it. */
+  readonly entered: (line: string) => void
+}
+
+/** readline's own count of the rows of its prompt (a public property of `Interface` in practice, absent from the types). */
+type Readline = readline.Interface & { prevRows?: number }
+
+// Double-width characters (CJK, Hangul, fullwidth forms, most emoji); zero-width: combining marks.
+const WIDE = /[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6\u{1f300}-\u{1faff}\u{20000}-\u{3fffd}]/u
+const ZERO = /[\u0300-\u036f\u200b-\u200f\ufe00-\ufe0f]/u
+
+/** Columns `text` takes on a terminal. */
+export const displayWidth = (text: string): number => {
+  let width = 0
+  for (const char of stripVTControlCharacters(text)) width += ZERO.test(char) ? 0 : WIDE.test(char) ? 2 : 1
+  return width
+}
+
+export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = process.stderr): Screen => {
+  let rl: Readline | undefined
+  let thinkingOn = false
+  let streaming: { prefix: string; partial: string } | undefined
+  /** Rows of the live text as drawn (0: none). */
+  let liveRows = 0
+
+  const columns = () => (out.columns !== undefined && out.columns > 0 ? out.columns : 80)
+  const rowsOf = (text: string) => Math.max(1, Math.ceil(displayWidth(text) / columns()))
+  const live = (): string | undefined =>
+    streaming !== undefined && (streaming.partial !== "" || streaming.prefix !== "")
+      ? streaming.prefix + streaming.partial
+      : thinkingOn
+      ? THINKING
+      : undefined
+
+  const write = (text: string) => void out.write(text)
+
+  /** Moves to the first row of the live part and clears everything below. */
+  const erase = (extraRows = 0) => {
+    const up = extraRows + (rl === undefined ? Math.max(0, liveRows - 1) : liveRows + rl.getCursorPos().rows)
+    if (up === 0 && liveRows === 0 && rl === undefined) return
+    if (up > 0) write(`\x1b[${up}A`)
+    write("\r\x1b[J")
+    liveRows = 0
+  }
+
+  const draw = () => {
+    const text = live()
+    if (text !== undefined) {
+      write(rl === undefined ? text : text + "\n")
+      liveRows = rowsOf(text)
+    }
+    if (rl !== undefined) {
+      rl.prevRows = 0 // the cursor is on the prompt's first row: readline must not move up first
+      rl.prompt(true)
+    }
+  }
+
+  const printLine = (line: string, to: "out" | "err") => {
+    if (to === "out") write(line + "\n")
+    else err.write(line + "\n")
+  }
+
+  return {
+    print: (line, to) => {
+      erase()
+      thinkingOn = false
+      printLine(line, to)
+      draw()
+    },
+    thinking: (on) => {
+      if (thinkingOn === on) return
+      erase()
+      thinkingOn = on
+      draw()
+    },
+    stream: (chunk) => {
+      erase()
+      thinkingOn = false
+      const s = (streaming ??= { prefix: BOT, partial: "" })
+      s.partial += chunk
+      let nl: number
+      while ((nl = s.partial.indexOf("\n")) >= 0) {
+        write(s.prefix + s.partial.slice(0, nl) + "\n")
+        s.prefix = ""
+        s.partial = s.partial.slice(nl + 1)
+      }
+      draw()
+    },
+    endStream: () => {
+      if (streaming === undefined) return
+      erase()
+      const s = streaming
+      streaming = undefined
+      if (s.partial !== "" || s.prefix !== "") write(s.prefix + s.partial + "\n")
+      draw()
+    },
+    attach: (readline) => {
+      erase()
+      rl = readline
+      rl.setPrompt(PROMPT)
+      draw()
+    },
+    detach: () => {
+      if (rl === undefined) return
+      erase()
+      rl = undefined
+      draw()
+    },
+    entered: (line) => {
+      if (rl === undefined) return
+      // readline left `you> <line>` and a new row; the cursor is at its start, readline's rows at 0.
+      if (liveRows > 0) {
+        const typedRows = Math.floor(displayWidth(PROMPT + line) / columns()) + 1
+        write(`\x1b[${liveRows + typedRows}A\r\x1b[J`)
+        write(PROMPT + line + "\n")
+        liveRows = 0
+      }
+      draw()
+    }
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * Admission: a dispatch is validated and its task admitted synchronously (or joined to a waiting
+ * task, with coalesce), then its key is woken when it was idle. No Effect runs here: the hot path
+ * of both skins. Internal to `src/queue` (part of the engine; below it: `end.ts`, `state.ts`).
+ */
+import { Effect, Exit } from "effect"
+import type { Context } from "effect"
+import { AdmissionError, RequestError } from "../errors.js"
+import type { WakeResult } from "../lanes/types.js"
+import { expected } from "../show.js"
+import type { Admission } from "../types.js"
+import { complete, drop } from "./end.js"
+import { checkDispatchOptions, checkKey } from "./options.js"
+import type { BodyKind, EngineState, TaskOptions } from "./state.js"
+import { DROPPING, EFFECT_BODY, ENDED, failureOf, KeyTasks, Task, unknownLane, WAITING, WAKE } from "./state.js"
+
+/** The process-wide task counter behind every runId. */
+let runSeq = 0
+
+/**
+ * Validates and admits a task synchronously (or joins a waiting one, with coalesce). Returns the
+ * task, or the refusal as a value; `engine.admission` says how it was taken (`WAKE`: the key was
+ * idle, the caller must now call `wake(engine, task)`).
+ */
+export function admit(
+  engine: EngineState,
+  laneName: string,
+  key: string,
+  body: unknown,
+  kind: BodyKind,
+  options: TaskOptions | undefined,
+  context: Context.Context<never> | undefined,
+  preCanceled: boolean
+): Task | AdmissionError | RequestError {
+  const lane = engine.byName.get(laneName)
+  if (lane === undefined) return unknownLane(engine, laneName, key)
+  const badKey = checkKey(key)
+  if (badKey !== undefined) return new RequestError({ lane: laneName, key: String(key), message: badKey })
+  if (options !== undefined) {
+    const bad = checkDispatchOptions(options)
+    if (bad !== undefined) return new RequestError({ lane: laneName, key, message: bad })
+  }
+  if (kind === EFFECT_BODY ? !Effect.isEffect(body) : typeof body !== "function") {
+    const what = kind === EFFECT_BODY ? "an Effect" : "a function"
+    return new RequestError({ lane: laneName, key, message: expected("task", what, body) })
+  }
+  if (engine.draining) return new AdmissionError({ lane: laneName, key, reason: "closed" })
+  let ks = lane.keys.get(key)
+  if (!preCanceled && options?.coalesce === true && ks !== undefined && ks.tail !== undefined) {
+    engine.admission = "coalesced"
+    return ks.tail
+  }
+  if (!preCanceled && lane.owned >= lane.capacity) return new AdmissionError({ lane: laneName, key, reason: "full" })
+  const task = new Task(
+    ++runSeq,
+    lane,
+    key,
+    lane.generation,
+    body,
+    kind,
+    context,
+    engine.clock.currentTimeMillisUnsafe(),
+    options
+  )
+  lane.owned++
+  lane.waiting++
+  engine.live++
+  engine.admission = "queued"
+  if (preCanceled) {
+    // Never enters a FIFO: it fails `canceled` (stage queued) now, finalizer and report included.
+    task.state = DROPPING
+    lane.waiting--
+    const failure = failureOf(task, "queued", "canceled")
+    task.stopped = failure
+    engine.fork(complete(engine, task, Exit.fail(failure)))
+    return task
+  }
+  if (ks === undefined) {
+    ks = new KeyTasks()
+    lane.keys.set(key, ks)
+  }
+  ks.push(task)
+  if (ks.head !== task || ks.running !== undefined || ks.cancelling) {
+    // The key runs or owes an activation already; the one that ends next asks for a follow-up.
+    armQueueTimer(engine, task)
+  } else {
+    engine.admission = WAKE
+  }
+  return task
+}
+
+/** After `admit` left `WAKE`: wakes the task's key now (synchronously); its admission, or the refusal. */
+export function wake(engine: EngineState, task: Task): Admission | AdmissionError {
+  const result = task.lane.lanes.wakeUnsafe(task.key)
+  return typeof result === "string" ? woke(engine, task, result) : wakeFailed(engine, task)
+}
+
+/** The key of `task` was woken: its admission. */
+function woke(engine: EngineState, task: Task, result: WakeResult): Admission {
+  if (result === "started") return "started"
+  armQueueTimer(engine, task)
+  return "queued"
+}
+
+/** The wake failed (the lanes closed): the task was never admitted. */
+function wakeFailed(engine: EngineState, task: Task): AdmissionError {
+  const lane = task.lane
+  const ks = lane.keys.get(task.key)
+  if (ks !== undefined) {
+    ks.unlink(task)
+    if (ks.idle && !ks.cancelling) lane.keys.delete(task.key)
+  }
+  task.state = ENDED
+  lane.owned--
+  lane.waiting--
+  engine.live--
+  return new AdmissionError({ lane: lane.name, key: task.key, reason: "closed" })
+}
+
+/** A waiting task not started within its `queueTimeoutMs` is dropped `timeout`. */
+function armQueueTimer(engine: EngineState, task: Task): void {
+  const ms = task.options?.queueTimeoutMs ?? task.lane.limits.queueTimeoutMs
+  if (ms === undefined) return
+  task.timer = engine.fork(Effect.andThen(
+    Effect.sleep(ms),
+    Effect.suspend(() => {
+      if (task.state !== WAITING) return Effect.void
+      task.timer = undefined
+      return Effect.uninterruptible(drop(engine, task, "timeout"))
+    })
+  ))
+}

@@ -1,0 +1,137 @@
+/**
+ * The public shapes of the command queue: lane limits, options, reports, snapshots, the queue and
+ * its futures. Imports nothing above it (`CommandQueue.ts` and `Future.ts` re-export these).
+ */
+import type { Duration, Effect, Exit, Option } from "effect"
+import type { AdmissionError, FutureTimeout, Participation, QueueFailure, RequestError } from "./errors.js"
+
+/** How a dispatch was admitted: its task began at once, waits, or joined a waiting task. */
+export type Admission = "started" | "queued" | "coalesced"
+
+/** The future of one dispatched task. */
+export interface Future<A, E> {
+  /** Unique within the process; a coalesced future carries the joined task's runId. */
+  readonly runId: string
+  readonly lane: string
+  readonly key: string
+  /** The lane's generation at admission. */
+  readonly generation: number
+  readonly admission: Admission
+  /** The task's value, its own failure unchanged, or a `QueueFailure`; a defect stays a defect. Interrupting the awaiting fiber never cancels the task. */
+  readonly await: Effect.Effect<A, E | QueueFailure>
+  /** The outcome if the task has settled; never waits. */
+  readonly poll: Effect.Effect<Option.Option<Exit.Exit<A, E | QueueFailure>>>
+  /** As `await`, but fails `FutureTimeout` when the deadline passes first; the task goes on. */
+  readonly awaitTimeout: (timeout: Duration.Input) => Effect.Effect<A, E | QueueFailure | FutureTimeout>
+  /** Drops the task if it waits, interrupts it if it runs; returns once it ended. A task that ended keeps its outcome. */
+  readonly cancel: Effect.Effect<void>
+}
+
+/** The limits of one lane. Every number is validated by `make`. */
+export interface LaneLimits {
+  /** Keys running at once in this lane: an integer from 1 up. */
+  readonly concurrent: number
+  /** Tasks that may wait beyond `concurrent`: an integer from 0 through `MAX_QUEUED` (10_000). */
+  readonly queued: number
+  /** Whether the lane's work blocks a user (`blocking`, the default for new lanes) or runs behind the scenes. */
+  readonly participation?: Participation
+  /** A task running longer is interrupted and fails `QueueFailure` `timeout` (stage running). */
+  readonly turnTimeoutMs?: number
+  /** A task not started by then fails `QueueFailure` `timeout` (stage queued). */
+  readonly queueTimeoutMs?: number
+  /** A task that waited longer than this to start logs one warning. */
+  readonly warnAfterMs?: number
+  /** Bound on each task's finalizer; default 5_000. */
+  readonly finalizationTimeoutMs?: number
+}
+
+/** What `onTaskExit` receives, once per task, after the task's finalizer. */
+export interface TaskReport {
+  readonly runId: string
+  readonly lane: string
+  readonly key: string
+  readonly generation: number
+  readonly exit: Exit.Exit<unknown, unknown>
+  /** From admission to start (or to being dropped, for a task that never started). */
+  readonly waitedMs: number
+  /** From start to end; 0 for a task that never started. */
+  readonly ranMs: number
+}
+
+/** One lane as `snapshot` sees it. `running` and `waiting` count tasks; `keys` counts keys holding tasks. */
+export interface LaneSnapshot {
+  readonly lane: string
+  readonly participation: Participation
+  readonly generation: number
+  readonly running: number
+  readonly waiting: number
+  readonly keys: number
+  readonly concurrent: number
+  readonly queued: number
+  readonly draining: boolean
+}
+
+/** What a drain did: tasks that ended by themselves meanwhile, tasks failed `closed`, whether the deadline passed. */
+export interface DrainReport {
+  readonly completed: number
+  readonly canceled: number
+  readonly timedOut: boolean
+}
+
+/** The options of `make` (and of `createCommandQueue`). */
+export interface CommandQueueOptions {
+  /** Merged over the default lanes `main`, `heartbeat`, `cron`; more names allowed. */
+  readonly lanes?: Readonly<Record<string, Partial<LaneLimits>>>
+  /** The deadline of a drain (and of closing the Scope); default 30_000. */
+  readonly drainTimeoutMs?: number
+  /** Bound on each `onTaskExit` call; default 1_000. */
+  readonly auditTimeoutMs?: number
+  /** Called once per task after its finalizer; a failure or overrun is logged as a warning. */
+  readonly onTaskExit?: (report: TaskReport) => Effect.Effect<void> | void
+}
+
+/** The options of one `dispatch`. */
+export interface DispatchOptions<A, E> {
+  /** Join a task of this key that waits and has not started, instead of adding one. */
+  readonly coalesce?: boolean
+  /** Overrides the lane's `queueTimeoutMs` for this task. */
+  readonly queueTimeoutMs?: number
+  /** Overrides the lane's `turnTimeoutMs` for this task. */
+  readonly turnTimeoutMs?: number
+  /** Runs exactly once after the task ended (also when it was dropped), bounded by the lane's `finalizationTimeoutMs`. */
+  readonly finalizer?: (exit: Exit.Exit<A, E | QueueFailure>) => Effect.Effect<void, unknown>
+}
+
+/** A queue of named lanes. Every method is safe to call from any fiber. */
+export interface CommandQueue {
+  /**
+   * Admits `task` in `lane` under `key` and returns its future at once (it never waits for the
+   * task). Tasks of one key run one at a time in admission order; the task runs with the
+   * context `dispatch` was called in. Refuses with `AdmissionError` (draining, or the lane owns
+   * `concurrent + queued` tasks) or `RequestError` (unknown lane, empty key, bad option).
+   */
+  readonly dispatch: <A, E = never, R = never>(
+    lane: string,
+    key: string,
+    task: Effect.Effect<A, E, R>,
+    options?: DispatchOptions<A, E>
+  ) => Effect.Effect<Future<A, E>, AdmissionError | RequestError, R>
+  /**
+   * Makes every task of `lane` stale: waiting ones fail `stale` at once and never run, running
+   * ones are interrupted; returns the new generation once they all ended (finalizers included).
+   */
+  readonly restartLane: (lane: string) => Effect.Effect<number, RequestError>
+  /** `restartLane` for every lane. */
+  readonly restartAll: Effect.Effect<void>
+  /** The lane's current generation (0 at first). */
+  readonly generation: (lane: string) => Effect.Effect<number, RequestError>
+  /** Cancels every task of `key` in `lane` (as `Future.cancel`), and returns once they ended. */
+  readonly cancel: (lane: string, key: string) => Effect.Effect<void, RequestError>
+  /**
+   * Closes admission at once, lets admitted work go on until it ended or the deadline
+   * (default `drainTimeoutMs`) passed, then fails what is left `closed`. A second drain waits for the first.
+   */
+  readonly drain: (options?: { readonly timeoutMs?: number }) => Effect.Effect<DrainReport>
+  /** One snapshot per lane. */
+  readonly snapshot: Effect.Effect<ReadonlyArray<LaneSnapshot>>
+}

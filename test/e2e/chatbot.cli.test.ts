@@ -1,0 +1,158 @@
+/**
+ * The chatbot's command line as a newcomer meets it: bad state paths, a failing delivery, the
+ * version, commands with wrong arguments, the logs, and `npm run --silent chat -- --json`.
+ */
+import { execFile, spawnSync } from "node:child_process"
+import * as fs from "node:fs"
+import * as path from "node:path"
+import { describe, expect, it } from "vitest"
+import { ROOT, runChatbot, startChatbot, untilMainRuns, useTempDirs } from "../support/chatbot.js"
+
+const fresh = useTempDirs()
+const version = (JSON.parse(fs.readFileSync(path.join(ROOT, "package.json"), "utf8")) as { version: string }).version
+
+/** Wall time of a run to its end, in ms. */
+const timed = async (args: ReadonlyArray<string>) => {
+  const started = Date.now()
+  const result = await runChatbot(args, "hello\n")
+  return { ...result, ms: Date.now() - started }
+}
+
+/** Every file and folder under `dir` (empty when it does not exist). */
+const tree = (dir: string): Array<string> =>
+  fs.existsSync(dir) ? fs.readdirSync(dir, { recursive: true, encoding: "utf8" }).sort() : []
+
+describe("chatbot command line", () => {
+  it("--version prints the package's version and exits 0", async () => {
+    const { exit, bot } = await runChatbot(["--version"])
+    expect(exit.code).toBe(0)
+    expect(bot.stdout.filter((l) => l !== "")).toEqual([version])
+  })
+
+  it("--state-dir /proc/forbidden: one line naming the path and the cause, exit 1 within a second of start-up, nothing else printed", async () => {
+    // The start-up of node + tsx on a busy machine is the baseline: --version does nothing else.
+    // Each is run twice, interleaved, and the faster run counts (the machine's load comes and goes).
+    const baseline = [await timed(["--version"])]
+    const runs = [await timed(["--state-dir", "/proc/forbidden"])]
+    baseline.push(await timed(["--version"]))
+    runs.push(await timed(["--state-dir", "/proc/forbidden"]))
+    const fastest = (list: typeof runs) => Math.min(...list.map((r) => r.ms))
+    const { exit, bot } = runs[0]!
+    expect(exit.code).toBe(1)
+    expect(bot.stderr.filter((l) => l !== "")).toEqual([
+      "error: --state-dir /proc/forbidden: cannot create /proc/forbidden: ENOENT (the file system of /proc does not take new folders)"
+    ])
+    expect(bot.stdout.filter((l) => l !== "")).toEqual([]) // no banner
+    expect(runs[1]!.exit.code).toBe(1)
+    expect(fastest(runs) - fastest(baseline)).toBeLessThan(1000)
+    expect(fs.existsSync("/proc/forbidden")).toBe(false)
+  })
+
+  it.each([
+    ["a state folder under a file", (d: string) => ["--state-dir", path.join(d, "file", "state")], "ENOTDIR", "is a file, not a folder"],
+    ["a state folder that is a file", (d: string) => ["--state-dir", path.join(d, "file")], "ENOTDIR", "is a file, not a folder"],
+    ["an outbox that is a folder", (d: string) => ["--state-dir", path.join(d, "state"), "--outbox", d], "EISDIR", "is a folder, not a file"],
+    ["an outbox under /proc", (d: string) => ["--state-dir", path.join(d, "state"), "--outbox", "/proc/x/out.jsonl"], "ENOENT", "does not take new folders"]
+  ])("%s: one line with the path and the cause, exit 1, no banner, nothing written", async (_what, args, code, why) => {
+    const dir = fresh()
+    fs.writeFileSync(path.join(dir, "file"), "")
+    const argv = args(dir)
+    const { exit, bot } = await runChatbot(argv, "hello\n")
+    expect(exit.code).toBe(1)
+    const lines = bot.stderr.filter((l) => l !== "")
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatch(new RegExp(`^error: --(state-dir|outbox) \\S+: .*: ${code} \\(.*${why}\\)$`))
+    expect(lines[0]).toContain(argv.at(-1)!)
+    expect(bot.stdout.filter((l) => l !== "")).toEqual([])
+    expect(tree(dir)).toEqual(["file"])
+  })
+
+  it.runIf(process.getuid?.() === 0)("a read-only file system (a real ro tmpfs): EROFS, exit 1, nothing written", async () => {
+    const dir = fresh()
+    const mnt = path.join(dir, "ro")
+    fs.mkdirSync(mnt)
+    expect(spawnSync("mount", ["-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", mnt]).status).toBe(0)
+    try {
+      const { exit, bot } = await runChatbot(["--state-dir", path.join(mnt, "state")], "hello\n")
+      expect(exit.code).toBe(1)
+      expect(bot.stderr.filter((l) => l !== "")).toEqual([
+        `error: --state-dir ${path.join(mnt, "state")}: cannot create ${path.join(mnt, "state")}: EROFS (read-only file system)`
+      ])
+    } finally {
+      spawnSync("umount", [mnt])
+    }
+  })
+
+  it("--outbox /dev/full: the failed delivery is one line with the reason; the reply stays in the log", async () => {
+    const dir = fresh()
+    const stateDir = path.join(dir, "state")
+    const { exit, bot } = await runChatbot(["--state-dir", stateDir, "--latency", "10", "--outbox", "/dev/full"], "hello\n")
+    expect(exit.code).toBe(0)
+    const failed = bot.stderr.filter((l) => l.includes("not delivered"))
+    expect(failed).toHaveLength(1)
+    expect(failed[0]).toMatch(/^error: the reply \S+ to local was not delivered: append to \/dev\/full failed: ENOSPC.*; it stays in the delivery log/)
+    expect(bot.stderr.at(-1)).toMatch(/1 delivery\(ies\) left for the next start$/)
+    const listed = await runChatbot(["deliveries", "--state-dir", stateDir])
+    expect(listed.bot.stdout.join("\n")).toMatch(/attempts 1 {2}last error: append to \/dev\/full failed: ENOSPC/)
+  })
+
+  it("/quit with an argument is an error line and does not quit; /help lists the commands", async () => {
+    const dir = fresh()
+    const { exit, bot } = await runChatbot(["--state-dir", path.join(dir, "state"), "--latency", "10"], "/quit now\n/help\nhello\n/quit\n")
+    expect(exit.code).toBe(0)
+    expect(bot.stderr.filter((l) => l.startsWith("error:"))).toEqual(["error: /quit takes no argument, got `now` (usage: /quit)"])
+    const out = bot.stdout.join("\n")
+    for (const command of ["/help", "/status", "/restart <lane>", "/quit"]) expect(out).toContain(`${command} `)
+    expect(bot.stdout).toContain("bot> You said: hello")
+  })
+
+  it("--log-level none: the queue's warning is not printed, /status counts it; by default (no terminal) it is printed", async () => {
+    for (const level of ["none", undefined] as const) {
+      const dir = fresh()
+      const bot = startChatbot([
+        "--state-dir",
+        path.join(dir, "state"),
+        "--json",
+        "--latency",
+        "2300",
+        ...(level === undefined ? [] : ["--log-level", level])
+      ])
+      bot.write("first\n")
+      await untilMainRuns(bot)
+      bot.write("second\n") // waits for the first turn longer than lane main's warnAfterMs (2 s)
+      await bot.waitForEvent((e) => e.type === "reply" && e.messages === 1, "the first reply")
+      const status = await untilWarned(bot)
+      expect(status.warnings).toBe(1)
+      bot.end()
+      expect((await bot.waitForExit()).code).toBe(0)
+      const warned = bot.stderr.filter((l) => /^WARN switchyard: task \S+ waited \d+ ms/.test(l))
+      expect(warned).toHaveLength(level === "none" ? 0 : 1)
+    }
+  }, 60_000)
+
+  it("`npm run --silent chat -- --json`: standard output has only JSON lines", async () => {
+    const dir = fresh()
+    const child = execFile("npm", ["run", "--silent", "chat", "--", "--json", "--latency", "10", "--state-dir", path.join(dir, "state")], {
+      cwd: ROOT,
+      env: { ...process.env, ANTHROPIC_API_KEY: "" }
+    })
+    child.stdin!.end("hi\n")
+    const out: Array<string> = []
+    child.stdout!.on("data", (chunk) => out.push(String(chunk)))
+    const code = await new Promise<number | null>((resolve) => child.on("close", resolve))
+    expect(code).toBe(0)
+    const lines = out.join("").split("\n").filter((l) => l !== "")
+    expect(lines.map((l) => JSON.parse(l).type)).toEqual(["ready", "reply", "shutdown"])
+  }, 30_000)
+})
+
+/** Asks `/status` until it counts a warning (the warning is logged when the waiting turn starts). */
+const untilWarned = async (bot: ReturnType<typeof startChatbot>) => {
+  while (true) {
+    const from = bot.events.length
+    bot.write("/status\n")
+    const status = await bot.waitForEvent((e) => e.type === "status", "a status event", { from })
+    if (status.warnings > 0) return status
+  }
+}
+

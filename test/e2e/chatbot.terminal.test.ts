@@ -1,0 +1,159 @@
+/**
+ * The chatbot as a person uses it: in a real pseudo-terminal (tmux), typing keys and reading the
+ * screen. Piped tests cannot see what these see: the echo of what is typed, the prompt, the thinking
+ * sign, lines printed over each other.
+ */
+import * as path from "node:path"
+import { describe, expect, it } from "vitest"
+import { useTempDirs } from "../support/chatbot.js"
+import { linesOf, startTerminal, statusUntil, terminalSkip } from "../support/terminal.js"
+import type { Terminal } from "../support/terminal.js"
+
+const fresh = useTempDirs()
+const skip = terminalSkip()
+if (skip !== undefined) console.log(`chatbot.terminal.test.ts: ${skip}`)
+
+/** Runs `body` with a chatbot in a terminal; the tmux server is killed afterwards, whatever happened. */
+const withTerminal = async (args: ReadonlyArray<string>, body: (t: Terminal) => Promise<void>) => {
+  const t = await startTerminal(["--state-dir", path.join(fresh(), "state"), ...args])
+  try {
+    await body(t)
+  } finally {
+    await t.close()
+  }
+}
+
+/** The last line of the screen is the empty prompt. */
+const promptLast = (screen: string) => linesOf(screen).at(-1) === "you>"
+
+const ttyIt = skip === undefined ? it : process.env.CI === "true" ? it : it.skip
+
+describe("chatbot in a terminal", () => {
+  if (skip !== undefined && process.env.CI === "true") {
+    it("runs under CI (a skip is a failure there)", () => {
+      throw new Error(skip)
+    })
+    return
+  }
+
+  ttyIt("echoes what is typed after `you> `; a line typed during a turn is shown and answered with the others; the thinking sign goes; warnings stay off the screen, in /status; /help; Ctrl+D exits 0", async () => {
+    await withTerminal(["--latency", "2500"], async (t) => {
+      await t.waitFor(promptLast, "the prompt")
+      await t.type("first")
+      // Before Enter: the text is on the prompt line.
+      await t.waitFor((s) => linesOf(s).at(-1) === "you> first", "`you> first` echoed before Enter")
+      await t.keys("Enter")
+      await t.waitFor((s) => s.includes("…thinking") && promptLast(s), "the thinking sign above a fresh prompt")
+      await t.type("second")
+      const typing = await t.waitFor((s) => linesOf(s).at(-1) === "you> second", "`you> second` echoed while the turn runs")
+      expect(linesOf(typing).at(-2)).toBe("…thinking")
+      await t.keys("Enter")
+      await t.type("third")
+      await t.keys("Enter")
+      const done = await t.waitFor((s) => s.includes("bot> You said: second / third") && promptLast(s), "the answer to second and third")
+      const lines = linesOf(done)
+      const at = (line: string) => lines.indexOf(line)
+      expect(at("you> first")).toBeGreaterThan(-1)
+      expect(at("you> first")).toBeLessThan(at("you> second"))
+      expect(at("you> second")).toBeLessThan(at("you> third"))
+      expect(at("bot> You said: first")).toBeGreaterThan(at("you> first"))
+      expect(at("bot> You said: second / third")).toBeGreaterThan(at("bot> You said: first"))
+      // Nothing was printed into the thinking sign, and it is gone; the queue's warning is not on screen.
+      expect(done).not.toContain("…thinking")
+      expect(done).not.toMatch(/WARN|waited \d+ ms/)
+
+      const status = await statusUntil(t, /^deliveries: pending 0, dead 0, in flight 0, delivered 2$/m)
+      expect(status).toMatch(/^lane main: running 0, waiting 0/m)
+      // The second turn waited for the first longer than lane main's warnAfterMs (2 s): the warning is here.
+      expect(status).toMatch(/^warnings: 1, the last 1 \(--log-level warn prints them as they come\):$/m)
+      expect(status).toMatch(/WARN switchyard: task \S+ waited \d+ ms to start in lane `main`/)
+
+      await t.type("/help")
+      await t.keys("Enter")
+      const help = await t.waitFor((s) => s.includes("/quit ") && promptLast(s), "the help")
+      for (const command of ["/help", "/status", "/restart <lane>", "/quit"]) expect(help).toMatch(new RegExp(`^${command.replace(/[/<>]/g, "\\$&")} `, "m"))
+
+      await t.keys("C-d")
+      expect(await t.waitForExit()).toEqual({ code: 0, signal: undefined })
+      const last = await t.screen()
+      expect(last).toMatch(/^bye \(eof\): /m)
+    })
+  }, 90_000)
+
+  ttyIt("commands with a wrong argument are one line each: /quit now, /restart bogus, /nope", async () => {
+    await withTerminal(["--latency", "10"], async (t) => {
+      await t.waitFor(promptLast, "the prompt")
+      for (const line of ["/quit now", "/restart bogus", "/nope"]) {
+        await t.type(line)
+        await t.keys("Enter")
+      }
+      const s = await t.waitFor((s) => s.includes("/nope\n") && promptLast(s), "three answers")
+      const lines = linesOf(s)
+      expect(lines.slice(lines.indexOf("you> /quit now"))).toEqual([
+        "you> /quit now",
+        "error: /quit takes no argument, got `now` (usage: /quit)",
+        "you> /restart bogus",
+        "error: unknown lane `bogus`; lanes are main, heartbeat, cron",
+        "you> /nope",
+        "error: unknown command /nope (/help lists the commands)",
+        "you>"
+      ])
+      await t.type("/quit")
+      await t.keys("Enter")
+      expect((await t.waitForExit()).code).toBe(0)
+    })
+  }, 60_000)
+
+  ttyIt("a line printed while the thinking sign shows (a lane restart) is a line of its own; the reply comes after it", async () => {
+    await withTerminal(["--latency", "2000"], async (t) => {
+      await t.waitFor(promptLast, "the prompt")
+      await t.type("restart me")
+      await t.keys("Enter")
+      await t.waitFor((s) => s.includes("…thinking"), "the thinking sign")
+      await t.type("/restart main")
+      await t.keys("Enter")
+      const s = await t.waitFor((s) => s.includes("bot> You said: restart me") && promptLast(s), "the reply after the restart")
+      const lines = linesOf(s)
+      expect(lines.indexOf("lane main restarted (generation 1)")).toBeGreaterThan(lines.indexOf("you> /restart main"))
+      expect(lines.indexOf("bot> You said: restart me")).toBeGreaterThan(lines.indexOf("lane main restarted (generation 1)"))
+      expect(s).not.toContain("…thinking")
+      await t.keys("C-d")
+      expect((await t.waitForExit()).code).toBe(0)
+    })
+  }, 60_000)
+
+  ttyIt("Ctrl+C during a turn: the turn finishes and its reply is shown, then exit 0", async () => {
+    await withTerminal(["--latency", "2000"], async (t) => {
+      await t.waitFor(promptLast, "the prompt")
+      await t.type("before the end")
+      await t.keys("Enter")
+      await t.waitFor((s) => s.includes("…thinking"), "the thinking sign")
+      await t.keys("C-c")
+      expect(await t.waitForExit()).toEqual({ code: 0, signal: undefined })
+      const s = await t.screen()
+      const lines = linesOf(s)
+      const drain = lines.findIndex((l) => l.startsWith("switchyard chat: SIGINT: finishing the turns in flight"))
+      expect(drain).toBeGreaterThan(-1)
+      expect(lines.indexOf("bot> You said: before the end")).toBeGreaterThan(drain)
+      expect(lines.at(-1)).toMatch(/^bye \(SIGINT\): the drain let 1 turn\(s\) finish/)
+      expect(s).not.toContain("…thinking")
+    })
+  }, 60_000)
+
+  ttyIt("Ctrl+C twice: the second one exits at once, non-zero, without waiting for the turn", async () => {
+    await withTerminal(["--latency", "60000"], async (t) => {
+      await t.waitFor(promptLast, "the prompt")
+      await t.type("never answered here")
+      await t.keys("Enter")
+      await t.waitFor((s) => s.includes("…thinking"), "the thinking sign")
+      await t.keys("C-c")
+      await t.waitFor((s) => s.includes("finishing the turns in flight"), "the drain note")
+      const pressed = Date.now()
+      await t.keys("C-c")
+      const exit = await t.waitForExit(10_000)
+      expect(Date.now() - pressed).toBeLessThan(10_000)
+      expect(exit.code).toBe(130)
+      expect(await t.screen()).not.toContain("bot> ")
+    })
+  }, 60_000)
+})
