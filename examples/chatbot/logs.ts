@@ -33,7 +33,9 @@ const EFFECT_LEVEL: Record<LogLevelOption, LogLevel.LogLevel> = {
 }
 
 const text = (message: unknown): string =>
-  (Array.isArray(message) ? message : [message]).map((part) => (typeof part === "string" ? part : String(part))).join(" ")
+  (Array.isArray(message) ? message : [message]).map((part) => (typeof part === "string" ? part : String(part))).join(
+    " "
+  )
 
 /** `print` writes one line (standard error, through the screen in a terminal). */
 export const makeLogs = (level: LogLevelOption, print: (line: string) => void): Logs => {

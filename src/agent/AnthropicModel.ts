@@ -16,7 +16,14 @@ import type * as AnthropicSdk from "@anthropic-ai/sdk"
 import type { Anthropic as AnthropicClient } from "@anthropic-ai/sdk"
 import type { MessageCreateParamsNonStreaming } from "@anthropic-ai/sdk/resources/messages"
 import { Effect, Layer, Redacted } from "effect"
-import { Model, ModelError, type ModelErrorReason, type ModelReply, type ModelRequest, type TranscriptMessage } from "./Model.js"
+import {
+  Model,
+  ModelError,
+  type ModelErrorReason,
+  type ModelReply,
+  type ModelRequest,
+  type TranscriptMessage
+} from "./Model.js"
 
 /** Options of {@link layer}. */
 export interface AnthropicModelOptions {
@@ -109,7 +116,9 @@ const byStatus = (status: number): { readonly reason: ModelErrorReason; readonly
   if (status === 429) return { reason: "rate-limit", retryable: true }
   if (status === 529 || status === 503) return { reason: "overloaded", retryable: true }
   if (status === 408 || status === 504) return { reason: "timeout", retryable: true }
-  if (status === 400 || status === 404 || status === 413 || status === 422) return { reason: "invalid-request", retryable: false }
+  if (status === 400 || status === 404 || status === 413 || status === 422) {
+    return { reason: "invalid-request", retryable: false }
+  }
   if (status >= 500) return { reason: "unknown", retryable: true }
   return { reason: "unknown", retryable: false }
 }
@@ -182,7 +191,9 @@ const toModelError = (sdk: Sdk, error: unknown, where: string, secret: string): 
   } else if (error instanceof IncompleteStream) {
     reason = "network"
     retryable = true
-    message = `the reply stream from ${where} broke off before message_stop${error.code === undefined ? "" : ` (${error.code})`}`
+    message = `the reply stream from ${where} broke off before message_stop${
+      error.code === undefined ? "" : ` (${error.code})`
+    }`
   } else {
     const name = error instanceof Error ? error.name : typeof error
     const detail = error instanceof Error ? `: ${clip(error.message)}` : ""
@@ -218,7 +229,12 @@ const where = (baseURL: string): string => {
 
 type Body = Omit<MessageCreateParamsNonStreaming, "stream">
 
-const streamReply = async (client: AnthropicClient, body: Body, request: ModelRequest, signal: AbortSignal): Promise<ModelReply> => {
+const streamReply = async (
+  client: AnthropicClient,
+  body: Body,
+  request: ModelRequest,
+  signal: AbortSignal
+): Promise<ModelReply> => {
   const stream = await client.messages.create({ ...body, stream: true }, { signal })
   let text = ""
   let stopReason: string | undefined
@@ -258,7 +274,12 @@ const streamReply = async (client: AnthropicClient, body: Body, request: ModelRe
   return { text, ...(stopReason === undefined ? {} : { stopReason }), usage: { inputTokens, outputTokens } }
 }
 
-const wholeReply = async (client: AnthropicClient, body: Body, request: ModelRequest, signal: AbortSignal): Promise<ModelReply> => {
+const wholeReply = async (
+  client: AnthropicClient,
+  body: Body,
+  request: ModelRequest,
+  signal: AbortSignal
+): Promise<ModelReply> => {
   const message = await client.messages.create({ ...body, stream: false }, { signal })
   let text = ""
   for (const block of message.content) if (block.type === "text") text += block.text
@@ -309,14 +330,22 @@ export const layer = (options: AnthropicModelOptions): Layer.Layer<Model> => {
       const reply = (request: ModelRequest): Effect.Effect<ModelReply, ModelError> => {
         const messages = toMessages(request.transcript)
         if (messages.length === 0) {
-          return Effect.fail(new ModelError({ reason: "invalid-request", message: "the transcript has no message to answer", retryable: false }))
+          return Effect.fail(
+            new ModelError({
+              reason: "invalid-request",
+              message: "the transcript has no message to answer",
+              retryable: false
+            })
+          )
         }
         if (!(Number.isInteger(request.maxTokens) && request.maxTokens >= 1)) {
-          return Effect.fail(new ModelError({
-            reason: "invalid-request",
-            message: `Expected \`maxTokens\` to be an integer from 1 and up, got \`${String(request.maxTokens)}\``,
-            retryable: false
-          }))
+          return Effect.fail(
+            new ModelError({
+              reason: "invalid-request",
+              message: `Expected \`maxTokens\` to be an integer from 1 and up, got \`${String(request.maxTokens)}\``,
+              retryable: false
+            })
+          )
         }
         const body: Body = {
           model,
@@ -329,7 +358,9 @@ export const layer = (options: AnthropicModelOptions): Layer.Layer<Model> => {
           catch: (error) => error
         }).pipe(
           Effect.catch((error) =>
-            error instanceof CallbackFailed ? Effect.die(error.cause) : Effect.fail(toModelError(sdk, error, host, secret))
+            error instanceof CallbackFailed
+              ? Effect.die(error.cause)
+              : Effect.fail(toModelError(sdk, error, host, secret))
           )
         )
       }

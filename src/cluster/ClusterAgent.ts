@@ -7,9 +7,9 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Effect } from "effect"
-import type { Model as ModelService } from "../agent/Model.js"
 import { cronSession } from "../agent/CronJobs.js"
 import { HEARTBEAT_SESSION } from "../agent/Heartbeat.js"
+import type { Model as ModelService } from "../agent/Model.js"
 import { Model } from "../agent/Model.js"
 import { Fenced } from "./Fencing.js"
 import type { ClusterTask, LaneHandler } from "./KeyRunner.js"
@@ -111,9 +111,20 @@ export const handlers = (
              ON CONFLICT (run_id, role) DO NOTHING`,
             `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at) SELECT $10, $14, $11, $15::bigint, $16::bigint FROM locked`
           ],
-          params: [session, task.runId, text, reply.text, options.member, startedAt, endedAt, ...(fence === undefined ? [] : [fence.shard, fence.epoch])]
+          params: [
+            session,
+            task.runId,
+            text,
+            reply.text,
+            options.member,
+            startedAt,
+            endedAt,
+            ...(fence === undefined ? [] : [fence.shard, fence.epoch])
+          ]
         })
-        if (entry === undefined) return yield* Effect.fail(new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId))
+        if (entry === undefined) {
+          return yield* Effect.fail(new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId))
+        }
         return { text: reply.text, deliveryId: entry.id, runner: options.member } satisfies TurnResult
       }).pipe(Effect.mapError((e) => ({ _tag: e._tag, message: e.message })))
 
@@ -128,6 +139,12 @@ export const handlers = (
         return turn(task, session, String(c.prompt), c.to ?? session, "cron", c.job)
       },
       heartbeat: (task) =>
-        turn(task, HEARTBEAT_SESSION, String((task.command as { prompt?: string }).prompt ?? "Heartbeat"), HEARTBEAT_SESSION, "user")
+        turn(
+          task,
+          HEARTBEAT_SESSION,
+          String((task.command as { prompt?: string }).prompt ?? "Heartbeat"),
+          HEARTBEAT_SESSION,
+          "user"
+        )
     }
   })

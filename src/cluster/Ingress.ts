@@ -21,8 +21,8 @@
 import { Deferred, Effect, Exit } from "effect"
 import type { Scope } from "effect"
 import * as http from "node:http"
-import type { ClusterDelivery } from "./ClusterDelivery.js"
 import { reservedSession } from "./ClusterAgent.js"
+import type { ClusterDelivery } from "./ClusterDelivery.js"
 import type { ClusterQueue } from "./ClusterQueue.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 import { metricsText, status } from "./RunnerStatus.js"
@@ -66,13 +66,17 @@ const json = (res: http.ServerResponse, status: number, body: unknown) => {
   res.end(text)
 }
 
-const NOT_FOUND = "Expected one of POST /sessions/:id/messages, POST /lanes/:lane/restart, GET /status, GET /metrics, GET /healthz"
+const NOT_FOUND =
+  "Expected one of POST /sessions/:id/messages, POST /lanes/:lane/restart, GET /status, GET /metrics, GET /healthz"
 
 /** `?wait=` as milliseconds, or the 400 it earns. */
 export const parseWait = (raw: string | null, maxWaitMs: number): number | Reply => {
   if (raw === null) return 0
   if (/^\d{1,9}$/.test(raw) && Number(raw) <= maxWaitMs) return Number(raw)
-  return [400, { error: `Expected \`wait\` to be an integer of milliseconds from 0 to ${maxWaitMs}, got \`${raw}\``, reason: "invalid" }]
+  return [400, {
+    error: `Expected \`wait\` to be an integer of milliseconds from 0 to ${maxWaitMs}, got \`${raw}\``,
+    reason: "invalid"
+  }]
 }
 
 /** The session of `/sessions/:id/messages`, or the 400 it earns. */
@@ -93,7 +97,9 @@ export const parseSession = (raw: string): string | Reply => {
 const failureOf = (exit: Exit.Exit<unknown, unknown>) => {
   if (Exit.isSuccess(exit)) return undefined
   const f = exit.cause.reasons.find((r) => r._tag === "Fail")
-  return f !== undefined && f._tag === "Fail" ? (f.error as { _tag?: string; message?: string; reason?: string }) : undefined
+  return f !== undefined && f._tag === "Fail"
+    ? (f.error as { _tag?: string; message?: string; reason?: string })
+    : undefined
 }
 
 /** Serves the ingress for the Scope's lifetime; closing the Scope closes it (see {@link Ingress.close}). */
@@ -111,18 +117,29 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
       Effect.gen(function*() {
         const b = body as { text?: unknown; id?: unknown }
         if (typeof b !== "object" || b === null || typeof b.text !== "string" || b.text.length === 0) {
-          return [400, { error: `Expected a JSON body \`{ "text": <non-empty string>, "id"?: <string> }\`, got \`${JSON.stringify(body)?.slice(0, 80)}\``, reason: "invalid" }]
+          return [400, {
+            error: `Expected a JSON body \`{ "text": <non-empty string>, "id"?: <string> }\`, got \`${
+              JSON.stringify(body)?.slice(0, 80)
+            }\``,
+            reason: "invalid"
+          }]
         }
         if (b.id !== undefined && typeof b.id !== "string") {
           return [400, { error: `Expected \`id\` to be a string, got \`${JSON.stringify(b.id)}\``, reason: "invalid" }]
         }
-        const dispatched = yield* Effect.exit(options.queue.dispatch("main", session, { type: "message", session, text: b.text }, {
-          ...(b.id === undefined ? {} : { runId: `msg:${session}:${b.id}` })
-        }))
+        const dispatched = yield* Effect.exit(
+          options.queue.dispatch("main", session, { type: "message", session, text: b.text }, {
+            ...(b.id === undefined ? {} : { runId: `msg:${session}:${b.id}` })
+          })
+        )
         if (Exit.isFailure(dispatched)) {
           const err = failureOf(dispatched)
-          if (err?._tag === "AdmissionError") return [err.reason === "full" ? 429 : 503, { error: err.message, reason: err.reason }]
-          if (err?._tag === "RequestError") return [400, { error: err.message, reason: "invalid" }]
+          if (err?._tag === "AdmissionError") {
+            return [err.reason === "full" ? 429 : 503, { error: err.message, reason: err.reason }]
+          }
+          if (err?._tag === "RequestError") {
+            return [400, { error: err.message, reason: "invalid" }]
+          }
           return [500, { error: "dispatch failed", reason: "internal" }]
         }
         const future = dispatched.value
@@ -136,7 +153,11 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
         if (err?._tag === "FutureTimeout" || (err?._tag === "QueueFailure" && err.reason === "closed")) {
           return [202, { ...accepted, pending: true }]
         }
-        return [502, { ...accepted, error: err?.message ?? "the turn failed", ...(err?.reason ? { reason: err.reason } : {}) }]
+        return [502, {
+          ...accepted,
+          error: err?.message ?? "the turn failed",
+          ...(err?.reason ? { reason: err.reason } : {})
+        }]
       })
 
     const answer = (res: http.ServerResponse, reply: Effect.Effect<Reply>) =>
@@ -155,7 +176,12 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
       const url = new URL(req.url ?? "/", "http://ingress")
       const route = url.pathname.match(/^\/sessions\/([^/]+)\/messages$/)
       if (req.method === "POST" && route) {
-        if (!accepting) return json(res, 503, { error: "Expected a runner that takes messages, got one shutting down", reason: "closed" })
+        if (!accepting) {
+          return json(res, 503, {
+            error: "Expected a runner that takes messages, got one shutting down",
+            reason: "closed"
+          })
+        }
         const session = parseSession(route[1])
         if (typeof session !== "string") return json(res, session[0], session[1])
         const waitMs = parseWait(url.searchParams.get("wait"), maxWaitMs)
@@ -189,10 +215,13 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
         } catch {
           return json(res, 400, { error: `Expected a URL-encoded lane name, got \`${restart[1]}\``, reason: "invalid" })
         }
-        void answer(res, Effect.map(Effect.exit(options.queue.restartLane(lane)), (exit): Reply =>
-          Exit.isSuccess(exit)
-            ? [200, { lane, generation: exit.value }]
-            : [400, { error: failureOf(exit)?.message ?? `Unknown lane \`${lane}\``, reason: "invalid" }]))
+        void answer(
+          res,
+          Effect.map(Effect.exit(options.queue.restartLane(lane)), (exit): Reply =>
+            Exit.isSuccess(exit)
+              ? [200, { lane, generation: exit.value }]
+              : [400, { error: failureOf(exit)?.message ?? `Unknown lane \`${lane}\``, reason: "invalid" }])
+        )
         return
       }
       if (req.method === "GET" && (url.pathname === "/status" || url.pathname === "/metrics")) {
@@ -200,7 +229,10 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
           (s) => {
             if (url.pathname === "/status") return json(res, 200, s)
             const text = metricsText(s)
-            res.writeHead(200, { "content-type": "text/plain; version=0.0.4; charset=utf-8", "content-length": Buffer.byteLength(text) })
+            res.writeHead(200, {
+              "content-type": "text/plain; version=0.0.4; charset=utf-8",
+              "content-length": Buffer.byteLength(text)
+            })
             res.end(text)
           },
           () => json(res, 500, { error: "status unavailable", reason: "internal" })

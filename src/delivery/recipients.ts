@@ -54,7 +54,15 @@ export class Recipients {
 
   /** Takes `entry` in at its seq place within its recipient; returns the recipient. */
   insert(entry: DeliveryEntry): Recipient {
-    const node: Node = { entry, next: undefined, inFlight: false, op: undefined, opFailures: 0, opRetryAt: 0, replayed: false }
+    const node: Node = {
+      entry,
+      next: undefined,
+      inFlight: false,
+      op: undefined,
+      opFailures: 0,
+      opRetryAt: 0,
+      replayed: false
+    }
     const key = recipientKey(entry.message)
     let rec = this.byKey.get(key)
     if (rec === undefined) {

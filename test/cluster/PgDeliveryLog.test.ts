@@ -21,7 +21,10 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
   })
   let n = 0
   /** A log on a table of its own, in its own Scope and client. */
-  const withLog = <A, E>(f: (log: PgDeliveryLog.PgDeliveryLog, table: string) => Effect.Effect<A, E>, table?: string) => {
+  const withLog = <A, E>(
+    f: (log: PgDeliveryLog.PgDeliveryLog, table: string) => Effect.Effect<A, E>,
+    table?: string
+  ) => {
     const name = table ?? `outbox_${++n}`
     return Effect.scoped(Effect.flatMap(PgDeliveryLog.make({ table: name }), (log) => f(log, name))).pipe(
       Effect.provide(Postgres.layer(db.url, { maxConnections: 4 }))
@@ -43,7 +46,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         const c = yield* log.append({ channel: "c", to: "x", body: 3 })
         assert.isTrue(a.seq < b.seq && b.seq < c.seq)
         assert.deepStrictEqual((yield* log.pending).map((e) => e.id), [a.id, b.id, c.id])
-      })))
+      })
+    ))
 
   it.live("claim hands out only the head of each recipient: per-recipient order is kept", () =>
     withLog((log) =>
@@ -57,8 +61,11 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         yield* log.attempt(x1.id, { error: "boom", nextAttemptAt: Date.now() + 60_000 })
         assert.deepStrictEqual((yield* log.claim({ owner: "p2", limit: 10, leaseMs: 60_000 })).map((e) => e.id), [])
         yield* log.ack(x1.id)
-        assert.deepStrictEqual((yield* log.claim({ owner: "p2", limit: 10, leaseMs: 60_000 })).map((e) => e.id), [x2.id])
-      })))
+        assert.deepStrictEqual((yield* log.claim({ owner: "p2", limit: 10, leaseMs: 60_000 })).map((e) => e.id), [
+          x2.id
+        ])
+      })
+    ))
 
   it.live("a dead-lettered head lets the next entry of its recipient through", () =>
     withLog((log) =>
@@ -68,7 +75,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         yield* log.deadLetter(x1.id, "permanent")
         assert.deepStrictEqual((yield* log.claim({ owner: "p", limit: 10, leaseMs: 1000 })).map((e) => e.id), [x2.id])
         assert.deepStrictEqual((yield* log.dead).map((e) => e.id), [x1.id])
-      })))
+      })
+    ))
 
   it.live("none delivers an entry twice while both live: concurrent claims never share an entry", () =>
     withLog((log) =>
@@ -90,7 +98,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         yield* Effect.all([worker("a"), worker("b"), worker("c")], { concurrency: "unbounded" })
         assert.strictEqual(seen.size, 60)
         assert.strictEqual((yield* log.stats).pending, 0)
-      })))
+      })
+    ))
 
   it.live("a lease that ran out is claimable again; release gives it back at once", () =>
     withLog((log) =>
@@ -103,7 +112,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         assert.strictEqual((yield* log.claim({ owner: "a", limit: 1, leaseMs: 60_000 })).length, 0)
         yield* log.release(e.id, "b")
         assert.strictEqual((yield* log.claim({ owner: "a", limit: 1, leaseMs: 60_000 })).length, 1)
-      })))
+      })
+    ))
 
   it.live("idempotency: an append with a known key returns that entry and writes nothing", () =>
     withLog((log) =>
@@ -115,7 +125,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         const c = yield* log.append({ channel: "c", to: "x", body: 3, idempotencyKey: "k" })
         assert.strictEqual(c.id, a.id) // acked within the window
         assert.strictEqual((yield* log.stats).pending, 0)
-      })))
+      })
+    ))
 
   it.live("bad input fails with its reason and writes nothing; unknown ids fail unknown-id; ack is idempotent", () =>
     withLog((log) =>
@@ -136,7 +147,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         yield* log.ack(e.id)
         yield* log.ack(e.id)
         assert.isTrue(Option.isNone(yield* log.get(e.id)))
-      })))
+      })
+    ))
 
   it.live("after its Scope closes every call fails closed", () =>
     Effect.gen(function*() {
