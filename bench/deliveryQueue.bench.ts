@@ -107,4 +107,11 @@ const main = async () => {
   table("DeliveryQueue throughput against the log's own append + ack floor (64 producers, deliver a no-op)", rows)
 }
 
-main().finally(() => rmSync(root, { recursive: true, force: true }))
+main().then(
+  () => rmSync(root, { recursive: true, force: true }),
+  (error) => {
+    rmSync(root, { recursive: true, force: true })
+    console.error(error)
+    process.exitCode = 1
+  }
+)

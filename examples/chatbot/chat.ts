@@ -247,7 +247,7 @@ export const runChat = (options: ChatOptions): void => {
       logs.provide,
       Effect.catch((error: { readonly message?: string; readonly _tag?: string }) =>
         Effect.sync(() => {
-          output.error(`error: ${error.message ?? String(error)}`)
+          output.error(`error: ${error.message ?? error._tag ?? "unknown failure"}`)
           return 1
         })
       )

@@ -318,7 +318,7 @@ const parse = (session: string, file: string, content: string): Effect.Effect<Se
   Effect.suspend(() => {
     let value: Partial<SessionState> & { version?: unknown }
     try {
-      value = JSON.parse(content)
+      value = JSON.parse(content) as typeof value
     } catch (cause) {
       return Effect.fail(
         new TranscriptError({ reason: "corrupt", message: `${file} is not JSON: ${text(cause)}`, path: file })

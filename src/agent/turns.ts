@@ -18,7 +18,6 @@ import type { AgentEvent, TurnResult } from "./events.js"
 import { HEARTBEAT_SESSION, isHeartbeatOk } from "./Heartbeat.js"
 import type { Model } from "./Model.js"
 import { checkMessageSize, replyMessages } from "./replies.js"
-import type { MessageTooLarge } from "./replies.js"
 import { makeRetries } from "./retries.js"
 import type { UnansweredSession } from "./retries.js"
 import { toMessages } from "./Transcripts.js"
@@ -310,7 +309,7 @@ export const makeTurns = (deps: Deps) => {
           }\``
         })
       }
-      if (!Array.isArray(texts) || texts.length === 0 || texts.some((t) => typeof t !== "string")) {
+      if (!Array.isArray(texts as unknown) || texts.length === 0 || texts.some((t) => typeof t !== "string")) {
         return yield* new RequestError({
           lane: "main",
           key: session,

@@ -106,8 +106,9 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
           // Runs admitted up to this time (epoch ms) were canceled by `cancel(lane, key)` before they arrived.
           let canceledBefore = 0
 
+          // The replier is typed per RPC; this one function answers all three, passing each exit through.
           const reply = (request: Req, exit: Exit.Exit<unknown, unknown>) =>
-            replier.complete(request as any, exit as any)
+            replier.complete(request as never, exit as never)
           // A coalescing slot is used up when its run starts, or ends without starting: later coalescing
           // dispatches must not join a run that will never run.
           const consumeSlot = (p: typeof Run.payloadSchema.Type) =>

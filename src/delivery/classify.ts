@@ -112,7 +112,7 @@ export const makeJudge =
     try {
       const v = classify(error, entry)
       if (typeof v === "object" && v !== null && typeof v.permanent === "boolean") return Effect.succeed(v)
-      why = `returned \`${JSON.stringify(v) ?? String(v)}\`, expected { permanent: boolean, retryAfterMs?: number }`
+      why = `returned \`${JSON.stringify(v) ?? typeof v}\`, expected { permanent: boolean, retryAfterMs?: number }`
     } catch (e) {
       why = `threw (${e instanceof Error ? e.message : String(e)})`
     }

@@ -96,7 +96,7 @@ export const resolvePolicy = (options: Options): Effect.Effect<Policy> =>
     return Effect.succeed({
       concurrency,
       attemptTimeoutMs,
-      backoffMs: [...backoffMs],
+      backoffMs: [...(backoffMs as ReadonlyArray<number>)],
       jitter,
       maxAttempts,
       maxAgeMs,

@@ -85,7 +85,7 @@ class NotJson extends Error {}
 export const MAX_BODY_DEPTH = 512
 
 const plainProto = (v: object): boolean => {
-  const p = Object.getPrototypeOf(v)
+  const p: unknown = Object.getPrototypeOf(v)
   return p === Object.prototype || p === null || Array.isArray(v)
 }
 

@@ -8,7 +8,7 @@ import { Effect, Fiber, Option } from "effect"
 import { TestClock } from "effect/testing"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { Agent, Transcripts } from "../../src/agent/index.js"
+import { Transcripts } from "../../src/agent/index.js"
 import type { AgentOptions, Channel } from "../../src/agent/index.js"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import type { DeliveryEntry } from "../../src/delivery/index.js"
@@ -57,7 +57,7 @@ describe("Agent", () => {
   it.effect("different sessions run side by side", () =>
     Effect.gen(function*() {
       const model = gated()
-      const { agent, waitFor } = yield* harness(model.service, { beforeClose: model.releaseAll })
+      const { agent } = yield* harness(model.service, { beforeClose: model.releaseAll })
       const a = yield* agent.send("alice", "hi")
       const b = yield* agent.send("bob", "yo")
       yield* model.calls(2) // both turns are in the model at once
@@ -311,7 +311,7 @@ describe("Agent", () => {
   it.effect("shutdown drains the turn in flight, delivers its reply, then refuses new messages", () =>
     Effect.gen(function*() {
       const model = gated()
-      const { agent, delivered, waitFor } = yield* harness(model.service, { beforeClose: model.releaseAll })
+      const { agent, delivered } = yield* harness(model.service, { beforeClose: model.releaseAll })
       yield* agent.send("s", "finish me")
       yield* model.calls(1)
       const shutdown = yield* Effect.forkChild(agent.shutdown)

@@ -1,6 +1,7 @@
 /** Shared helpers of the cluster tests: free ports, one in-process runner. */
 import { Layer } from "effect"
 import type { Effect, Scope } from "effect"
+import type { ChildProcess } from "node:child_process"
 import * as net from "node:net"
 import * as ClusterLayer from "../../src/cluster/ClusterLayer.js"
 
@@ -27,7 +28,7 @@ export const runnerContext = (url: string, port: number) =>
 export interface RunnerProcess {
   readonly name: string
   readonly port: number
-  readonly child: import("node:child_process").ChildProcess
+  readonly child: ChildProcess
   alive: boolean
   readonly log: Array<string>
   /** Its standard output, line by line (the ready line first, the shutdown line last). */

@@ -279,7 +279,7 @@ describe("DeliveryLog file store", () => {
             return fd
           }) as typeof fsDefault.openSync
           fsDefault.write = ((...args: Array<unknown>) => {
-            events.push(`write:${args[0]}`)
+            events.push(`write:${String(args[0])}`)
             return (realWrite as (...a: Array<unknown>) => void)(...args)
           }) as typeof fsDefault.write
           fsDefault.fsyncSync = (fd: number) => {

@@ -258,7 +258,10 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
     stats: Effect.sync(() => {
       let pending = 0
       let dead = 0
-      for (const e of live.values()) e.status === "pending" ? pending++ : dead++
+      for (const e of live.values()) {
+        if (e.status === "pending") pending++
+        else dead++
+      }
       return { pending, dead, segments: 0, bytes: 0 }
     }),
     flush: lift("flush", { op: "flush" }, () => undefined),

@@ -7,7 +7,7 @@
 import { spawn, spawnSync } from "node:child_process"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
-import { ROOT, runChatbot, startChatbot, untilMainRuns, useTempDirs } from "../support/chatbot.js"
+import { ROOT, startChatbot, untilMainRuns, useTempDirs } from "../support/chatbot.js"
 import * as FakeAnthropic from "../support/fakeAnthropic.js"
 
 const fresh = useTempDirs()

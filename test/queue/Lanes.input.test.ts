@@ -39,7 +39,7 @@ describe("Lanes: LanesConfigInvalid", () => {
     ["onExit", { onExit: null }, "got `null`"]
   ]
   for (const [field, patch, message] of cases) {
-    it.effect(`LanesConfigInvalid names \`${field}\` for ${JSON.stringify(patch) ?? String(patch)} (${message})`, () =>
+    it.effect(`LanesConfigInvalid names \`${field}\` for ${JSON.stringify(patch)} (${message})`, () =>
       Effect.gen(function*() {
         const error = yield* invalid({ maxConcurrent: 1, activate, ...patch })
         expect(error).toBeInstanceOf(LanesConfigInvalid)

@@ -321,12 +321,12 @@ describe("Lanes: end of an activation", () => {
           Effect.gen(function*() {
             runs++
             events.push(`start:${key}:${runs}`)
-            if (runs === 1) events.push(`wake-in-activate:${yield* wakeOrDie(key)}`)
+            if (runs === 1) events.push(`wake-in-activate:${String(yield* wakeOrDie(key))}`)
           }),
         onExit: (exit) =>
           Effect.gen(function*() {
             events.push(`exit:${exit.key}:${runs}`)
-            if (runs === 2) events.push(`wake-in-onExit:${yield* wakeOrDie(exit.key)}`)
+            if (runs === 2) events.push(`wake-in-onExit:${String(yield* wakeOrDie(exit.key))}`)
             if (runs === 3) yield* Deferred.succeed(done, undefined)
           })
       })

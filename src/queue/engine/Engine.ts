@@ -67,9 +67,7 @@ const dispatch = (
 
 const api = (engine: EngineState): CommandQueue => ({
   dispatch: (lane, key, task, options) =>
-    Effect.withFiber((fiber) =>
-      dispatch(engine, lane, key, task, options as TaskOptions | undefined, fiber.context)
-    ) as any,
+    Effect.withFiber((fiber) => dispatch(engine, lane, key, task, options as TaskOptions | undefined, fiber.context)),
   restartLane: (lane) => restartLane(engine, lane),
   restartAll: Effect.asVoid(
     Effect.forEach(engine.all, (lane) => restartLane(engine, lane.name), {

@@ -62,7 +62,7 @@ const EMPTY_FUNCTION = /^(?:async\s*)?function\s*\*?\s*[\w$]*\s*\(\s*\)/
  * list whose source never says `arguments`. Anything else (bound and native functions, methods,
  * odd spacing) gets a signal.
  */
-export const mayReadSignal = (fn: Function): boolean => {
+export const mayReadSignal = (fn: (...args: ReadonlyArray<never>) => unknown): boolean => {
   if (fn.length > 0) return true
   const src = Function.prototype.toString.call(fn)
   const c0 = src.charCodeAt(0)
