@@ -11,6 +11,7 @@ import { runChatbot, startChatbot, useTempDirs } from "../support/chatbot.js"
 import type { Chatbot } from "../support/chatbot.js"
 import { FAKE_TOKEN, startFakeTelegram } from "../support/fakeTelegram.js"
 import type { FakeTelegram } from "../support/fakeTelegram.js"
+import { startServer } from "../support/httpServer.js"
 import { splitMessage } from "../../examples/telegram/split.js"
 
 const fresh = useTempDirs()
@@ -183,6 +184,49 @@ describe("npm run telegram", () => {
     await f.confirmed()
     expect((await stop(second)).code).toBe(0)
     expect(texts(f, 10)).toEqual(["You said: only once"])
+  })
+
+  it("getUpdates failing (502, then 409 Conflict): one line each streak, it polls again and answers", async () => {
+    const f = await fake()
+    const bot = await startBot(f, path.join(fresh(), "state"))
+    f.failPolls(2, 502)
+    f.pushText(11, "after the outage")
+    await f.until((sent) => (sent.some((m) => m.chat === "11") ? true : undefined), "the reply after the outage")
+    f.failPolls(1, 409)
+    f.pushText(11, "after the conflict")
+    await f.until((sent) => (sent.filter((m) => m.chat === "11").length >= 2 ? true : undefined), "the reply after the conflict")
+    expect(bot.stderr.filter((l) => l.includes("getUpdates answered 502"))).toHaveLength(1)
+    expect(bot.stderr.filter((l) => l.includes("getUpdates answered 409"))).toEqual([
+      expect.stringContaining("(another process polls this bot, or a webhook is set: deleteWebhook); polling again in 1 s")
+    ])
+    expect(texts(f, 11)).toEqual(["You said: after the outage", "You said: after the conflict"])
+  })
+
+  it("a token revoked while running: one line, the agent shuts down, exit 1, the token never printed", async () => {
+    const f = await fake()
+    const bot = await startBot(f, path.join(fresh(), "state"))
+    f.revoke()
+    const exit = await bot.waitForExit()
+    bots.splice(bots.indexOf(bot), 1)
+    expect(exit.code).toBe(1)
+    expect(bot.stderr).toContain("error: Telegram refused the token: getUpdates answered 401: Unauthorized")
+    expect([...bot.stdout, ...bot.stderr].join("\n")).not.toContain(FAKE_TOKEN)
+  })
+
+  it("a Bot API nobody answers at: one line naming it, exit 1, nothing written", async () => {
+    const dir = fresh()
+    const closed = await startServer(() => {})
+    await closed.close() // its port: nobody listens there now
+    const { exit, bot } = await runChatbot(["--state-dir", path.join(dir, "state")], "", {
+      script: SCRIPT,
+      env: { TELEGRAM_BOT_TOKEN: FAKE_TOKEN, TELEGRAM_API_BASE: closed.url }
+    })
+    expect(exit.code).toBe(1)
+    const port = new URL(closed.url).port
+    expect(bot.stderr.filter((l) => l !== "")).toEqual([
+      `error: cannot reach the Bot API at ${closed.url}: getMe failed: connect ECONNREFUSED 127.0.0.1:${port}`
+    ])
+    expect(fs.readdirSync(dir)).toEqual([])
   })
 
   it.each([

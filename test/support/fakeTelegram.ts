@@ -33,6 +33,10 @@ export interface FakeTelegram {
   readonly storm: (count: number, retryAfter: number) => void
   /** sendMessage to `chat` answers 403 "bot was blocked by the user". */
   readonly block: (chat: number) => void
+  /** The next `count` getUpdates calls answer `status` (e.g. 502, or 409 "terminated by other getUpdates request"). */
+  readonly failPolls: (count: number, status: number) => void
+  /** From now on the token is refused (401), as after /revoke in @BotFather. */
+  readonly revoke: () => void
   /** The next sendMessage call is read and never answered (resolves when it arrived). */
   readonly holdNext: () => Promise<SentMessage>
   /** Resolves once `sent` satisfies `check`. */
@@ -48,6 +52,9 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
   let confirmedBelow = 0
   let stormLeft = 0
   let stormRetryAfter = 1
+  let pollFailures = 0
+  let pollFailStatus = 502
+  let revoked = false
   const blocked = new Set<string>()
   let hold: ((m: SentMessage) => void) | undefined
   const sent: Array<SentMessage> = []
@@ -66,7 +73,7 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
   const server: TestServer = await startServer((req, res, raw) => {
     const match = /^\/bot([^/]+)\/(\w+)$/.exec(req.path)
     if (match === null) return fail(res, 404, "Not Found")
-    if (match[1] !== token) return fail(res, 401, "Unauthorized")
+    if (match[1] !== token || revoked) return fail(res, 401, "Unauthorized")
     const params = req.body === "" ? {} : (JSON.parse(req.body) as Record<string, any>)
     switch (match[2]) {
       case "getMe":
@@ -74,6 +81,12 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
       case "getUpdates": {
         const offset = typeof params.offset === "number" ? params.offset : undefined
         polls.push(offset)
+        if (pollFailures > 0) {
+          pollFailures--
+          return pollFailStatus === 409
+            ? fail(res, 409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running")
+            : fail(res, pollFailStatus, "Bad Gateway")
+        }
         if (offset !== undefined) {
           confirmedBelow = Math.max(confirmedBelow, offset)
           queue = queue.filter((u) => u.update_id >= offset)
@@ -154,6 +167,14 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
       stormRetryAfter = retryAfter
     },
     block: (chat) => void blocked.add(String(chat)),
+    failPolls: (count, status) => {
+      pollFailures = count
+      pollFailStatus = status
+    },
+    revoke: () => {
+      revoked = true
+      for (const p of [...pollers]) p()
+    },
     holdNext: () => new Promise<SentMessage>((resolve) => (hold = resolve)),
     until: (check, what, timeoutMs = 20_000) => wait(() => check(sent), what, timeoutMs),
     confirmed: (timeoutMs = 20_000) =>
