@@ -52,7 +52,7 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
   // Credentials in the URL go in an Authorization header (fetch refuses such a URL), unless one is given.
   const basic = url.username === "" && url.password === ""
     ? undefined
-    : `Basic ${Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString("base64")}`
+    : `Basic ${Buffer.from(`${decoded(url.username)}:${decoded(url.password)}`).toString("base64")}`
   url.username = ""
   url.password = ""
   const headersOf = (entry: DeliveryEntry): Headers => {
@@ -98,13 +98,23 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
         // A redirect will not change by itself: the URL is wrong.
         return yield* new DeliveryFailure({
           message: `${message}; webhooks are not redirected, use the final URL${answer.location === null ? "" : ` (Location: ${answer.location})`}`,
-          permanent: true
+          permanent: true,
+          status: answer.status
         })
       }
       // The queue's `classify` decides from the status: 4xx permanent except 408/409/425/429, 5xx retried.
       return yield* new DeliveryFailure({ message, status: answer.status, retryAfter })
     })
   return { name: options.name ?? "webhook", send }
+}
+
+/** A URL's user name or password as typed (percent-decoded when it decodes). */
+const decoded = (part: string): string => {
+  try {
+    return decodeURIComponent(part)
+  } catch {
+    return part
+  }
 }
 
 /** An error text without the URL's query string (it may hold a token). */
