@@ -54,6 +54,8 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     const now = () => clock.currentTimeMillisUnsafe()
     const lastStep = policy.backoffMs[policy.backoffMs.length - 1]
     const judge = makeJudge(options.classify)
+    /** The log's "attempt started" mark, when it has one (optional on the interface). */
+    const markOf = log.markStarted
 
     // ---- state (plain mutable, owned by this queue) ----
     const held = new Recipients()
@@ -162,9 +164,61 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
         })
       })
 
-    /** One attempt of the head entry, then its record in the log. */
+    /**
+     * Writes the durable "attempt started" mark (when the log has one). False when it could not: the
+     * head waits `LOG_RETRY_MS` and tries again, no attempt counted; an entry the log no longer holds
+     * as pending (gone, or dead) is dropped from memory.
+     */
+    const markStarted = (rec: Recipient, node: Node): Effect.Effect<boolean> => {
+      const mark = markOf
+      if (mark === undefined) return Effect.succeed(true)
+      if (node.premarked) {
+        node.premarked = false
+        return Effect.succeed(true)
+      }
+      const id = node.entry.id
+      return Effect.matchEffect(mark(id), {
+        onSuccess: () =>
+          Effect.sync(() => {
+            node.opFailures = 0
+            return true
+          }),
+        onFailure: (error) => {
+          if (error.reason === "unknown-id" || error.reason === "not-pending") {
+            held.removeHead(rec)
+            return Effect.as(
+              Effect.logWarning(`DeliveryQueue: entry ${id} is no longer pending in the log (${error.message}); dropping it from memory`),
+              false
+            )
+          }
+          node.opFailures++
+          const delay = LOG_RETRY_MS[Math.min(node.opFailures, LOG_RETRY_MS.length) - 1]
+          node.entry = { ...node.entry, nextAttemptAt: now() + delay }
+          return Effect.as(
+            Effect.logWarning(
+              `DeliveryQueue: the attempt-started mark of entry ${id} failed (${error.reason}: ${error.message}); not delivering it before the mark is durable, retrying in ${delay} ms`
+            ),
+            false
+          )
+        }
+      })
+    }
+
+    /** The entry will be attempted as soon as it is head: due, not expired, not waiting for replay's pacing. */
+    const willAttempt = (n: Node): boolean =>
+      !closing && n.op === undefined && !n.premarked && !(n.replayed && pacer !== undefined) && dueAt(n) <= now() &&
+      !expired(n.entry, now())
+    /** Writes `n`'s mark ahead of its attempt; a failure is left to `markStarted` at the attempt. */
+    const premark = (n: Node, mark: NonNullable<typeof markOf>): Effect.Effect<void> =>
+      Effect.matchEffect(mark(n.entry.id), {
+        onSuccess: () => Effect.sync(() => void (n.premarked = true)),
+        onFailure: () => Effect.void
+      })
+
+    /** One attempt of the head entry (after its durable "attempt started" mark), then its record in the log. */
     const attemptHead = (rec: Recipient, node: Node): Effect.Effect<void> =>
       Effect.gen(function*() {
+        if (!(yield* markStarted(rec, node))) return
         node.inFlight = true
         inFlight++
         const attempt = Effect.suspend(() => deliver(node.entry))
@@ -191,7 +245,11 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
           const nextAttemptAt = dead ? at : at + retryDelay(step, verdict.retryAfterMs, lastStep)
           node.op = { _tag: "Attempt", error: failure.message, nextAttemptAt, dead }
         }
-        yield* runOp(rec, node)
+        // The next entry's mark goes in the same group commit as this ack: one sync for both.
+        const next = node.next
+        yield* markOf === undefined || !Exit.isSuccess(exit) || next === undefined || !willAttempt(next)
+          ? runOp(rec, node)
+          : Effect.asVoid(Effect.all([runOp(rec, node), premark(next, markOf)], { concurrency: 2 }))
       })
 
     /** The recipient stops being awake: its activation decided to end (or never will run). */
