@@ -8,7 +8,7 @@
  * recipient cannot starve the others); a head waiting for its backoff is woken by a single timer
  * (a min-heap on the Effect `Clock`, so `TestClock` drives it).
  */
-import { Cause, Clock, Deferred, Effect, Exit, Option, Random, Scope } from "effect"
+import { Clock, Deferred, Effect, Exit, Option, Random, Scope } from "effect"
 import { createLanes } from "../queue/index.js"
 import type { ActivationExit } from "../queue/index.js"
 import { type Classification, defaultClassify as defaultClassifyImpl, makeJudge, retryDelay } from "./classify.js"
@@ -19,6 +19,7 @@ import type { Node, Recipient } from "./recipients.js"
 import type { DeliveryQueue, Options, Stats } from "./queueTypes.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { makePacer } from "./replayPacer.js"
+import { makeRetries } from "./retries.js"
 import { makeTimer } from "./WakeHeap.js"
 
 export type { DeliveryQueue, Options, Stats } from "./queueTypes.js"
@@ -414,61 +415,7 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
         )
       }))
 
-    /**
-     * Requeues dead entries in the log, overlapping the calls (they share group commits), then schedules
-     * the ones that succeeded, in seq order, so a recipient's older entry never starts after a newer one.
-     * Fails with the first error after scheduling what did succeed.
-     */
-    const requeue = (dead: ReadonlyArray<DeliveryEntry>): Effect.Effect<number, DeliveryLogError> =>
-      Effect.gen(function*() {
-        const exits = yield* Effect.forEach(dead, (entry) =>
-          Effect.exit(Effect.flatMap(log.requeue(entry.id), () => log.get(entry.id))), { concurrency: 64 })
-        let count = 0
-        let failure: Cause.Cause<DeliveryLogError> | undefined
-        for (let i = 0; i < dead.length; i++) {
-          const exit = exits[i]
-          if (Exit.isFailure(exit)) {
-            failure ??= exit.cause
-            continue
-          }
-          count++
-          const fresh = exit.value
-          yield* admit(Option.isSome(fresh) && fresh.value.status === "pending" ? fresh.value : { ...dead[i], status: "pending", attempts: 0 })
-        }
-        return failure === undefined ? count : yield* Effect.failCause(failure)
-      })
-
-    const retryDead = (id?: string): Effect.Effect<number, DeliveryLogError> =>
-      id === undefined
-        ? Effect.flatMap(log.dead, (dead) => requeue([...dead].sort((a, b) => a.seq - b.seq)))
-        : Effect.gen(function*() {
-          const found = yield* log.get(id)
-          if (Option.isNone(found)) {
-            return yield* new DeliveryLogError({ reason: "unknown-id", message: `Expected \`id\` to name an entry of the log, got \`${id}\`` })
-          }
-          return found.value.status === "dead" ? yield* requeue([found.value]) : 0
-        })
-
-    const retryNow = (filter: { readonly channel?: string; readonly to?: string } = {}): Effect.Effect<number> =>
-      Effect.suspend(() => {
-        const channel = filter?.channel
-        const to = filter?.to
-        const at = now()
-        let count = 0
-        const matched: Array<Recipient> = []
-        for (const rec of held.byKey.values()) {
-          const m = rec.head?.entry.message
-          if (m === undefined || (channel !== undefined && m.channel !== channel) || (to !== undefined && m.to !== to)) continue
-          for (let n = rec.head; n !== undefined; n = n.next) {
-            if (n.inFlight || n.op !== undefined) continue
-            count++
-            if (n.entry.nextAttemptAt !== undefined && n.entry.nextAttemptAt > at) n.entry = { ...n.entry, nextAttemptAt: at }
-          }
-          unpace(rec)
-          matched.push(rec)
-        }
-        return Effect.as(Effect.forEach(matched, scheduleHead, { discard: true }), count)
-      })
+    const { retryDead, retryNow } = makeRetries({ log, held, now, admit, scheduleHead, unpace })
 
     const idle: Effect.Effect<void> = Effect.suspend(() => {
       if (isIdle()) return Effect.void
