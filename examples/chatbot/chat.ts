@@ -14,6 +14,7 @@ import {
   AnthropicModel,
   FileChannel,
   ScriptedModel,
+  WebhookChannel,
   replyOf,
   runMain,
   serve
@@ -50,7 +51,10 @@ const chooseModel = (options: ChatOptions): { readonly layer: Layer.Layer<Model>
   }
 }
 
-/** The channel: prints replies (or appends them to the outbox) and prints cron events. */
+/**
+ * The channel: prints replies (or appends them to the outbox) and prints cron events. With
+ * `--webhook` every entry is POSTed first, and printed as usual once the webhook took it.
+ */
 const makeChannel = (
   options: ChatOptions,
   output: Output
@@ -64,9 +68,11 @@ const makeChannel = (
         return { id: entry.id, session: reply?.session ?? entry.message.to, text: reply?.text ?? entry.message.body }
       }
     })
+    const webhook = options.webhook === undefined ? undefined : WebhookChannel({ url: options.webhook })
     const send = (entry: DeliveryEntry): Effect.Effect<void, DeliveryFailure> =>
       Effect.gen(function*() {
         const reply = replyOf(entry)
+        if (webhook !== undefined) yield* webhook.send(entry)
         if (outbox !== undefined) yield* outbox.send(entry)
         if (reply === undefined) {
           if (outbox === undefined) output.say(`[${entry.message.to}] ${JSON.stringify(entry.message.body)}`)
@@ -83,7 +89,7 @@ const makeChannel = (
           output.say(reply.kind === "heartbeat" ? `[heartbeat] ${reply.text}` : `bot> ${reply.text}`)
         }
       })
-    // The name stays "console" with or without an outbox, so entries left in the log are delivered
+    // The name stays "console" with or without an outbox or a webhook, so entries left in the log are delivered
     // by the next start whichever way it prints.
     return { name: "console", send } satisfies Channel
   })

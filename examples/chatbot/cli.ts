@@ -8,6 +8,7 @@ import * as fs from "node:fs"
 import { parseCronFlag } from "../../src/agent/CronJobs.js"
 import type { CronJob } from "../../src/agent/CronJobs.js"
 import { HEARTBEAT_SESSION } from "../../src/agent/Heartbeat.js"
+import { parseWebhookUrl, shownUrl } from "../../src/agent/webhookUrl.js"
 
 /** Which Effect logs are printed (on standard error); the warnings are kept for `/status` whatever the level. */
 export type LogLevelOption = "none" | "error" | "warn" | "info" | "debug"
@@ -30,6 +31,8 @@ export interface ChatOptions {
   readonly heartbeat?: number
   readonly cron: ReadonlyArray<CronJob>
   readonly outbox?: string
+  /** Deliver by POSTing each reply to this http(s) URL (WebhookChannel). */
+  readonly webhook?: string
   readonly json: boolean
   readonly drainTimeout: number
   /** Which Effect logs are printed; `undefined`: none in an interactive terminal, `warn` otherwise. */
@@ -106,6 +109,16 @@ export const makeProgram = (handlers: {
       new Option("--cron <expr|prompt>", "a cron job, repeatable; the job is named cron-1, cron-2, ...").argParser(collectCron)
     )
     .option("--outbox <file>", "deliver by appending JSON lines to <file> instead of printing", nonEmpty("--outbox"))
+    .addOption(
+      new Option("--webhook <url>", "deliver by POSTing each reply as JSON { id, channel, to, body } to <url> (http or https)")
+        .argParser((value: string): string => {
+          const url = parseWebhookUrl(value, "--webhook")
+          // Not InvalidArgumentError: commander would repeat the argument as given, a password included.
+          if (typeof url === "string") program.error(`error: option '--webhook <url>' argument '${shownUrl(value)}' is invalid. ${url}`)
+          return value
+        })
+        .conflicts("outbox")
+    )
     .option("--json", "print events as JSON lines", false)
     .option("--drain-timeout <ms>", "how long a shutdown waits for turns and deliveries", integer("--drain-timeout", 1), 10_000)
     .option(
@@ -124,6 +137,7 @@ export const makeProgram = (handlers: {
         ...(raw.heartbeat === undefined ? {} : { heartbeat: raw.heartbeat as number }),
         cron: (raw.cron as Array<CronJob> | undefined) ?? [],
         ...(raw.outbox === undefined ? {} : { outbox: raw.outbox as string }),
+        ...(raw.webhook === undefined ? {} : { webhook: raw.webhook as string }),
         json: raw.json === true,
         drainTimeout: raw.drainTimeout as number,
         ...(raw.debug === true ? { logLevel: "debug" as const } : raw.logLevel === undefined ? {} : { logLevel: raw.logLevel as LogLevelOption })

@@ -15,6 +15,9 @@ import { DeliveryFailure } from "../delivery/index.js"
 import type { DeliveryEntry } from "../delivery/index.js"
 import type { Channel } from "./Channel.js"
 import { AgentConfigInvalid } from "./errors.js"
+import { parseWebhookUrl } from "./webhookUrl.js"
+
+export { parseWebhookUrl }
 
 /** Options of {@link WebhookChannel}. */
 export interface WebhookChannelOptions {
@@ -35,18 +38,6 @@ export const DEFAULT_WEBHOOK_TIMEOUT_MS = 10_000
 const SNIPPET_CHARS = 200
 
 /**
- * Checks a webhook URL: the parsed URL, or a one-line reason in p-queue's tone
- * ("Expected `url` to be an http or https URL, got `ftp://x`").
- */
-export const parseWebhookUrl = (url: unknown, field = "url"): URL | string => {
-  const got = typeof url === "string" ? url : String(url)
-  const expected = `Expected \`${field}\` to be an http or https URL, got \`${got}\``
-  if (typeof url !== "string" || !URL.canParse(url)) return expected
-  const parsed = new URL(url)
-  return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed : expected
-}
-
-/**
  * A channel that POSTs each entry as JSON `{ id, channel, to, body }` to `url` with
  * `Idempotency-Key: <entry id>` (see the module comment). Throws `AgentConfigInvalid` for a URL that
  * is not http(s) or a `timeoutMs` that is not a number above 0.
@@ -61,7 +52,7 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
   // Credentials in the URL go in an Authorization header (fetch refuses such a URL), unless one is given.
   const basic = url.username === "" && url.password === ""
     ? undefined
-    : `Basic ${Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString("base64")}`
+    : `Basic ${Buffer.from(`${decoded(url.username)}:${decoded(url.password)}`).toString("base64")}`
   url.username = ""
   url.password = ""
   const headersOf = (entry: DeliveryEntry): Headers => {
@@ -107,13 +98,23 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
         // A redirect will not change by itself: the URL is wrong.
         return yield* new DeliveryFailure({
           message: `${message}; webhooks are not redirected, use the final URL${answer.location === null ? "" : ` (Location: ${answer.location})`}`,
-          permanent: true
+          permanent: true,
+          status: answer.status
         })
       }
       // The queue's `classify` decides from the status: 4xx permanent except 408/409/425/429, 5xx retried.
       return yield* new DeliveryFailure({ message, status: answer.status, retryAfter })
     })
   return { name: options.name ?? "webhook", send }
+}
+
+/** A URL's user name or password as typed (percent-decoded when it decodes). */
+const decoded = (part: string): string => {
+  try {
+    return decodeURIComponent(part)
+  } catch {
+    return part
+  }
 }
 
 /** An error text without the URL's query string (it may hold a token). */

@@ -1,8 +1,8 @@
 /**
  * The agent's turns as cluster lane handlers. A turn reads the session's transcript from Postgres,
- * calls the Model, stores the exchange, and appends the reply to the Postgres outbox (idempotent by
- * run id, so a turn replayed on another runner after a crash never enqueues its reply twice) before
- * it returns. Every turn is also recorded in `<prefix>_turns` (session, runner, start, end), which is
+ * calls the Model, then in one statement, fenced by its shard's epoch, appends the reply to the
+ * Postgres outbox (idempotent by run id, so a turn replayed on another runner after a crash never
+ * enqueues its reply twice), stores the exchange and records the turn. Every turn is also recorded in `<prefix>_turns` (session, runner, start, end), which is
  * what `/status` and the multi-process test read.
  */
 import { PgClient } from "@effect/sql-pg"
@@ -11,6 +11,7 @@ import type { Model as ModelService } from "../agent/Model.js"
 import { cronSession } from "../agent/CronJobs.js"
 import { HEARTBEAT_SESSION } from "../agent/Heartbeat.js"
 import { Model } from "../agent/Model.js"
+import { Fenced } from "./Fencing.js"
 import type { ClusterTask, LaneHandler } from "./KeyRunner.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 
@@ -90,22 +91,29 @@ export const handlers = (
           transcript: [...history.map((h) => ({ role: h.role, content: h.content })), { role: "user", content: text }],
           maxTokens
         })
-        // The reply is durable in the outbox first; the exchange and the turn record follow in one statement.
-        const entry = yield* options.outbox.append({
+        const endedAt = yield* Clock.currentTimeMillis
+        // What makes the turn visible (the reply in the outbox, the exchange in the transcript, the turn
+        // record) is one statement, written only while the shard's epoch is the one the turn started
+        // under (Fencing.ts): a runner that stalled past its lease and lost the shard writes nothing.
+        const fence = task.fence
+        const entry = yield* options.outbox.appendGuarded({
           channel,
           to,
           body: { session, kind, text: reply.text, messages: 1, ...(job === undefined ? {} : { job }) },
           idempotencyKey: `reply:${task.runId}`
+        }, {
+          guard: fence === undefined
+            ? `SELECT 1`
+            : `SELECT 1 FROM ${prefix}_shard_epochs WHERE shard = $17::text AND epoch = $18::bigint FOR SHARE`,
+          also: [
+            `INSERT INTO ${prefix}_transcripts (session, run_id, role, content)
+             SELECT $10, $11, v.role, v.content FROM locked, (VALUES ('user', $12::text), ('assistant', $13::text)) AS v (role, content)
+             ON CONFLICT (run_id, role) DO NOTHING`,
+            `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at) SELECT $10, $14, $11, $15::bigint, $16::bigint FROM locked`
+          ],
+          params: [session, task.runId, text, reply.text, options.member, startedAt, endedAt, ...(fence === undefined ? [] : [fence.shard, fence.epoch])]
         })
-        const endedAt = yield* Clock.currentTimeMillis
-        yield* sql.unsafe(
-          `WITH exchange AS (
-             INSERT INTO ${prefix}_transcripts (session, run_id, role, content) VALUES ($1, $2, 'user', $3), ($1, $2, 'assistant', $4)
-             ON CONFLICT (run_id, role) DO NOTHING
-           )
-           INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at) VALUES ($1, $5, $2, $6, $7)`,
-          [session, task.runId, text, reply.text, options.member, startedAt, endedAt]
-        )
+        if (entry === undefined) return yield* Effect.fail(new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId))
         return { text: reply.text, deliveryId: entry.id, runner: options.member } satisfies TurnResult
       }).pipe(Effect.mapError((e) => ({ _tag: e._tag, message: e.message })))
 

@@ -8,6 +8,7 @@ import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
 import { Effect, Layer, Option } from "effect"
 import type { Duration } from "effect"
 import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "effect/cluster"
+import * as Fencing from "./Fencing.js"
 import * as Migrations from "./Migrations.js"
 import * as Postgres from "./Postgres.js"
 
@@ -23,7 +24,10 @@ export interface ClusterLayerOptions {
   readonly shardsPerGroup?: number
   /** How often the runner reads the shard assignments; default 1 s (effect/cluster: 3 s). */
   readonly refreshAssignmentsInterval?: Duration.Input
-  /** How long a dead runner's shard lock survives it when advisory locks are not released; default 10 s. */
+  /**
+   * The shard lease: how long a runner that stopped answering (dead, or stalled with its connection
+   * open: Postgres ends its idle lock session after this) keeps its shards; default 10 s.
+   */
   readonly shardLockExpiration?: Duration.Input
   /** How often a client polls storage for replies of remote runs; default 50 ms (effect/cluster: 200 ms). */
   readonly entityReplyPollInterval?: Duration.Input
@@ -36,7 +40,7 @@ export interface ClusterLayerOptions {
 }
 
 /**
- * The cluster runtime (Sharding, Runners, MessageStorage) plus the Postgres client it uses. The whole
+ * The cluster runtime (Sharding, Runners, MessageStorage, the shards' fencing `Fence`) plus the Postgres client it uses. The whole
  * schema (effect/cluster's tables and switchyard's of `prefix`) is created first, once, under one lock
  * (`Migrations.migrate`), so runners that start together on an empty database never race on it;
  * effect/cluster's storage then runs without migrations of its own.
@@ -55,7 +59,8 @@ export const layer = (options: ClusterLayerOptions) => {
   const schema = Layer.effectDiscard(Effect.orDie(Migrations.migrate(options.prefix === undefined ? {} : { prefix: options.prefix })))
   const storage = Layer.mergeAll(
     SqlMessageStorage.layerStorage({}).pipe(Layer.provide(NodeCrypto.layerDigest)),
-    SqlRunnerStorage.layerStorage({})
+    // Shards this runner acquires get a new fencing epoch first (Fencing.ts).
+    Fencing.layer(options.prefix)(SqlRunnerStorage.layerStorage({}))
   ).pipe(Layer.provide(ShardingConfig.layerFromEnv(shardingConfig)), Layer.provide(schema))
   return NodeClusterSocket.layer({ storage: "byo", shardingConfig }).pipe(
     Layer.provideMerge(storage),

@@ -10,12 +10,15 @@
  */
 import { Cause, Clock, Effect, Exit, Option, Queue, Schedule } from "effect"
 import type { Scope } from "effect"
+import { Entity } from "effect/cluster"
 import type { Sharding } from "effect/cluster"
 import type * as Envelope from "effect/cluster/Envelope"
 import { Layer } from "effect"
 import type { CommandQueue } from "../queue/CommandQueue.js"
 import type { Future } from "../queue/Future.js"
 import type { Participation } from "../queue/errors.js"
+import { Fence } from "./Fencing.js"
+import type { FenceShape, FenceToken } from "./Fencing.js"
 import type { Generations } from "./Generations.js"
 import { KeyEntity } from "./protocol.js"
 import type { Cancel, CancelKey, Run, WireQueueFailure, WireTaskDefect } from "./protocol.js"
@@ -30,6 +33,13 @@ export interface ClusterTask {
   readonly command: unknown
   /** Epoch ms when the cluster accepted it. */
   readonly admittedAt: number
+  /**
+   * The key's shard and the fencing epoch this runner holds it at, taken when the run starts here
+   * (absent when the runtime has no `Fence`). Writes that make the run's effect visible check it
+   * (see Fencing.ts); a handler that finds it stale fails with `_tag: "Fenced"`: the run gets no reply
+   * here and the shard's new owner runs it.
+   */
+  readonly fence?: FenceToken
 }
 
 /** Runs one command of a lane. Success and failure values cross processes as JSON. */
@@ -49,6 +59,20 @@ export interface KeyRunnerOptions {
 type Rpcs = typeof Run | typeof Cancel | typeof CancelKey
 type Req = Envelope.Request<Rpcs>
 
+const isFenced = (e: unknown): e is { readonly _tag: "Fenced"; readonly message?: string } =>
+  e !== null && typeof e === "object" && (e as { _tag?: unknown })._tag === "Fenced"
+
+/** Logs `fenced` for the runs of `held` whose shard now has a newer epoch than the one they started under. */
+const reportFenced = (fence: FenceShape, held: ReadonlyArray<readonly [string, FenceToken]>) =>
+  Effect.forEach(held, ([runId, t]) =>
+    Effect.flatMap(fence.current(t.shard), (now) =>
+      now !== undefined && now > t.epoch
+        ? Effect.logWarning(`fenced: run ${runId} dropped before its commit: shard ${t.shard} is at epoch ${now}, this runner's was ${t.epoch}; the shard's owner runs it`)
+        : Effect.void), { discard: true }).pipe(
+    Effect.timeoutOrElse({ duration: "2 seconds", orElse: () => Effect.void }),
+    Effect.ignore
+  )
+
 const isCanceled = (exit: Exit.Exit<unknown, unknown>): boolean =>
   Exit.isFailure(exit) &&
   exit.cause.reasons.some((r) =>
@@ -61,11 +85,14 @@ const MAX_EARLY_CANCELS = 1_000
 
 /** Registers the key entity on this runner for the Scope's lifetime. */
 export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, Sharding.Sharding | Scope.Scope> =>
-  Effect.asVoid(Layer.build(KeyEntity.toLayerQueue(
-    (mailbox, replier) =>
+  Effect.flatMap(Effect.serviceOption(Fence), (fence) => Effect.asVoid(Layer.build(KeyEntity.toLayerQueue(
+    Effect.map(Entity.CurrentAddress, (address) => (mailbox, replier) =>
       Effect.gen(function*() {
         const { local, generations, handlers } = options
+        const shard = `${address.shardId.group}:${address.shardId.id}`
         const runs = new Map<string, Future<unknown, unknown>>()
+        // The epoch each live run started under (when the runtime fences).
+        const tokens = new Map<string, FenceToken>()
         const earlyCancels = new Set<string>()
         // Runs this entity canceled itself because it stops (not because a caller asked).
         const stoppedRuns = new Set<string>()
@@ -95,6 +122,8 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
           if (Exit.isSuccess(exit)) return exit
           const failure = Cause.findErrorOption(exit.cause)
           if (Option.isSome(failure)) {
+            // Fenced: another runner took the shard while this one stalled; it runs the run, not us.
+            if (isFenced(failure.value)) return undefined
             const e = failure.value as { _tag?: string; stage?: WireQueueFailure["stage"]; reason?: WireQueueFailure["reason"] }
             if (e !== null && typeof e === "object" && e._tag === "QueueFailure" && e.reason !== undefined && e.stage !== undefined) {
               // closed: this runner drains; the run goes to the key's next runner instead of failing.
@@ -141,14 +170,30 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
             const queueTimeout = p.queueTimeoutMs ?? options.queueTimeoutMs(p.lane)
             const remaining = queueTimeout === undefined ? undefined : p.admittedAt + queueTimeout - now
             if (remaining !== undefined && remaining <= 0) return yield* failWith(request, p, "queued", "timeout")
+            let token: FenceToken | undefined
+            if (Option.isSome(fence)) {
+              const epoch = fence.value.epochOf(shard)
+              // No epoch: this runner does not hold the shard (any more); its owner runs the run.
+              if (epoch === undefined) {
+                return yield* Effect.logWarning(`fenced: run ${p.runId} of ${p.lane}/${p.key} not started, this runner holds no epoch of shard ${shard}`)
+              }
+              token = { shard, epoch }
+            }
             const run = handler({
               runId: p.runId,
               lane: p.lane,
               key: p.key,
               generation: p.generation,
               command: p.command,
-              admittedAt: p.admittedAt
-            })
+              admittedAt: p.admittedAt,
+              ...(token === undefined ? {} : { fence: token })
+            }).pipe(
+              Effect.tapError((e) =>
+                isFenced(e)
+                  ? Effect.logWarning(`fenced: run ${p.runId} of ${p.lane}/${p.key} dropped, its writes refused (${e.message ?? `shard ${shard} has a newer epoch`}); the shard's owner runs it`)
+                  : Effect.void
+              )
+            )
             // A coalescing slot is marked started when the task starts here (not when it is admitted):
             // until then, coalescing dispatches of the key join it.
             const task = p.coalesceSlot === undefined ? run : Effect.andThen(consumeSlot(p), run)
@@ -171,9 +216,13 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
             }
             const future = admitted.success
             runs.set(p.runId, future)
+            if (token !== undefined) tokens.set(p.runId, token)
             yield* Effect.exit(future.await).pipe(
               Effect.flatMap((exit) => {
-                if (runs.get(p.runId) === future) runs.delete(p.runId)
+                if (runs.get(p.runId) === future) {
+                  runs.delete(p.runId)
+                  tokens.delete(p.runId)
+                }
                 const out = toReply(p, exit)
                 // A run canceled because the entity stops gets no reply: the key's next runner runs it.
                 // Any other outcome (also one reached while stopping) is the answer, saved as usual.
@@ -224,13 +273,19 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
               // no task of this key still runs here when the next runner starts it.
               const live = [...runs.entries()]
               for (const [runId] of live) stoppedRuns.add(runId)
+              const held = live.flatMap(([runId]) => {
+                const t = tokens.get(runId)
+                return t === undefined ? [] : [[runId, t] as const]
+              })
               return Effect.forEach(live, ([, f]) => f.cancel, { concurrency: "unbounded", discard: true }).pipe(
                 // let the awaiters of runs that ended by themselves send their answers
-                Effect.andThen(Effect.yieldNow)
+                Effect.andThen(Effect.yieldNow),
+                // A run stopped because another runner took the shard (this one stalled past its lease) was fenced too.
+                Effect.andThen(held.length === 0 || Option.isNone(fence) ? Effect.void : reportFenced(fence.value, held))
               )
             })
           )
         ) as Effect.Effect<never>
-      }),
+      })),
     { maxIdleTime: "1 minute" }
-  )))
+  ))))

@@ -6,7 +6,7 @@
  * table, the others find the work recorded and do nothing. It runs, in order, effect/cluster's own
  * migrations (`cluster_messages`, `cluster_replies`, `cluster_runners`, `cluster_locks`, histories
  * `cluster_migrations` and `cluster_runner_migrations`) and switchyard's (`<prefix>_outbox`,
- * `_generations`, `_members`, `_coalesce`, `_transcripts`, `_turns`, `_cron_firings`, history
+ * `_generations`, `_members`, `_coalesce`, `_transcripts`, `_turns`, `_cron_firings`, `_shard_epochs`, history
  * `<prefix>_migrations`), all through Effect's SQL `Migrator`. A new table or column is a new
  * numbered entry in {@link switchyardMigrations}; an existing entry never changes.
  *
@@ -89,6 +89,13 @@ export const switchyardMigrations = (prefix: string): Migrator.Loader =>
       yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_cron_firings (
         job text NOT NULL, due_at bigint NOT NULL, runner text NOT NULL, fired integer NOT NULL DEFAULT 1,
         PRIMARY KEY (job, due_at))`)
+    }),
+    // Fencing: one epoch per shard, bumped by the runner that acquires it (see Fencing.ts).
+    "0002_shard_epochs": Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* sql.unsafe(`CREATE TABLE ${prefix}_shard_epochs (
+        shard text PRIMARY KEY, epoch bigint NOT NULL, owner text NOT NULL, claimed_at bigint NOT NULL)`)
+      yield* sql.unsafe(`CREATE INDEX ${prefix}_turns_run ON ${prefix}_turns (run_id)`)
     })
   })
 

@@ -40,6 +40,22 @@ export interface PgDeliveryLog extends DeliveryLog {
     readonly limit: number
     readonly leaseMs: number
   }) => Effect.Effect<ReadonlyArray<DeliveryEntry>, DeliveryLogError>
+  /**
+   * Appends `message` in ONE statement with other writes, all only when `guard` returns a row.
+   *
+   * `guard` is a `SELECT` (it may lock rows: `FOR SHARE`); `also` are data-modifying statements
+   * (`INSERT ... SELECT ... FROM locked`: `locked` has one row when the guard passed, after the
+   * append's advisory locks are taken). Parameters `$1`..`$9` are the append's; `params` are `$10` on.
+   * Returns the entry, or `undefined` when the guard returned no row (then nothing was written).
+   * One statement means one snapshot, taken before the locks: two appends of one idempotency key
+   * racing through this path may both insert. The cluster calls it for a run's reply, which only the
+   * shard's owner writes (the guard is its fencing check).
+   */
+  readonly appendGuarded: (message: OutboundMessage, options: {
+    readonly guard: string
+    readonly also?: ReadonlyArray<string>
+    readonly params?: ReadonlyArray<unknown>
+  }) => Effect.Effect<DeliveryEntry | undefined, DeliveryLogError>
   /** Gives a claimed entry back without counting an attempt (the owner shuts down). */
   readonly release: (id: string, owner: string) => Effect.Effect<void, DeliveryLogError>
   /** Ids of entries whose lease `owner` holds now. */
@@ -131,7 +147,8 @@ export const make = (
       `id, seq::float8 AS seq, channel, recipient, body, idempotency_key, enqueued_at::float8 AS enqueued_at,
        attempts, last_error, next_attempt_at::float8 AS next_attempt_at, status, attempt_started`
 
-    const append = (message: OutboundMessage): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
+    /** Checks `message` and computes what both appends write. */
+    const prepare = (message: OutboundMessage) =>
       Effect.gen(function*() {
         if (typeof message.channel !== "string" || message.channel.length === 0) {
           return yield* invalid("invalid", "Expected `channel` to be a non-empty string, got `" + String(message.channel) + "`")
@@ -154,34 +171,63 @@ export const make = (
           )
         }
         const now = yield* Clock.currentTimeMillis
-        const id = crypto.randomUUID()
         const key = message.idempotencyKey ?? null
-        const recipientLock = `${table}\u001f${message.channel}\u001f${message.to}`
+        return {
+          params: [crypto.randomUUID(), message.channel, message.to, body, key, now, now - dedupeWindowMs] as Array<unknown>,
+          recipientLock: `${table}\u001f${message.channel}\u001f${message.to}`,
+          keyLock: key === null ? null : `${table}\u001e${key}`
+        }
+      })
+
+    // The entry the key ($5) still dedupes to (an acked one within the window comes back as it was when
+    // acked), or else the new entry.
+    const existingSql = (from: string) =>
+      `SELECT ${cols} FROM ${table}${from} WHERE $5::text IS NOT NULL AND idempotency_key = $5
+         AND (status <> 'acked' OR acked_at > $7) ORDER BY seq DESC LIMIT 1`
+    const insertSql = (from: string) =>
+      `INSERT INTO ${table} (id, channel, recipient, body, idempotency_key, enqueued_at, status)
+       SELECT $1, $2, $3, $4, $5, $6, 'pending'${from} WHERE NOT EXISTS (SELECT 1 FROM existing)
+       RETURNING ${cols}`
+
+    const append = (message: OutboundMessage): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
+      Effect.gen(function*() {
+        const p = yield* prepare(message)
         return yield* guard("append", sql.withTransaction(Effect.gen(function*() {
           // Serialise appends per recipient (seq order = commit order) and per idempotency key.
-          if (key === null) yield* sql.unsafe(`SELECT pg_advisory_xact_lock(hashtext($1))::text AS l`, [recipientLock])
+          if (p.keyLock === null) yield* sql.unsafe(`SELECT pg_advisory_xact_lock(hashtext($1))::text AS l`, [p.recipientLock])
           else {
             yield* sql.unsafe(
               `SELECT pg_advisory_xact_lock(hashtext($1))::text AS l, pg_advisory_xact_lock(hashtext($2))::text AS k`,
-              [recipientLock, `${table}\u001e${key}`]
+              [p.recipientLock, p.keyLock]
             )
           }
-          // The entry this key still dedupes to (an acked one within the window comes back as it was
-          // when acked), or else the new entry: one statement.
           const rows = yield* sql.unsafe<Row>(
-            `WITH existing AS (
-               SELECT ${cols} FROM ${table} WHERE $5::text IS NOT NULL AND idempotency_key = $5
-                 AND (status <> 'acked' OR acked_at > $7) ORDER BY seq DESC LIMIT 1
-             ), inserted AS (
-               INSERT INTO ${table} (id, channel, recipient, body, idempotency_key, enqueued_at, status)
-               SELECT $1, $2, $3, $4, $5, $6, 'pending' WHERE NOT EXISTS (SELECT 1 FROM existing)
-               RETURNING ${cols}
-             )
+            `WITH existing AS (${existingSql("")}), inserted AS (${insertSql("")})
              SELECT * FROM existing UNION ALL SELECT * FROM inserted`,
-            [id, message.channel, message.to, body, key, now, now - dedupeWindowMs]
+            p.params
           )
           return toEntry(rows[0])
         })))
+      })
+
+    const appendGuarded: PgDeliveryLog["appendGuarded"] = (message, options) =>
+      Effect.gen(function*() {
+        const p = yield* prepare(message)
+        const also = options.also ?? []
+        const rows = yield* guard("append", sql.unsafe<Row>(
+          `WITH gate AS MATERIALIZED (${options.guard}),
+           locked AS MATERIALIZED (
+             SELECT pg_advisory_xact_lock(hashtext($8))::text AS r,
+               CASE WHEN $9::text IS NULL THEN '' ELSE pg_advisory_xact_lock(hashtext($9))::text END AS k
+             FROM (SELECT 1 FROM gate LIMIT 1) g
+           ),
+           existing AS MATERIALIZED (${existingSql(", locked")}),
+           inserted AS (${insertSql(" FROM locked")})
+           ${also.map((a, i) => `, also${i} AS (${a})`).join("\n")}
+           SELECT * FROM existing UNION ALL SELECT * FROM inserted`,
+          [...p.params, p.recipientLock, p.keyLock, ...(options.params ?? [])]
+        ))
+        return rows.length === 0 ? undefined : toEntry(rows[0])
       })
 
     const updateLive = (
@@ -194,6 +240,7 @@ export const make = (
     const log: PgDeliveryLog = {
       table,
       append,
+      appendGuarded,
       attempt: (id, failure) =>
         updateLive(
           "attempt",

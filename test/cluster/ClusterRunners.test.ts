@@ -67,7 +67,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
     const answers = await Promise.all(runners.map((r) => postMessage(r.port, `hello-${r.name}`, `hi ${r.name}`)))
     expect(answers.map((a) => [a.status, a.body.reply?.text])).toEqual(runners.map((r) => [200, `You said: hi ${r.name}`]))
     const migrations = await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_migrations`)
-    expect(Number(migrations[0].n)).toBe(1)
+    expect(Number(migrations[0].n)).toBe(2)
   }, 60_000)
 
   it(`${MESSAGES} messages of ${SESSIONS} sessions to random runners, one SIGKILLed mid-load: every accepted message answered once per turn record, no two turns of a session overlap, cron once per second`, async () => {

@@ -1,0 +1,102 @@
+/**
+ * Fencing tokens: one epoch per shard in `<prefix>_shard_epochs (shard, epoch, owner)`, bumped each
+ * time a runner acquires the shard.
+ *
+ * effect/cluster keeps a shard on one runner by a lock with a lease; a runner that stalls past the
+ * lease (GC pause, SIGSTOP) loses it to another runner but may wake up in the middle of a turn and
+ * finish it. So this runner's `RunnerStorage.acquire` is wrapped: every shard it acquires gets a new
+ * epoch (`epoch + 1`, `owner` = this process' token) before effect/cluster starts any entity of it,
+ * and the epoch is remembered here. A turn takes its shard's epoch when it starts; the statement that
+ * makes the turn visible (outbox append, transcript, turn record) only writes when the shard's row
+ * still has that epoch (`FOR SHARE`, re-checked against the newest row version by Postgres). A stale
+ * runner's statement finds a newer epoch and writes nothing: the turn is fenced.
+ *
+ * The check is one statement, so the row lock lives only while it runs: a runner stopped between two
+ * statements holds no lock a takeover would wait for.
+ */
+import { Context, Effect, Layer } from "effect"
+import { RunnerStorage } from "effect/cluster"
+import * as ShardId from "effect/cluster/ShardId"
+import { SqlClient } from "effect/sql"
+import type { SqlError } from "effect/sql/SqlError"
+
+/** This runner's fencing state. */
+export interface FenceShape {
+  /** Unique per process (a restarted runner of the same name gets a new one). */
+  readonly token: string
+  /** The epoch this runner gave `shard` (`group:id`) when it last acquired it, or `undefined`. */
+  readonly epochOf: (shard: string) => number | undefined
+  /** The epoch of `shard` in Postgres now (`undefined`: never claimed). */
+  readonly current: (shard: string) => Effect.Effect<number | undefined, SqlError>
+  /** Bumps the epochs of `shards` to this runner; returns the shards it now holds the epoch of. */
+  readonly claim: (shards: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, SqlError>
+}
+
+export class Fence extends Context.Service<Fence, FenceShape>()("switchyard/cluster/Fence") {}
+
+/** A turn's fencing token: its shard and the epoch it started under. */
+export interface FenceToken {
+  readonly shard: string
+  readonly epoch: number
+}
+
+/** Why a turn's writes were refused: its shard has a newer epoch (another runner took it). */
+export class Fenced extends Error {
+  readonly _tag = "Fenced"
+  constructor(readonly shard: string, readonly epoch: number, readonly runId: string) {
+    super(`Expected shard ${shard} to be at epoch ${epoch} (this runner's), found a newer one: run ${runId} was fenced, its writes dropped`)
+  }
+}
+
+/** The fence of this runner, on the schema's `<prefix>_shard_epochs`. */
+export const make = (prefix = "switchyard"): Effect.Effect<FenceShape, never, SqlClient.SqlClient> =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const token = `${process.pid}-${crypto.randomUUID().slice(0, 12)}`
+    const epochs = new Map<string, number>()
+    const claim = (shards: ReadonlyArray<string>) =>
+      shards.length === 0 ? Effect.succeed([]) : Effect.map(
+        sql.unsafe<{ readonly shard: string; readonly epoch: number }>(
+          `INSERT INTO ${prefix}_shard_epochs (shard, epoch, owner, claimed_at)
+           SELECT s, 1, $2, $3 FROM unnest($1::text[]) AS s ORDER BY s
+           ON CONFLICT (shard) DO UPDATE SET epoch = ${prefix}_shard_epochs.epoch + 1, owner = EXCLUDED.owner, claimed_at = EXCLUDED.claimed_at
+           RETURNING shard, epoch::float8 AS epoch`,
+          [shards, token, Date.now()]
+        ),
+        (rows) => {
+          for (const r of rows) epochs.set(r.shard, Number(r.epoch))
+          return rows.map((r) => r.shard)
+        }
+      )
+    const current = (shard: string) =>
+      Effect.map(
+        sql.unsafe<{ readonly epoch: number }>(`SELECT epoch::float8 AS epoch FROM ${prefix}_shard_epochs WHERE shard = $1`, [shard]),
+        (rows) => rows.length === 0 ? undefined : Number(rows[0].epoch)
+      )
+    return { token, epochOf: (shard) => epochs.get(shard), current, claim }
+  })
+
+/**
+ * The Fence plus effect/cluster's `RunnerStorage` wrapped so that the shards it acquires get a new
+ * epoch first. A shard whose epoch could not be bumped is reported not acquired (its lock stays held;
+ * effect/cluster asks again and the bump is retried), so no entity runs on a shard without an epoch.
+ */
+export const layer = (prefix = "switchyard") =>
+  <E, R>(storage: Layer.Layer<RunnerStorage.RunnerStorage, E, R>): Layer.Layer<Fence | RunnerStorage.RunnerStorage, E, R | SqlClient.SqlClient> =>
+    Layer.effectContext(Effect.gen(function*() {
+      const fence = yield* make(prefix)
+      const inner = yield* RunnerStorage.RunnerStorage
+      const wrapped: RunnerStorage.RunnerStorage["Service"] = {
+        ...inner,
+        acquire: (address, shardIds) =>
+          Effect.flatMap(inner.acquire(address, shardIds), (acquired) =>
+            fence.claim(acquired.map(ShardId.toString)).pipe(
+              Effect.map((claimed) => {
+                const ok = new Set(claimed)
+                return acquired.filter((s) => ok.has(ShardId.toString(s)))
+              }),
+              Effect.catchCause((cause) => Effect.as(Effect.logWarning("Could not bump the fencing epochs of acquired shards", cause), []))
+            ))
+      }
+      return Context.make(Fence, fence).pipe(Context.add(RunnerStorage.RunnerStorage, wrapped))
+    })).pipe(Layer.provide(storage))

@@ -1,0 +1,141 @@
+/**
+ * Fencing with real signals: two runner processes (lease 3 s), a turn of session S starts on one of
+ * them, which is then SIGSTOPped past its lease while the turn waits for the model. The other runner
+ * takes its shards (bumping their epochs), runs the stalled turn's message again and answers a second
+ * one. On SIGCONT the stale runner's turn reaches its commit, finds a newer epoch and writes nothing:
+ * no overlapping turns of S in `switchyard_turns`, one outbox entry (one reply) per message, the stale
+ * runner logs that it was fenced, and it goes on answering.
+ */
+import { Effect } from "effect"
+import * as fs from "node:fs"
+import * as os from "node:os"
+import * as path from "node:path"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { SqlClient } from "effect/sql"
+import * as ScriptedModel from "../../src/agent/ScriptedModel.js"
+import * as ClusterAgent from "../../src/cluster/ClusterAgent.js"
+import * as Migrations from "../../src/cluster/Migrations.js"
+import * as PgDeliveryLog from "../../src/cluster/PgDeliveryLog.js"
+import * as Postgres from "../../src/cluster/Postgres.js"
+import { freshDatabase, postgresAvailable } from "./pg.js"
+import { postMessage, shardsSettled, startRunner, status, until } from "./support.js"
+import type { RunnerProcess } from "./support.js"
+
+const up = await postgresAvailable("test/cluster/Fencing.test.ts")
+const LATENCY_MS = 1_500
+const LEASE_MS = 3_000
+const SHARDS = 8
+
+const query = <A extends object>(url: string, text: string, params: ReadonlyArray<unknown> = []) =>
+  Effect.runPromise(Postgres.withClient(url, (sql) => sql.unsafe<A>(text, params)))
+
+describe.skipIf(!up)("fencing (two runner processes, SIGSTOP past the lease)", () => {
+  let db: { url: string; drop: () => Promise<void> } | undefined
+  const runners: Array<RunnerProcess> = []
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-fence-"))
+  const outbox = path.join(dir, "outbox.jsonl")
+
+  beforeAll(async () => {
+    db = await freshDatabase("fencing")
+    const args = ["--latency", String(LATENCY_MS), "--lease", String(LEASE_MS), "--shards", String(SHARDS), "--drain-timeout", "2000", "--delivery-timeout", "1000"]
+    runners.push(...await Promise.all([startRunner({ url: db.url, outbox, args }), startRunner({ url: db.url, outbox, args })]))
+    await shardsSettled(runners.map((r) => r.port), SHARDS)
+  }, 90_000)
+
+  afterAll(async () => {
+    for (const r of runners) {
+      if (r.alive) {
+        r.child.kill("SIGCONT")
+        r.child.kill("SIGKILL")
+      }
+    }
+    await Promise.all(runners.map((r) => r.exited))
+    await db?.drop()
+    fs.rmSync(dir, { recursive: true, force: true })
+  }, 60_000)
+
+  it("a runner stalled mid-turn past its lease is fenced on waking: no overlapping turns, no second reply, it logs `fenced` and goes on", async () => {
+    const session = "fenced-session"
+    const first = await postMessage(runners[0].port, session, "first", 0)
+    expect(first.status).toBe(202)
+    // The runner whose lane runs the turn now (its model call takes LATENCY_MS).
+    let stale: RunnerProcess | undefined
+    await until("the first turn to start on a runner", 10_000, async () => {
+      for (const r of runners) {
+        if ((await status(r.port)).lanes.some((l) => l.lane === "main" && l.running > 0)) stale = r
+      }
+      return stale !== undefined
+    })
+    const owner = runners.find((r) => r !== stale)!
+    stale!.child.kill("SIGSTOP")
+    const stoppedAt = Date.now()
+    try {
+      // Past the lease: the other runner holds every shard, epochs bumped.
+      await until("the live runner to take every shard", 30_000, async () => (await status(owner.port)).cluster.shards === SHARDS)
+      expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(LEASE_MS - 500)
+      const second = await postMessage(owner.port, session, "second", 30_000)
+      expect([second.status, second.body.reply?.runner]).toEqual([200, owner.name])
+      // The first message too was answered by the new owner (replayed from the cluster's message table).
+      await until("the first message's turn on the new owner", 20_000, async () =>
+        (await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_turns WHERE session = $1`, [session]))[0].n >= 2)
+    } finally {
+      stale!.child.kill("SIGCONT")
+    }
+    await until("the stale runner to log that its turn was fenced", 20_000, async () => stale!.log.join("").includes(`fenced: run ${first.body.runId}`)).catch((e) => {
+      fs.writeFileSync("/tmp/fence-stale.log", stale!.log.join(""))
+      throw e
+    })
+    expect(stale!.alive).toBe(true)
+
+    const turns = await query<{ runner: string; run_id: string; started_at: number; ended_at: number }>(db!.url,
+      `SELECT runner, run_id, started_at::float8 AS started_at, ended_at::float8 AS ended_at FROM switchyard_turns WHERE session = $1 ORDER BY started_at`, [session])
+    expect(turns.map((t) => t.runner)).toEqual([owner.name, owner.name])
+    expect(new Set(turns.map((t) => t.run_id)).size).toBe(2)
+    for (let i = 1; i < turns.length; i++) expect(Number(turns[i].started_at)).toBeGreaterThanOrEqual(Number(turns[i - 1].ended_at))
+    const replies = await query<{ key: string; n: number }>(db!.url,
+      `SELECT idempotency_key AS key, count(*)::float8 AS n FROM switchyard_outbox WHERE recipient = $1 GROUP BY 1`, [session])
+    expect(replies.map((r) => Number(r.n))).toEqual([1, 1])
+    expect(replies.map((r) => r.key)).toContain(`reply:${first.body.runId}`)
+    const transcript = await query<{ role: string; content: string }>(db!.url,
+      `SELECT role, content FROM switchyard_transcripts WHERE session = $1 ORDER BY id`, [session])
+    expect(transcript.map((t) => t.content)).toEqual(["first", "You said: first", "second", "You said: second"])
+
+    // It goes on: back in the cluster, it takes shards again and answers through its own ingress.
+    await shardsSettled(runners.map((r) => r.port), SHARDS, 40_000)
+    const again = await postMessage(stale!.port, "after-the-stall", "hello", 30_000)
+    expect([again.status, again.body.reply?.text]).toEqual([200, "You said: hello"])
+    const epochs = await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_shard_epochs WHERE epoch > 1`)
+    expect(Number(epochs[0].n)).toBeGreaterThan(0)
+  }, 120_000)
+})
+
+describe.skipIf(!up)("the fenced commit of a turn (one process)", () => {
+  it("a turn whose shard has a newer epoch fails Fenced and writes nothing (no outbox entry, transcript or turn record); at the current epoch it commits all three", async () => {
+    const db = await freshDatabase("fence-commit")
+    try {
+      const run = (epoch: number, runId: string) =>
+        Effect.runPromise(Effect.scoped(Effect.gen(function*() {
+          const sql = yield* SqlClient.SqlClient
+          yield* Effect.orDie(Migrations.migrate({ cluster: false }))
+          yield* sql.unsafe(`INSERT INTO switchyard_shard_epochs VALUES ('default:3', 2, 'other', 0) ON CONFLICT DO NOTHING`)
+          const outbox = yield* PgDeliveryLog.make()
+          const handlers = yield* ClusterAgent.handlers({ member: "me", outbox })
+          return yield* Effect.result(handlers.main({
+            runId, lane: "main", key: "s1", generation: 0, command: { type: "message", session: "s1", text: "hi" }, admittedAt: 0,
+            fence: { shard: "default:3", epoch }
+          }))
+        })).pipe(Effect.provide(ScriptedModel.layer({ latencyMs: 0 })), Effect.provide(Postgres.layer(db.url, { maxConnections: 2 }))))
+      const stale = await run(1, "run-stale")
+      expect(stale._tag === "Failure" ? (stale.failure as { _tag: string })._tag : "success").toBe("Fenced")
+      const counts = () =>
+        query<{ o: number; t: number; r: number }>(db.url, `SELECT (SELECT count(*) FROM switchyard_outbox)::float8 AS o,
+          (SELECT count(*) FROM switchyard_transcripts)::float8 AS t, (SELECT count(*) FROM switchyard_turns)::float8 AS r`)
+      expect((await counts()).map((c) => [Number(c.o), Number(c.t), Number(c.r)])).toEqual([[0, 0, 0]])
+      const current = await run(2, "run-current")
+      expect(current._tag).toBe("Success")
+      expect((await counts()).map((c) => [Number(c.o), Number(c.t), Number(c.r)])).toEqual([[1, 2, 1]])
+    } finally {
+      await db.drop()
+    }
+  }, 60_000)
+})
