@@ -70,7 +70,7 @@ describe("npm run telegram", () => {
     expect(texts(f, 1)).toEqual(["You said: hello"])
     expect(texts(f, 2)).toEqual(["You said: hi there"])
     await f.confirmed()
-    expect(bot.stdout).toContain("→ 1: You said: hello")
+    await bot.waitForStdout(/^→ 1: You said: hello$/) // printed once Telegram's answer is back
     const telegramDir = path.join(stateDir, "telegram")
     expect(fs.statSync(telegramDir).mode & 0o777).toBe(0o700)
     expect(fs.statSync(path.join(telegramDir, "state.json")).mode & 0o777).toBe(0o600)
