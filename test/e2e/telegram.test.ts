@@ -60,16 +60,21 @@ const kill9 = async (bot: Chatbot) => {
 const texts = (f: FakeTelegram, chat: number) => f.sent.filter((m) => m.chat === String(chat)).map((m) => m.text)
 
 describe("npm run telegram", () => {
-  it("each text message is answered in its chat; the offset confirms them; SIGTERM exits 0", async () => {
+  it("each text message is answered in its chat; the offset confirms them (state.json 0600 in a 0700 folder); SIGTERM exits 0", async () => {
     const f = await fake()
-    const bot = await startBot(f, path.join(fresh(), "state"))
+    const stateDir = path.join(fresh(), "state")
+    const bot = await startBot(f, stateDir)
     f.pushText(1, "hello")
     f.pushText(2, "hi there")
     await f.until((sent) => (sent.length >= 2 ? true : undefined), "two replies")
     expect(texts(f, 1)).toEqual(["You said: hello"])
     expect(texts(f, 2)).toEqual(["You said: hi there"])
     await f.confirmed()
-    expect(bot.stdout).toContain("→ 1: You said: hello")
+    await bot.waitForStdout(/^→ 1: You said: hello$/) // printed once Telegram's answer is back
+    const telegramDir = path.join(stateDir, "telegram")
+    expect(fs.statSync(telegramDir).mode & 0o777).toBe(0o700)
+    expect(fs.statSync(path.join(telegramDir, "state.json")).mode & 0o777).toBe(0o600)
+    expect(JSON.parse(fs.readFileSync(path.join(telegramDir, "state.json"), "utf8"))).toEqual({ offset: f.polls.at(-1) })
     const exit = await stop(bot)
     expect(exit.code).toBe(0)
     expect(bot.stdout.at(-1)).toMatch(/^bye \(SIGTERM\): /)
@@ -160,6 +165,29 @@ describe("npm run telegram", () => {
     expect(new Set(all).size).toBe(all.length)
     const answered = f.sent.flatMap((m) => m.text.replace(/^You said: /, "").split(" / ").map((t) => `${m.chat}:${t}`))
     expect(answered.sort()).toEqual(["8:one", "8:two", "9:three"])
+  })
+
+  it("SIGKILL while part 2 of a long reply is in flight: the restart sends parts 2 and 3 only, each once, in order", async () => {
+    const f = await fake()
+    const stateDir = path.join(fresh(), "state")
+    const first = await startBot(f, stateDir)
+    const held = f.holdNext(1) // part 1 is answered, part 2 is held
+    const text = "x".repeat(9000)
+    f.pushText(12, text)
+    await held
+    await kill9(first)
+    expect(texts(f, 12)).toHaveLength(1)
+    const progress = JSON.parse(fs.readFileSync(path.join(stateDir, "telegram", "parts.json"), "utf8"))
+    expect(Object.values(progress)).toEqual([1])
+
+    await startBot(f, stateDir)
+    const reply = `You said: ${text}`
+    const parts = await f.until((sent) => {
+      const mine = sent.filter((m) => m.chat === "12").map((m) => m.text)
+      return mine.join("").length >= reply.length ? mine : undefined
+    }, "the rest of the long reply")
+    expect(parts.join("")).toBe(reply)
+    expect(parts.map((p) => p.length)).toEqual([4096, 4096, reply.length - 8192])
   })
 
   it("SIGKILL right after send returned, before the offset was stored: the restart does not send the update again", async () => {

@@ -37,8 +37,8 @@ export interface FakeTelegram {
   readonly failPolls: (count: number, status: number) => void
   /** From now on the token is refused (401), as after /revoke in @BotFather. */
   readonly revoke: () => void
-  /** The next sendMessage call is read and never answered (resolves when it arrived). */
-  readonly holdNext: () => Promise<SentMessage>
+  /** The next sendMessage call (after `skip` more) is read and never answered (resolves when it arrived). */
+  readonly holdNext: (skip?: number) => Promise<SentMessage>
   /** Resolves once `sent` satisfies `check`. */
   readonly until: <A>(check: (sent: Array<SentMessage>) => A | undefined, what: string, timeoutMs?: number) => Promise<A>
   /** Resolves once every update pushed so far was confirmed (a getUpdates with a higher offset). */
@@ -57,6 +57,7 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
   let revoked = false
   const blocked = new Set<string>()
   let hold: ((m: SentMessage) => void) | undefined
+  let holdSkip = 0
   const sent: Array<SentMessage> = []
   const attempts: FakeTelegram["attempts"] = []
   const polls: Array<number | undefined> = []
@@ -109,7 +110,8 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
       }
       case "sendMessage": {
         const message: SentMessage = { chat: String(params.chat_id), text: String(params.text), at: Date.now() }
-        if (hold !== undefined) {
+        if (hold !== undefined && holdSkip > 0) holdSkip--
+        else if (hold !== undefined) {
           const h = hold
           hold = undefined
           attempts.push({ ...message, answered: "held" })
@@ -175,7 +177,11 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
       revoked = true
       for (const p of [...pollers]) p()
     },
-    holdNext: () => new Promise<SentMessage>((resolve) => (hold = resolve)),
+    holdNext: (skip = 0) =>
+      new Promise<SentMessage>((resolve) => {
+        holdSkip = skip
+        hold = resolve
+      }),
     until: (check, what, timeoutMs = 20_000) => wait(() => check(sent), what, timeoutMs),
     confirmed: (timeoutMs = 20_000) =>
       wait(() => (confirmedBelow >= nextId ? true : undefined), "every update confirmed", timeoutMs).then(() => undefined),
