@@ -55,6 +55,8 @@ export const createOutbox = (table: string): Effect.Effect<void, SqlError, SqlCl
       lease_owner text,
       lease_until bigint
     )`)
+    // The "attempt started" mark (DeliveryLog.markStarted); added to tables made before it existed.
+    yield* sql.unsafe(`ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS attempt_started boolean NOT NULL DEFAULT false`)
     yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_live ON ${table} (channel, recipient, seq) WHERE status = 'pending'`)
     yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_status ON ${table} (status, seq)`)
     yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_ikey ON ${table} (idempotency_key) WHERE idempotency_key IS NOT NULL`)

@@ -8,7 +8,7 @@ import { join } from "node:path"
 import { describeInvalid, Kind, type Decoded } from "./record.js"
 import { MANIFEST, readManifest } from "./manifest.js"
 import { type SegmentFile, SegmentReader, fsyncDir, listSegments, segmentName } from "./segment.js"
-import { BadPayload, readAck, readAcked, readAppend, readAttempt, readDead, readEntry, readRequeue } from "./payload.js"
+import { BadPayload, readAck, readAcked, readAppend, readAttempt, readDead, readEntry, readRequeue, readIdOnly } from "./payload.js"
 import { LogState, type SnapshotBeginPayload, type SnapshotEndPayload } from "./state.js"
 
 /** The log is damaged at `path`, `offset`: open must refuse and change nothing. */
@@ -124,6 +124,9 @@ const applyLogRecord = (state: LogState, d: Decoded, path: string, offset: numbe
       }
       case Kind.requeue:
         state.applyRequeue(readRequeue(buf, start, end))
+        return
+      case Kind.started:
+        state.applyStarted(readIdOnly(buf, start, end, "started"))
         return
     }
   } catch (e) {
