@@ -10,6 +10,8 @@
  *   reply }`, or 202 with `pending: true` when the reply did not come in time (the message is still
  *   answered, through the outbox). A client `id` makes the run id `msg:<session>:<id>`: sending the
  *   same message again (after a timeout, to another runner) joins the first run instead of adding one.
+ * - `POST /sessions/:id/cancel`: cancels the session's turns dispatched before it, wherever they run
+ *   or wait (their waiting clients get 502 `canceled`); 200 `{ session, canceled: true }`.
  * - `POST /lanes/:lane/restart`: `restartLane` for the whole cluster; 200 `{ lane, generation }` once
  *   every live runner applied it (the runs of older generations failed `stale`).
  * - `GET /status`: this runner's shards and resident entities, its lanes, the cluster's live members,
@@ -75,7 +77,7 @@ export interface Ingress {
 type Reply = readonly [status: number, body: unknown]
 
 
-const NOT_FOUND = "Expected one of POST /sessions/:id/messages, POST /lanes/:lane/restart, GET /status, GET /metrics, GET /openapi.json, GET /healthz"
+const NOT_FOUND = "Expected one of POST /sessions/:id/messages, POST /sessions/:id/cancel, POST /lanes/:lane/restart, GET /status, GET /metrics, GET /openapi.json, GET /healthz"
 
 /** `?wait=` as milliseconds, or the 400 it earns. */
 export const parseWait = (raw: string | null, maxWaitMs: number): number | Reply => {
@@ -136,7 +138,7 @@ const errorsAsJson = (maxWaitMs: number, maxBody: number) => <E, R>(app: Effect.
       const failure = cause.reasons.find((r) => r._tag === "Fail" || r._tag === "Die")
       const e = (failure === undefined ? undefined : failure._tag === "Fail" ? failure.error : failure.defect) as { _tag?: string; kind?: string } | undefined
       const reason = e?._tag === "HttpServerError" ? (e as { reason?: { _tag?: string } }).reason?._tag : e?._tag
-      const route = url.pathname.match(/^\/sessions\/([^/]+)\/messages$/)
+      const route = url.pathname.match(/^\/sessions\/([^/]+)\/(?:messages|cancel)$/)
       if ((HttpApiError.HttpApiSchemaError.is(e) && e.kind === "Params") || (reason === "RouteNotFound" && route !== null)) {
         const parsed = route === null ? undefined : parseSession(route[1])
         if (parsed !== undefined && typeof parsed !== "string") return replyBody(parsed)
@@ -207,6 +209,11 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
     const runnerRoutes = HttpApiBuilder.group(api, "runner", (handlers) =>
       Effect.succeed(handlers.handleAll({
         message: ({ params, query, payload }) => message(params.id, payload, query.wait === undefined ? 0 : Number(query.wait)),
+        cancel: ({ params }) =>
+          Effect.mapError(
+            Effect.as(options.queue.cancel("main", params.id), { session: params.id, canceled: true as const }),
+            (e) => new IngressApi.RequestInvalid({ error: e.message, reason: "invalid" })
+          ),
         restart: ({ params }) =>
           Effect.mapError(
             Effect.map(options.queue.restartLane(params.lane), (generation) => ({ lane: params.lane, generation })),

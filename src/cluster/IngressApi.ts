@@ -113,6 +113,11 @@ export const make = (maxWaitMs: number) => {
         success: [Replied, Accepted],
         error: [RequestInvalid, TooLarge, Busy, Closed, TurnFailed, Internal]
       }),
+      HttpApiEndpoint.post("cancel", "/sessions/:id/cancel", {
+        params: { id: Session },
+        success: Schema.Struct({ session: Schema.String, canceled: Schema.Literal(true) }),
+        error: [RequestInvalid, Internal]
+      }),
       HttpApiEndpoint.post("restart", "/lanes/:lane/restart", {
         params: { lane: Schema.String },
         success: Schema.Struct({ lane: Schema.String, generation: Schema.Number }),

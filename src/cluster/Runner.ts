@@ -20,6 +20,7 @@ import type { DrainReport, LaneLimits } from "../queue/CommandQueue.js"
 import * as ClusterAgent from "./ClusterAgent.js"
 import * as ClusterCronJobs from "./ClusterCronJobs.js"
 import * as ClusterDelivery from "./ClusterDelivery.js"
+import * as ClusterHeartbeat from "./ClusterHeartbeat.js"
 import * as ClusterLayer from "./ClusterLayer.js"
 import * as ClusterQueue from "./ClusterQueue.js"
 import * as Ingress from "./Ingress.js"
@@ -59,6 +60,8 @@ export interface RunnerOptions {
   readonly deliveryTimeoutMs?: number
   /** How long turn records, cron firings and processed cluster messages are kept; default 24 h. */
   readonly retainMs?: number
+  /** One heartbeat turn per cluster every this many ms (a singleton); default none. */
+  readonly heartbeatMs?: number
   /** Bearer token of the HTTP ingress (every route but `/healthz`); required for a non-loopback `host`. */
   readonly token?: string
   /** The shard lease (ms): a runner silent this long loses its shards (see Fencing.ts); default 10_000. */
@@ -148,6 +151,7 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
       drainTimeoutMs
     }))
     if (jobs.length > 0) yield* provide(Layer.build(ClusterCronJobs.layer(jobs, queue, { prefix })))
+    if (options.heartbeatMs !== undefined) yield* provide(Layer.build(ClusterHeartbeat.layer({ everyMs: options.heartbeatMs }, queue)))
     yield* provide(Retention.start({ outbox, prefix, ...(options.retainMs === undefined ? {} : { retainMs: options.retainMs }) }))
     const ingress = yield* Ingress.serve({ queue, delivery, outbox, port: options.port,
       ...(options.host === undefined ? {} : { host: options.host }),

@@ -36,6 +36,7 @@ const program = new Command("runner")
   .option("--shards <n>", "shards per group; the same on every runner", integer("--shards", 1), 64)
   .option("--delivery-timeout <ms>", "bound on one delivery attempt (a dead runner's claims wait this + 1 s)", integer("--delivery-timeout", 1), 10_000)
   .option("--retain <ms>", "keep turn records, cron firings and processed cluster messages this long", integer("--retain", 1), 86_400_000)
+  .option("--heartbeat <ms>", "one heartbeat turn per cluster every <ms> (runs on one runner)", integer("--heartbeat", 100))
   .option("--token <token>", "bearer token every HTTP route but /healthz requires (or SWITCHYARD_TOKEN); needed for a non-loopback --host")
   .option("--lease <ms>", "shard lease: a runner silent this long loses its shards to the others", integer("--lease", 1000), 10_000)
   .option("--main-concurrent <n>", "turns at once per runner on lane main", integer("--main-concurrent", 1))
@@ -58,6 +59,7 @@ const opts = program.opts<{
   retain: number
   lease: number
   token?: string
+  heartbeat?: number
 }>()
 
 if (opts.postgres === undefined || opts.postgres === "") program.error("Expected `--postgres <url>` (or SWITCHYARD_POSTGRES), got nothing")
@@ -85,6 +87,7 @@ const options: Runner.RunnerOptions = {
   retainMs: opts.retain,
   leaseMs: opts.lease,
   ...(token === undefined ? {} : { token }),
+  ...(opts.heartbeat === undefined ? {} : { heartbeatMs: opts.heartbeat }),
   ...(opts.clusterPort === undefined ? {} : { clusterPort: opts.clusterPort }),
   ...(opts.name === undefined ? {} : { name: opts.name }),
   ...(opts.outbox === undefined ? {} : { outboxFile: opts.outbox }),

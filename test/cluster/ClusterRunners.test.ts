@@ -13,7 +13,7 @@ import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { postMessage, shardsSettled, startRunner, until } from "./support.js"
+import { killRunners, postMessage, shardsSettled, startRunner, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterRunners.test.ts")
@@ -56,8 +56,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
   }, 120_000)
 
   afterAll(async () => {
-    for (const r of runners) if (r.alive) r.child.kill("SIGKILL")
-    await Promise.all(runners.map((r) => r.exited))
+    await killRunners(runners)
     await db?.drop()
     fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)

@@ -4,7 +4,9 @@
  * takes its shards (bumping their epochs), runs the stalled turn's message again and answers a second
  * one. On SIGCONT the stale runner's turn reaches its commit, finds a newer epoch and writes nothing:
  * no overlapping turns of S in `switchyard_turns`, one outbox entry (one reply) per message, the stale
- * runner logs that it was fenced, and it goes on answering.
+ * runner logs that it was fenced, and it goes on answering. On the same two runners: cancel sent to
+ * the runner that does not run the turn, and one heartbeat per cluster (a singleton that moves to the
+ * survivor when its runner is SIGKILLed).
  */
 import { Effect } from "effect"
 import * as fs from "node:fs"
@@ -18,7 +20,7 @@ import * as Migrations from "../../src/cluster/Migrations.js"
 import * as PgDeliveryLog from "../../src/cluster/PgDeliveryLog.js"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { postMessage, shardsSettled, startRunner, status, until } from "./support.js"
+import { killRunners, postMessage, runningOn, shardsSettled, startRunner, status, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/Fencing.test.ts")
@@ -29,7 +31,13 @@ const SHARDS = 8
 const query = <A extends object>(url: string, text: string, params: ReadonlyArray<unknown> = []) =>
   Effect.runPromise(Postgres.withClient(url, (sql) => sql.unsafe<A>(text, params)))
 
-describe.skipIf(!up)("fencing (two runner processes, SIGSTOP past the lease)", () => {
+/** Whether the heartbeat singleton runs on `r` now, by its log: its last heartbeat line says it started. */
+const runsHeartbeat = (r: RunnerProcess): boolean => {
+  const lines = r.log.join("").split("\n").filter((l) => l.includes("heartbeat: the cluster's heartbeat"))
+  return lines.length > 0 && lines[lines.length - 1].includes("heartbeat runs on")
+}
+
+describe.skipIf(!up)("two runner processes: fencing (SIGSTOP past the lease), cancel across runners, one heartbeat per cluster", () => {
   let db: { url: string; drop: () => Promise<void> } | undefined
   const runners: Array<RunnerProcess> = []
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-fence-"))
@@ -37,19 +45,13 @@ describe.skipIf(!up)("fencing (two runner processes, SIGSTOP past the lease)", (
 
   beforeAll(async () => {
     db = await freshDatabase("fencing")
-    const args = ["--latency", String(LATENCY_MS), "--lease", String(LEASE_MS), "--shards", String(SHARDS), "--drain-timeout", "2000", "--delivery-timeout", "1000"]
+    const args = ["--latency", String(LATENCY_MS), "--lease", String(LEASE_MS), "--shards", String(SHARDS), "--drain-timeout", "2000", "--delivery-timeout", "1000", "--heartbeat", "500"]
     runners.push(...await Promise.all([startRunner({ url: db.url, outbox, args }), startRunner({ url: db.url, outbox, args })]))
     await shardsSettled(runners.map((r) => r.port), SHARDS)
   }, 90_000)
 
   afterAll(async () => {
-    for (const r of runners) {
-      if (r.alive) {
-        r.child.kill("SIGCONT")
-        r.child.kill("SIGKILL")
-      }
-    }
-    await Promise.all(runners.map((r) => r.exited))
+    await killRunners(runners)
     await db?.drop()
     fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
@@ -59,13 +61,7 @@ describe.skipIf(!up)("fencing (two runner processes, SIGSTOP past the lease)", (
     const first = await postMessage(runners[0].port, session, "first", 0)
     expect(first.status).toBe(202)
     // The runner whose lane runs the turn now (its model call takes LATENCY_MS).
-    let stale: RunnerProcess | undefined
-    await until("the first turn to start on a runner", 10_000, async () => {
-      for (const r of runners) {
-        if ((await status(r.port)).lanes.some((l) => l.lane === "main" && l.running > 0)) stale = r
-      }
-      return stale !== undefined
-    })
+    const stale: RunnerProcess | undefined = await runningOn(runners)
     const owner = runners.find((r) => r !== stale)!
     stale!.child.kill("SIGSTOP")
     const stoppedAt = Date.now()
@@ -107,6 +103,42 @@ describe.skipIf(!up)("fencing (two runner processes, SIGSTOP past the lease)", (
     const epochs = await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_shard_epochs WHERE epoch > 1`)
     expect(Number(epochs[0].n)).toBeGreaterThan(0)
   }, 120_000)
+
+  it("cancel sent to the runner that does not run the turn: the turn is interrupted where it runs, its client gets 502 canceled, no turn record, the session goes on", async () => {
+    const session = "cancel-me"
+    const waiting = postMessage(runners[0].port, session, "long", 30_000)
+    const running = await runningOn(runners)
+    const other = runners.find((r) => r !== running)!
+    const canceled = await fetch(`http://127.0.0.1:${other.port}/sessions/${session}/cancel`, { method: "POST" })
+    expect([canceled.status, await canceled.json()]).toEqual([200, { session, canceled: true }])
+    const answer = await waiting
+    expect([answer.status, answer.body.reason]).toEqual([502, "canceled"])
+    expect((await status(running!.port)).lanes.find((l) => l.lane === "main")?.running).toBe(0)
+    const turns = await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_turns WHERE session = $1`, [session])
+    expect(Number(turns[0].n)).toBe(0)
+    const next = await postMessage(other.port, session, "again", 30_000)
+    expect([next.status, next.body.reply?.text]).toEqual([200, "You said: again"])
+  }, 60_000)
+
+  it("one heartbeat per cluster: the singleton runs on exactly one runner; after a SIGKILL of that runner it runs on the survivor", async () => {
+    await until("the heartbeat singleton to run on one runner", 20_000, async () => runners.filter(runsHeartbeat).length === 1)
+    await shardsSettled(runners.map((r) => r.port), SHARDS)
+    expect(runners.filter(runsHeartbeat).length).toBe(1)
+    const holder = runners.find(runsHeartbeat)!
+    const survivor = runners.find((r) => r !== holder)!
+    await until("a heartbeat turn", 20_000, async () =>
+      Number((await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_turns WHERE session = 'heartbeat'`))[0].n) >= 1)
+    // Heartbeat turns take 2 s and the ticks coalesce: turns of the heartbeat never overlap, whoever ran them.
+    const overlaps = await query(db!.url, `SELECT a.id FROM switchyard_turns a JOIN switchyard_turns b ON a.session = 'heartbeat'
+      AND b.session = 'heartbeat' AND a.id < b.id AND a.started_at < b.ended_at AND b.started_at < a.ended_at`)
+    expect(overlaps).toEqual([])
+    holder.child.kill("SIGKILL")
+    await holder.exited
+    const killedAt = Date.now()
+    await until("the heartbeat singleton to move to the survivor", 30_000, async () => runsHeartbeat(survivor))
+    await until("a heartbeat turn on the survivor after the kill", 30_000, async () =>
+      Number((await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_turns WHERE session = 'heartbeat' AND runner = $1 AND started_at > $2`, [survivor.name, killedAt]))[0].n) >= 1)
+  }, 90_000)
 })
 
 describe.skipIf(!up)("the fenced commit of a turn (one process)", () => {

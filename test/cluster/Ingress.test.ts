@@ -109,7 +109,7 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
       assert.strictEqual(spec.status, 200)
       assert.match(String(spec.json.openapi), /^3\./)
       assert.deepStrictEqual(Object.keys(spec.json.paths).sort(), [
-        "/healthz", "/lanes/{lane}/restart", "/metrics", "/openapi.json", "/sessions/{id}/messages", "/status"
+        "/healthz", "/lanes/{lane}/restart", "/metrics", "/openapi.json", "/sessions/{id}/cancel", "/sessions/{id}/messages", "/status"
       ])
       assert.includeMembers(Object.keys(spec.json.paths["/sessions/{id}/messages"].post.responses), ["200", "202", "400", "401", "429", "502", "503"])
     })), 60_000)
