@@ -7,8 +7,9 @@
  * goes to the dead letters), 5xx and connection errors are retried.
  *
  * A reply of several parts records how many parts went out (in `parts.json`, after each part), so
- * a retry, or the next start, sends only the parts not sent yet. Telegram has no idempotency key:
- * a crash between Telegram's answer and that record can repeat one part (delivery is at least once).
+ * a retry, or the next start, sends only the parts not sent yet. Telegram has no idempotency key and
+ * no way to ask whether a message went out: an entry the last process may have sent (`maybeSent`,
+ * a crash between the attempt and its outcome) is sent again, and said so (at least once).
  */
 import { Effect } from "effect"
 import { replyOf } from "../../src/agent/index.js"
@@ -34,8 +35,8 @@ export const textOf = (entry: DeliveryEntry): string => {
 export const TelegramChannel = (options: {
   readonly api: BotApi
   readonly partsFile: string
-  /** Called after each message Telegram accepted. */
-  readonly onSent?: (chat: string, text: string) => void
+  /** Called before sending an entry the last process may have sent already (`entry.maybeSent`). */
+  readonly onMaybeSent?: (entry: DeliveryEntry, partsSent: number) => void
 }): Effect.Effect<Channel, DeliveryFailure> =>
   Effect.gen(function*() {
     const toFailure = (error: { readonly message: string }) => new DeliveryFailure({ message: error.message, permanent: true })
@@ -47,6 +48,7 @@ export const TelegramChannel = (options: {
       Effect.gen(function*() {
         const chat = entry.message.to
         const parts = splitMessage(textOf(entry))
+        if (entry.maybeSent === true) options.onMaybeSent?.(entry, sent.get(entry.id) ?? 0)
         for (let i = sent.get(entry.id) ?? 0; i < parts.length; i++) {
           yield* options.api.call("sendMessage", { chat_id: chat, text: parts[i] }, SEND_TIMEOUT_MS).pipe(
             Effect.mapError((error) =>
@@ -57,7 +59,6 @@ export const TelegramChannel = (options: {
               })
             )
           )
-          options.onSent?.(chat, parts[i]!)
           if (parts.length > 1 && i < parts.length - 1) {
             sent.set(entry.id, i + 1)
             yield* record

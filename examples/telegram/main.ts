@@ -85,7 +85,15 @@ const run = (options: BotOptions): void => {
             : `cannot reach the Bot API at ${base}: ${error.message}`
         )
       )
-      const channel = yield* TelegramChannel({ api, partsFile: path.join(stateDir, "telegram", "parts.json") })
+      const channel = yield* TelegramChannel({
+        api,
+        partsFile: path.join(stateDir, "telegram", "parts.json"),
+        onMaybeSent: (entry, partsSent) =>
+          say(
+            `the reply ${entry.id} to ${entry.message.to} may have gone out before the restart` +
+              `${partsSent > 0 ? ` (${partsSent} part(s) are known sent)` : ""}; Telegram cannot be asked, so it is sent again`
+          )
+      })
       const agent = yield* Agent.make({
         stateDir,
         channel,

@@ -157,6 +157,8 @@ describe("npm run telegram", () => {
     await kill9(first)
 
     const second = await startBot(f, stateDir)
+    // The reply was in flight at the kill: the log says it may have gone out, and the bot says it sends it again.
+    await second.waitForStdout(/^the reply \S+ to 8 may have gone out before the restart; Telegram cannot be asked, so it is sent again$/)
     await f.until((sent) => (sent.filter((m) => m.chat === "8").map((m) => m.text).join(" ").includes("two") && sent.some((m) => m.chat === "9") ? true : undefined), "every reply")
     await f.confirmed()
     expect((await stop(second)).code).toBe(0)
@@ -180,7 +182,8 @@ describe("npm run telegram", () => {
     const progress = JSON.parse(fs.readFileSync(path.join(stateDir, "telegram", "parts.json"), "utf8"))
     expect(Object.values(progress)).toEqual([1])
 
-    await startBot(f, stateDir)
+    const second = await startBot(f, stateDir)
+    await second.waitForStdout(/^the reply \S+ to 12 may have gone out before the restart \(1 part\(s\) are known sent\); Telegram cannot be asked/)
     const reply = `You said: ${text}`
     const parts = await f.until((sent) => {
       const mine = sent.filter((m) => m.chat === "12").map((m) => m.text)
