@@ -7,6 +7,13 @@
  * in `seq` order until none is due (after `TURN_BATCH` in a row it hands its slot on, so one busy
  * recipient cannot starve the others); a head waiting for its backoff is woken by a single timer
  * (a min-heap on the Effect `Clock`, so `TestClock` drives it).
+ *
+ * Before `deliver` the log gets a durable "attempt started" mark (`markStarted`, when the store has
+ * it); a replayed entry whose mark has no outcome arrives `maybeSent`. The mark of a recipient's next
+ * entry is written with the ack ahead of it (one group commit). Every failure goes through `classify`
+ * (HTTP status, `Retry-After`: classify.ts); `maxAgeMs` expires entries at replay and before each
+ * attempt; `replay` paces what the log held at start (replayPacer.ts); retries.ts has `retryDead` and
+ * `retryNow`.
  */
 import { Clock, Deferred, Effect, Exit, Option, Random, Scope } from "effect"
 import { createLanes } from "../queue/index.js"

@@ -40,6 +40,30 @@ describe("DeliveryQueue attempt-started mark (memory log)", () => {
       assert.deepStrictEqual(log.acked, [e.id])
     }))
 
+  it.effect("the next entry's mark is written alongside the ack ahead of it (one group commit), and not again before its attempt", () =>
+    Effect.gen(function*() {
+      const log = makeMemoryLog()
+      const q = yield* DeliveryQueue.make({ log, deliver: () => Effect.void })
+      const hold = log.hold("ack")
+      const first = yield* q.enqueue(msg("a", 1))
+      const second = yield* q.enqueue(msg("a", 2))
+      yield* Deferred.await(hold.reached)
+      // The first ack is parked: the second entry's mark was issued at the same time, not after it.
+      for (let i = 0; i < 100 && !log.calls.some((c) => c.op === "markStarted" && c.id === second.id); i++) {
+        yield* Effect.yieldNow
+      }
+      const early = log.calls.map((c) => [c.op, "id" in c ? c.id : ""])
+      yield* hold.release
+      yield* q.idle
+      assert.deepStrictEqual(early, [["append", first.id], ["append", second.id], ["markStarted", first.id], [
+        "markStarted",
+        second.id
+      ]])
+      const marks = log.calls.filter((c) => c.op === "markStarted").map((c) => "id" in c && c.id)
+      assert.deepStrictEqual(marks, [first.id, second.id], "one mark each")
+      assert.deepStrictEqual(log.acked, [first.id, second.id])
+    }))
+
   it.effect("a replayed entry marked without an outcome reaches deliver with maybeSent; a fresh one without", () =>
     Effect.gen(function*() {
       const log = makeMemoryLog()
