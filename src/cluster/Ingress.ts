@@ -35,6 +35,7 @@ import * as http from "node:http"
 import type { ClusterDelivery } from "./ClusterDelivery.js"
 import { reservedSession } from "./ClusterAgent.js"
 import type { ClusterQueue } from "./ClusterQueue.js"
+import type * as Inbox from "./Inbox.js"
 import * as IngressApi from "./IngressApi.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 import { metricsText, status } from "./RunnerStatus.js"
@@ -44,6 +45,8 @@ export interface IngressOptions {
   readonly queue: ClusterQueue
   readonly delivery: ClusterDelivery
   readonly outbox: PgDeliveryLog
+  /** The agent's inbox: messages of a session that arrive while its turn runs are answered together. Without it, one turn per message. */
+  readonly inbox?: Inbox.Inbox
   readonly port: number
   /** Default `127.0.0.1`. */
   readonly host?: string
@@ -179,9 +182,19 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
     const message = (session: string, body: typeof IngressApi.MessageBody.Type, waitMs: number) =>
       Effect.gen(function*() {
         if (!accepting) return yield* new IngressApi.Closed({ error: "Expected a runner that takes messages, got one shutting down", reason: "closed" })
-        const dispatched = yield* Effect.exit(options.queue.dispatch("main", session, { type: "message", session, text: body.text }, {
-          ...(body.id === undefined ? {} : { runId: `msg:${session}:${body.id}` })
-        }))
+        // A message joins the session's run that waits (answered together with the others that came while
+        // the turn before it ran), recorded in the inbox for that run; a re-sent message id joins its run.
+        const known = body.id === undefined || options.inbox === undefined
+          ? undefined
+          : yield* Effect.orElseSucceed(options.inbox.runOf(session, body.id), () => undefined)
+        const inbox = options.inbox
+        const dispatched = yield* Effect.exit(options.queue.dispatch("main", session, { type: "message", session, text: body.text, inbox: inbox !== undefined }, 
+          inbox === undefined
+            ? (body.id === undefined ? {} : { runId: `msg:${session}:${body.id}` })
+            : known !== undefined
+            ? { runId: known }
+            : { coalesce: true, beforeSend: (runId: string) => inbox.add(session, body.id, body.text, runId) }
+        ))
         if (Exit.isFailure(dispatched)) {
           const err = failureOf(dispatched)
           if (err?._tag === "AdmissionError") {

@@ -23,6 +23,7 @@ import * as ClusterDelivery from "./ClusterDelivery.js"
 import * as ClusterHeartbeat from "./ClusterHeartbeat.js"
 import * as ClusterLayer from "./ClusterLayer.js"
 import * as ClusterQueue from "./ClusterQueue.js"
+import * as Inbox from "./Inbox.js"
 import * as Ingress from "./Ingress.js"
 import * as PgDeliveryLog from "./PgDeliveryLog.js"
 import * as Retention from "./Retention.js"
@@ -153,7 +154,8 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
     if (jobs.length > 0) yield* provide(Layer.build(ClusterCronJobs.layer(jobs, queue, { prefix })))
     if (options.heartbeatMs !== undefined) yield* provide(Layer.build(ClusterHeartbeat.layer({ everyMs: options.heartbeatMs }, queue)))
     yield* provide(Retention.start({ outbox, prefix, ...(options.retainMs === undefined ? {} : { retainMs: options.retainMs }) }))
-    const ingress = yield* Ingress.serve({ queue, delivery, outbox, port: options.port,
+    const inbox = yield* provide(Inbox.make(prefix))
+    const ingress = yield* Ingress.serve({ queue, delivery, outbox, inbox, port: options.port,
       ...(options.host === undefined ? {} : { host: options.host }),
       ...(options.token === undefined ? {} : { token: options.token })
     })

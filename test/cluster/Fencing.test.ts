@@ -120,6 +120,27 @@ describe.skipIf(!up)("two runner processes: fencing (SIGSTOP past the lease), ca
     expect([next.status, next.body.reply?.text]).toEqual([200, "You said: again"])
   }, 60_000)
 
+  it("messages that arrive while a session's turn runs, through either runner, are answered together by the next turn (the inbox): one run, one reply, one turn", async () => {
+    const session = "together"
+    const first = postMessage(runners[0].port, session, "m1", 30_000)
+    await runningOn(runners)
+    const [second, third] = await Promise.all([
+      postMessage(runners[0].port, session, "m2", 30_000),
+      postMessage(runners[1].port, session, "m3", 30_000)
+    ])
+    expect((await first).body.reply?.text).toBe("You said: m1")
+    expect([second.status, third.status]).toEqual([200, 200])
+    expect(second.body.runId).toBe(third.body.runId)
+    expect(second.body.reply?.text === "You said: m2 / m3" || second.body.reply?.text === "You said: m3 / m2").toBe(true)
+    expect(third.body.reply).toEqual(second.body.reply)
+    const turns = await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_turns WHERE session = $1`, [session])
+    expect(Number(turns[0].n)).toBe(2)
+    const replies = await query<{ body: string }>(db!.url, `SELECT body FROM switchyard_outbox WHERE recipient = $1 ORDER BY seq`, [session])
+    expect(replies.map((r) => JSON.parse(r.body).messages)).toEqual([1, 2])
+    const transcript = await query<{ role: string }>(db!.url, `SELECT role FROM switchyard_transcripts WHERE session = $1 ORDER BY id`, [session])
+    expect(transcript.map((t) => t.role)).toEqual(["user", "assistant", "user", "user", "assistant"])
+  }, 60_000)
+
   it("one heartbeat per cluster: the singleton runs on exactly one runner; after a SIGKILL of that runner it runs on the survivor", async () => {
     await until("the heartbeat singleton to run on one runner", 20_000, async () => runners.filter(runsHeartbeat).length === 1)
     await shardsSettled(runners.map((r) => r.port), SHARDS)

@@ -31,7 +31,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
       "cluster_messages:0003_pg_messages_rowid_index",
       "cluster_runners:0001_create_tables",
       "switchyard:0001_tables",
-      "switchyard:0002_shard_epochs"
+      "switchyard:0002_shard_epochs",
+      "switchyard:0003_inbox"
     ]])
     const again = await Effect.runPromise(Postgres.withClient(url, (sql) => Migrations.migrate().pipe(Effect.provideService(SqlClient.SqlClient, sql))))
     expect(again).toEqual([])
@@ -39,7 +40,7 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
       sql.unsafe<{ t: string }>(`SELECT tablename AS t FROM pg_tables WHERE schemaname = 'public' ORDER BY 1`)))
     expect(tables.map((r) => r.t)).toEqual([
       "cluster_locks", "cluster_messages", "cluster_migrations", "cluster_replies", "cluster_runner_migrations", "cluster_runners",
-      "switchyard_coalesce", "switchyard_cron_firings", "switchyard_generations", "switchyard_members", "switchyard_migrations",
+      "switchyard_coalesce", "switchyard_cron_firings", "switchyard_generations", "switchyard_inbox", "switchyard_members", "switchyard_migrations",
       "switchyard_outbox", "switchyard_shard_epochs", "switchyard_transcripts", "switchyard_turns"
     ])
   }, 60_000)
@@ -53,7 +54,7 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         yield* sql.unsafe(`INSERT INTO switchyard_generations VALUES ('main', 7)`)
       })))
     const ran = await Effect.runPromise(Postgres.withClient(url, (sql) => Migrations.migrate({ cluster: false }).pipe(Effect.provideService(SqlClient.SqlClient, sql))))
-    expect(ran).toEqual(["switchyard:0001_tables", "switchyard:0002_shard_epochs"])
+    expect(ran).toEqual(["switchyard:0001_tables", "switchyard:0002_shard_epochs", "switchyard:0003_inbox"])
     const rows = await Effect.runPromise(Postgres.withClient(url, (sql) =>
       sql.unsafe<{ generation: number }>(`SELECT generation::float8 AS generation FROM switchyard_generations`)))
     expect(rows.map((r) => Number(r.generation))).toEqual([7])
