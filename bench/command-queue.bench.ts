@@ -5,9 +5,9 @@
  * `Effect.promise` for the Effect API: every task waits for a promise, as real work does);
  * (2) heap bytes retained per waiting task, beside p-queue. `npm run bench -- command-queue`
  */
+import { Effect, Exit, Scope } from "effect"
 import fastq from "fastq"
 import PQueue from "p-queue"
-import { Effect, Exit, Scope } from "effect"
 import { CommandQueue, createCommandQueue } from "../src/queue/index.js"
 import type { AsyncFuture } from "../src/queue/index.js"
 import { heapUsed, opsPerSecond, ratio, table } from "./lib.js"
@@ -96,12 +96,15 @@ const throughput = async (async_: boolean) => {
   }
   const pq = best.get(peers[0]![0])!
   const kind = async_ ? "asynchronous (async function / Effect.promise)" : "synchronous"
-  table(`dispatch + await of ${kind} no-op tasks, batches of ${BATCH.toLocaleString("en-US")}, best of ${ROUNDS} rounds`, peers.map(([name]) => ({
-    name,
-    "tasks/s": best.get(name)!,
-    "vs p-queue": ratio(best.get(name)!, pq),
-    "CPU µs/task": cpu.get(name)!
-  })))
+  table(
+    `dispatch + await of ${kind} no-op tasks, batches of ${BATCH.toLocaleString("en-US")}, best of ${ROUNDS} rounds`,
+    peers.map(([name]) => ({
+      name,
+      "tasks/s": best.get(name)!,
+      "vs p-queue": ratio(best.get(name)!, pq),
+      "CPU µs/task": cpu.get(name)!
+    }))
+  )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -151,7 +154,11 @@ const retainedSwitchyard = async (keysPerLane: number, takeResult: boolean) => {
 const retained = async () => {
   const pq = await retainedPQueue()
   const rows = [
-    { name: `p-queue 10, ${WAITING.toLocaleString("en-US")} queued tasks (promises held)`, "bytes/task": pq, "vs p-queue": "1.00x" }
+    {
+      name: `p-queue 10, ${WAITING.toLocaleString("en-US")} queued tasks (promises held)`,
+      "bytes/task": pq,
+      "vs p-queue": "1.00x"
+    }
   ]
   const variants: ReadonlyArray<readonly [string, number, boolean]> = [
     ["switchyard, 1 key per lane, futures held", 1, false],
@@ -161,7 +168,11 @@ const retained = async () => {
   ]
   for (const [name, keys, takeResult] of variants) {
     const bytes = await retainedSwitchyard(keys, takeResult)
-    rows.push({ name: `${name} (${WAITING.toLocaleString("en-US")} waiting)`, "bytes/task": bytes, "vs p-queue": ratio(bytes, pq) })
+    rows.push({
+      name: `${name} (${WAITING.toLocaleString("en-US")} waiting)`,
+      "bytes/task": bytes,
+      "vs p-queue": ratio(bytes, pq)
+    })
   }
   table("heap retained per waiting task (lower is better; goal <= 0.50x p-queue)", rows)
 }
