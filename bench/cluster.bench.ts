@@ -50,10 +50,30 @@ const reachable = async () => {
 const startRunner = (url: string, port: number, clusterPort: number, outbox: string, latency: number) =>
   new Promise<ChildProcess>((resolve, reject) => {
     const child = spawn(process.execPath, [
-      "--import", "tsx", "src/cluster/runner-main.ts", "--postgres", url, "--port", String(port),
-      "--cluster-port", String(clusterPort), "--latency", String(latency), "--outbox", outbox,
-      "--shards", "32", "--main-concurrent", "8", "--drain-timeout", "2000"
-    ], { cwd: root, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, ANTHROPIC_API_KEY: "", SWITCHYARD_EXIT_WITH_PARENT: "1" } })
+      "--import",
+      "tsx",
+      "src/cluster/runner-main.ts",
+      "--postgres",
+      url,
+      "--port",
+      String(port),
+      "--cluster-port",
+      String(clusterPort),
+      "--latency",
+      String(latency),
+      "--outbox",
+      outbox,
+      "--shards",
+      "32",
+      "--main-concurrent",
+      "8",
+      "--drain-timeout",
+      "2000"
+    ], {
+      cwd: root,
+      stdio: ["ignore", "pipe", "inherit"],
+      env: { ...process.env, ANTHROPIC_API_KEY: "", SWITCHYARD_EXIT_WITH_PARENT: "1" }
+    })
     const timer = setTimeout(() => reject(new Error("runner not ready in 60 s")), 60_000)
     child.stdout!.on("data", (d: Buffer) => {
       if (d.toString().includes(`"type":"ready"`)) {
@@ -108,7 +128,11 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
         return sum + Number(f[11]) + Number(f[12]) // utime + stime (fields 14, 15)
       }, 0)
     const commits = async () =>
-      Number(((await admin((sql) => sql`SELECT xact_commit::float8 AS n FROM pg_stat_database WHERE datname = ${name}`)) as Array<{ n: number }>)[0].n)
+      Number(
+        ((await admin((sql) =>
+          sql`SELECT xact_commit::float8 AS n FROM pg_stat_database WHERE datname = ${name}`
+        )) as Array<{ n: number }>)[0].n
+      )
     const ticks0 = cpuTicks()
     const commits0 = await commits()
     let next = 0
@@ -117,13 +141,22 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
     await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
       while (next < messages) {
         const i = next++
-        while ((await post(ports[Math.floor(Math.random() * runners)], `s${i % SESSIONS}`, `m${i}`)) === undefined) busy++
+        while ((await post(ports[Math.floor(Math.random() * runners)], `s${i % SESSIONS}`, `m${i}`)) === undefined) {
+          busy++
+        }
       }
     }))
     const seconds = (performance.now() - start) / 1000
     const cpuMsPerMessage = ((cpuTicks() - ticks0) * 10) / messages // 100 ticks per second on Linux
     const commitsPerMessage = ((await commits()) - commits0) / messages
-    return { perSecond: messages / seconds, p50: percentile(latencies, 0.5), p95: percentile(latencies, 0.95), busy, cpuMsPerMessage, commitsPerMessage }
+    return {
+      perSecond: messages / seconds,
+      p50: percentile(latencies, 0.5),
+      p95: percentile(latencies, 0.95),
+      busy,
+      cpuMsPerMessage,
+      commitsPerMessage
+    }
   } finally {
     for (const c of children) c.kill("SIGTERM")
     await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(undefined) : c.once("exit", r)))))
@@ -157,11 +190,32 @@ if (!(await reachable())) {
   const local = await single()
   const one = await cluster(1)
   const three = await cluster(3)
-  table(`Cluster throughput: ${MESSAGES} messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${LATENCY} ms scripted turn, lane main concurrent 8 per runner`, [
-    { name: "single-process CommandQueue (same 20 ms task)", "messages/s": local.perSecond, "vs 1 runner": ratio(local.perSecond, one.perSecond), "runner CPU ms/message": "-", "Postgres transactions/message": "-" },
-    { name: "cluster, 1 runner", "messages/s": one.perSecond, "vs 1 runner": "1.00x", "runner CPU ms/message": one.cpuMsPerMessage, "Postgres transactions/message": one.commitsPerMessage },
-    { name: "cluster, 3 runners", "messages/s": three.perSecond, "vs 1 runner": ratio(three.perSecond, one.perSecond), "runner CPU ms/message": three.cpuMsPerMessage, "Postgres transactions/message": three.commitsPerMessage }
-  ])
+  table(
+    `Cluster throughput: ${MESSAGES} messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${LATENCY} ms scripted turn, lane main concurrent 8 per runner`,
+    [
+      {
+        name: "single-process CommandQueue (same 20 ms task)",
+        "messages/s": local.perSecond,
+        "vs 1 runner": ratio(local.perSecond, one.perSecond),
+        "runner CPU ms/message": "-",
+        "Postgres transactions/message": "-"
+      },
+      {
+        name: "cluster, 1 runner",
+        "messages/s": one.perSecond,
+        "vs 1 runner": "1.00x",
+        "runner CPU ms/message": one.cpuMsPerMessage,
+        "Postgres transactions/message": one.commitsPerMessage
+      },
+      {
+        name: "cluster, 3 runners",
+        "messages/s": three.perSecond,
+        "vs 1 runner": ratio(three.perSecond, one.perSecond),
+        "runner CPU ms/message": three.cpuMsPerMessage,
+        "Postgres transactions/message": three.commitsPerMessage
+      }
+    ]
+  )
   table(`Turn latency one message at a time (POST ... ?wait to reply), ${LATENCY_SAMPLES} samples`, [
     { name: "single-process CommandQueue", "p50 ms": local.p50, "p95 ms": local.p95, "added p50 ms": 0 },
     { name: "cluster, 1 runner", "p50 ms": one.p50, "p95 ms": one.p95, "added p50 ms": one.p50 - local.p50 },
@@ -171,9 +225,26 @@ if (!(await reachable())) {
   const SLOW = 500
   const slowOne = await cluster(1, SLOW, 240)
   const slowThree = await cluster(3, SLOW, 240)
-  table(`Cluster throughput when the turn waits: 240 messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${SLOW} ms scripted turn, lane main concurrent 8 per runner`, [
-    { name: "cluster, 1 runner", "messages/s": slowOne.perSecond, "vs 1 runner": "1.00x", "bound (8 slots x runners / 0.5 s)": 16 },
-    { name: "cluster, 3 runners", "messages/s": slowThree.perSecond, "vs 1 runner": ratio(slowThree.perSecond, slowOne.perSecond), "bound (8 slots x runners / 0.5 s)": 48 }
-  ])
-  console.log(`(429 backpressure retries: 1 runner ${one.busy}, 3 runners ${three.busy}; load average ${os.loadavg().map((l) => l.toFixed(1)).join(" ")})\n`)
+  table(
+    `Cluster throughput when the turn waits: 240 messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${SLOW} ms scripted turn, lane main concurrent 8 per runner`,
+    [
+      {
+        name: "cluster, 1 runner",
+        "messages/s": slowOne.perSecond,
+        "vs 1 runner": "1.00x",
+        "bound (8 slots x runners / 0.5 s)": 16
+      },
+      {
+        name: "cluster, 3 runners",
+        "messages/s": slowThree.perSecond,
+        "vs 1 runner": ratio(slowThree.perSecond, slowOne.perSecond),
+        "bound (8 slots x runners / 0.5 s)": 48
+      }
+    ]
+  )
+  console.log(
+    `(429 backpressure retries: 1 runner ${one.busy}, 3 runners ${three.busy}; load average ${
+      os.loadavg().map((l) => l.toFixed(1)).join(" ")
+    })\n`
+  )
 }

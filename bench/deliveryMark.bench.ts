@@ -7,11 +7,11 @@
  * alternate without/with, best of each kept for the rates and the median for the counts.
  * `npm run bench -- deliveryMark`
  */
+import { Effect } from "effect"
 import fs, { mkdtempSync, rmSync } from "node:fs"
 import { syncBuiltinESMExports } from "node:module"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Effect } from "effect"
 import { DeliveryLog, DeliveryQueue } from "../src/delivery/index.js"
 import type { OutboundMessage } from "../src/delivery/index.js"
 import { now, ratio, table } from "./lib.js"
@@ -93,7 +93,10 @@ const main = async () => {
     })
     const off = sum(runs.off)
     const on = sum(runs.on)
-    const records = (mark: boolean, syncsPerMessage: number) => (syncsPerMessage === 0 ? "-" : ((mark ? 3 : 2) / syncsPerMessage).toFixed(1))
+    const records = (
+      mark: boolean,
+      syncsPerMessage: number
+    ) => (syncsPerMessage === 0 ? "-" : ((mark ? 3 : 2) / syncsPerMessage).toFixed(1))
     for (const [name, s, mark] of [["without the mark", off, false], ["with the mark", on, true]] as const) {
       rows.push({
         name: `fsync ${fsync}, ${n.toLocaleString("en-US")} messages, queue concurrency ${concurrency}: ${name}`,
@@ -105,7 +108,17 @@ const main = async () => {
       })
     }
   }
-  table("The attempt-started mark: syncs and CPU per delivered message (64 producers, 200 recipients, deliver a no-op)", rows)
+  table(
+    "The attempt-started mark: syncs and CPU per delivered message (64 producers, 200 recipients, deliver a no-op)",
+    rows
+  )
 }
 
-main().finally(() => rmSync(root, { recursive: true, force: true }))
+main().then(
+  () => rmSync(root, { recursive: true, force: true }),
+  (error) => {
+    rmSync(root, { recursive: true, force: true })
+    console.error(error)
+    process.exitCode = 1
+  }
+)

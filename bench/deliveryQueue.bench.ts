@@ -7,10 +7,10 @@
  * With `fsync: "never"` (CPU cost) and `fsync: "always"` (group commit on the real disk).
  * `npm run bench -- deliveryQueue`
  */
+import { Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Effect } from "effect"
 import { DeliveryLog, DeliveryQueue } from "../src/delivery/index.js"
 import type { OutboundMessage } from "../src/delivery/index.js"
 import { now, ratio, table } from "./lib.js"
@@ -20,7 +20,10 @@ let dirs = 0
 const freshDir = () => join(root, `d${dirs++}`)
 
 const messages = (n: number, recipients: number): Array<OutboundMessage> =>
-  Array.from({ length: n }, (_, i) => ({ channel: "bench", to: `r${i % recipients}`, body: { i, text: "hello there" } }))
+  Array.from(
+    { length: n },
+    (_, i) => ({ channel: "bench", to: `r${i % recipients}`, body: { i, text: "hello there" } })
+  )
 
 type Fsync = "always" | "never"
 
@@ -30,7 +33,10 @@ const floor = (fsync: Fsync, msgs: ReadonlyArray<OutboundMessage>) =>
     Effect.gen(function*() {
       const log = yield* DeliveryLog.open({ dir: freshDir(), fsync })
       const start = now()
-      yield* Effect.forEach(msgs, (m) => Effect.flatMap(log.append(m), (e) => log.ack(e.id)), { concurrency: 64, discard: true })
+      yield* Effect.forEach(msgs, (m) => Effect.flatMap(log.append(m), (e) => log.ack(e.id)), {
+        concurrency: 64,
+        discard: true
+      })
       return (msgs.length * 1000) / (now() - start)
     })
   )
@@ -101,4 +107,11 @@ const main = async () => {
   table("DeliveryQueue throughput against the log's own append + ack floor (64 producers, deliver a no-op)", rows)
 }
 
-main().finally(() => rmSync(root, { recursive: true, force: true }))
+main().then(
+  () => rmSync(root, { recursive: true, force: true }),
+  (error) => {
+    rmSync(root, { recursive: true, force: true })
+    console.error(error)
+    process.exitCode = 1
+  }
+)

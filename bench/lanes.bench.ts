@@ -4,10 +4,10 @@
  * Each side by side with a plain-JavaScript floor and a Promise-queue peer (p-queue, fastq with a
  * per-key Map for coalescing). `npm run bench -- lanes`
  */
-import fastq from "fastq"
-import PQueue from "p-queue"
-import { PerformanceObserver } from "node:perf_hooks"
 import { Deferred, Effect, Exit, Scheduler, Scope } from "effect"
+import fastq from "fastq"
+import { PerformanceObserver } from "node:perf_hooks"
+import PQueue from "p-queue"
 import { createLanes, type Lanes } from "../src/queue/index.js"
 import { gc, heapUsed, now, ratio, table } from "./lib.js"
 
@@ -34,7 +34,10 @@ const repeat = (effect: Effect.Effect<unknown, unknown>, n: number) => {
  * scheduler yields off (a yield allocates in the scheduler, not in the op), median of 7 rounds.
  * A scavenge during a round would hide allocation, so the number of them is reported too.
  */
-const bytesPerOp = async (loop: (n: number) => Effect.Effect<unknown, unknown>, n: number): Promise<{ bytes: number; gcs: number }> => {
+const bytesPerOp = async (
+  loop: (n: number) => Effect.Effect<unknown, unknown>,
+  n: number
+): Promise<{ bytes: number; gcs: number }> => {
   const run = () => Effect.runSync(Effect.provideService(loop(n), Scheduler.PreventSchedulerYield, true))
   run() // warm-up
   const rounds: Array<number> = []
@@ -104,15 +107,30 @@ const coalesced = async () => {
       const prebuiltAlloc = await bytesPerOp(loopPrebuilt, ALLOC_N)
       const fresh = await opsPerSec((n) => Effect.runPromise(loopFresh(n)), N)
       const freshAlloc = await bytesPerOp(loopFresh, ALLOC_N)
-      rows.push({ name: "lanes.wake (one Effect value, run again and again)", "wakes/s": prebuilt, "bytes/wake": prebuiltAlloc.bytes, "scavenges during": prebuiltAlloc.gcs })
-      rows.push({ name: "lanes.wake(key) called for every wake", "wakes/s": fresh, "bytes/wake": freshAlloc.bytes, "scavenges during": freshAlloc.gcs })
+      rows.push({
+        name: "lanes.wake (one Effect value, run again and again)",
+        "wakes/s": prebuilt,
+        "bytes/wake": prebuiltAlloc.bytes,
+        "scavenges during": prebuiltAlloc.gcs
+      })
+      rows.push({
+        name: "lanes.wake(key) called for every wake",
+        "wakes/s": fresh,
+        "bytes/wake": freshAlloc.bytes,
+        "scavenges during": freshAlloc.gcs
+      })
     }))
 
   // floor: the same Effect loop around a constant, and a plain Map coalescing check without Effect
   const constant = Effect.succeed("coalesced")
   const floor = await opsPerSec((n) => Effect.runPromise(repeat(constant, n)), N)
   const floorAlloc = await bytesPerOp((n) => repeat(constant, n), ALLOC_N)
-  rows.push({ name: "floor: Effect.succeed constant in the same loop", "wakes/s": floor, "bytes/wake": floorAlloc.bytes, "scavenges during": floorAlloc.gcs })
+  rows.push({
+    name: "floor: Effect.succeed constant in the same loop",
+    "wakes/s": floor,
+    "bytes/wake": floorAlloc.bytes,
+    "scavenges during": floorAlloc.gcs
+  })
 
   const pending = new Map<string, true>([["b", true]])
   let hits = 0
@@ -121,11 +139,18 @@ const coalesced = async () => {
   }
   const plain = await opsPerSec(runPlain, N)
   const plainAlloc = await bytesPerOp((n) => Effect.sync(() => runPlain(n)), ALLOC_N)
-  rows.push({ name: "plain JS: Map.has coalescing check (no Effect)", "wakes/s": plain, "bytes/wake": plainAlloc.bytes, "scavenges during": plainAlloc.gcs })
+  rows.push({
+    name: "plain JS: Map.has coalescing check (no Effect)",
+    "wakes/s": plain,
+    "bytes/wake": plainAlloc.bytes,
+    "scavenges during": plainAlloc.gcs
+  })
   if (hits === 0) throw new Error("unreachable")
 
   table("Lanes (1): coalesced wake (goal >= 5,000,000/s, ~0 bytes)", rows)
-  console.log(`lanes.wake (prebuilt) / Effect floor: ${ratio(rows[0]!["wakes/s"] as number, floor)} of the floor's rate\n`)
+  console.log(
+    `lanes.wake (prebuilt) / Effect floor: ${ratio(rows[0]!["wakes/s"] as number, floor)} of the floor's rate\n`
+  )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -226,7 +251,10 @@ const fastqRun = async (keys: ReadonlyArray<string>, repeats: number): Promise<n
  * queued first, then drained in order), no Effect and no activation: the memory cost alone.
  */
 const plainRun = async (keys: ReadonlyArray<string>, repeats: number): Promise<number> => {
-  interface Node { readonly key: string; next: Node | undefined }
+  interface Node {
+    readonly key: string
+    next: Node | undefined
+  }
   const map = new Map<string, Node>()
   let total = 0
   for (let r = 0; r < repeats; r++) {
@@ -287,8 +315,15 @@ const distinct = async () => {
     })
     gc()
   }
-  table(`Lanes (2): wake + empty activation per distinct key, maxConcurrent ${CONCURRENCY}, best of 3 rounds of 1M activations each (goal 1M/1k <= 1.5x)`, rows)
-  console.log(`lanes vs p-queue + Map @1M: ${ratio(rows[0]!["ns/key @1M"] as number, rows[2]!["ns/key @1M"] as number)}; every key held at once: ${ratio(rows[1]!["ns/key @1M"] as number, rows[2]!["ns/key @1M"] as number)}\n`)
+  table(
+    `Lanes (2): wake + empty activation per distinct key, maxConcurrent ${CONCURRENCY}, best of 3 rounds of 1M activations each (goal 1M/1k <= 1.5x)`,
+    rows
+  )
+  console.log(
+    `lanes vs p-queue + Map @1M: ${
+      ratio(rows[0]!["ns/key @1M"] as number, rows[2]!["ns/key @1M"] as number)
+    }; every key held at once: ${ratio(rows[1]!["ns/key @1M"] as number, rows[2]!["ns/key @1M"] as number)}\n`
+  )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -337,8 +372,15 @@ const retained = async () => {
     rows.push({ name: "floor: plain Map + Array of keys", "bytes/waiting key": (after - before) / N })
     if (owed.size !== fifo.length) throw new Error("unreachable")
   }
-  table(`Lanes (3): heap retained per waiting key, ${N.toLocaleString("en-US")} keys behind a blocked slot (goal <= 200 B)`, rows)
-  console.log(`lanes / p-queue + Map: ${ratio(rows[0]!["bytes/waiting key"] as number, rows[1]!["bytes/waiting key"] as number)}\n`)
+  table(
+    `Lanes (3): heap retained per waiting key, ${N.toLocaleString("en-US")} keys behind a blocked slot (goal <= 200 B)`,
+    rows
+  )
+  console.log(
+    `lanes / p-queue + Map: ${
+      ratio(rows[0]!["bytes/waiting key"] as number, rows[1]!["bytes/waiting key"] as number)
+    }\n`
+  )
 }
 
 // (3) first: the heap readings are cleanest in a fresh process (after (2) V8 has grown and shrunk

@@ -51,7 +51,7 @@ export const opsPerSecond = async (ops: number, fn: () => Promise<void> | void, 
   await fn()
   let runs = 0
   const start = now()
-  let elapsed = 0
+  let elapsed: number
   do {
     await fn()
     runs++

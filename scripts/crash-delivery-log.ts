@@ -16,7 +16,15 @@ const rounds = roundsArg >= 0 ? Number(process.argv[roundsArg + 1]) : 40
 const base = join(process.cwd(), ".bench-tmp")
 mkdirSync(base, { recursive: true })
 const root = mkdtempSync(join(base, "crash-log-"))
-const steps: ReadonlyArray<CompactionStep> = ["checkpointed", "temp-written", "temp-synced", "renamed", "dir-synced", "removed-one", "removed-all"]
+const steps: ReadonlyArray<CompactionStep> = [
+  "checkpointed",
+  "temp-written",
+  "temp-synced",
+  "renamed",
+  "dir-synced",
+  "removed-one",
+  "removed-all"
+]
 
 const main = async (): Promise<void> => {
   const model = new Model()
@@ -25,22 +33,29 @@ const main = async (): Promise<void> => {
   for (let round = 0; round < rounds; round++) {
     // Mostly random kills; every third round with compaction in the loop; some rounds crash inside a compaction step.
     const kind = round % 3
-    const args =
-      kind === 0
-        ? ["--segment-bytes", "16384"]
-        : kind === 1
-          ? ["--segment-bytes", "4096", "--compact-every", String(3 + (round % 7))]
-          : ["--segment-bytes", "4096", "--compact-every", "5", "--crash-at", steps[Math.floor(round / 3) % steps.length]!]
+    const args = kind === 0
+      ? ["--segment-bytes", "16384"]
+      : kind === 1
+      ? ["--segment-bytes", "4096", "--compact-every", String(3 + (round % 7))]
+      : ["--segment-bytes", "4096", "--compact-every", "5", "--crash-at", steps[Math.floor(round / 3) % steps.length]!]
     const killAfter = 20 + Math.floor(Math.random() * (kind === 2 ? 5000 : 1500))
     const r = await runRound(dir, round, model, killAfter, args)
-    if (r.signal !== "SIGKILL") throw new Error(`round ${round}: the child ended with ${r.code ?? r.signal}: ${r.stderr}`)
+    if (r.signal !== "SIGKILL") {
+      throw new Error(`round ${round}: the child ended with ${r.code ?? r.signal}: ${r.stderr}`)
+    }
     const c = await check(dir, model)
     console.log(
-      `round ${String(round).padStart(3)} ${args.join(" ").padEnd(58)} killed after ${String(r.lines).padStart(5)} lines: ` +
+      `round ${String(round).padStart(3)} ${args.join(" ").padEnd(58)} killed after ${
+        String(r.lines).padStart(5)
+      } lines: ` +
         `ok (${c.pending} pending, ${c.segments} files; ${model.appended.size} appends, ${model.acked.size} acks seen)`
     )
   }
-  console.log(`\n${rounds} SIGKILLs, ${model.appended.size} appends and ${model.acked.size} acks checked in ${((Date.now() - started) / 1000).toFixed(1)} s: nothing lost, nothing acked came back, nothing twice.`)
+  console.log(
+    `\n${rounds} SIGKILLs, ${model.appended.size} appends and ${model.acked.size} acks checked in ${
+      ((Date.now() - started) / 1000).toFixed(1)
+    } s: nothing lost, nothing acked came back, nothing twice.`
+  )
 }
 
 main()

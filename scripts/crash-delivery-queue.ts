@@ -21,7 +21,9 @@ try {
       const r = await campaign(join(root, `c${c}`), kills)
       if (r.final !== "done 0 0") throw new Error(`the last run ended with \`${r.final}\``)
       console.log(
-        `campaign ${c + 1}/${campaigns}: ${r.kills} kills, ${r.enqueued} enqueued, ${r.deliveries} deliveries, ${r.redeliveries} repeats after a kill: ok`
+        `campaign ${
+          c + 1
+        }/${campaigns}: ${r.kills} kills, ${r.enqueued} enqueued, ${r.deliveries} deliveries, ${r.redeliveries} repeats after a kill: ok`
       )
     } catch (e) {
       failed++

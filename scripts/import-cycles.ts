@@ -69,7 +69,7 @@ const blankCommentsAndStrings = (text: string): string => {
       const stop = end === -1 ? n : end + 2
       blank(i, stop)
       i = stop
-    } else if (c === '"' || c === "'") {
+    } else if (c === "\"" || c === "'") {
       // Keep the quotes (the import parser reads the specifier between them), blank nothing inside
       // a specifier-like string: only strings are skipped so that their contents cannot open a comment.
       let j = i + 1

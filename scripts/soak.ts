@@ -78,13 +78,17 @@ const main = async (): Promise<number> => {
     if (shape < 0.4) return () => 1
     if (shape < 0.7) return async () => 2
     if (shape < 0.85) return () => new Promise<number>((resolve) => setImmediate(() => resolve(3)))
-    if (shape < 0.92) return () => {
-      throw new Error("own failure")
+    if (shape < 0.92) {
+      return () => {
+        throw new Error("own failure")
+      }
     }
     if (shape < 0.96) {
       // waits for its signal: only the queue ends it (its turn timeout, a cancel, a restart)
       return (signal: AbortSignal) =>
-        new Promise<number>((_, reject) => signal.addEventListener("abort", () => reject(signal.reason), { once: true }))
+        new Promise<number>((_, reject) =>
+          signal.addEventListener("abort", () => reject(signal.reason), { once: true })
+        )
     }
     // ignores its signal; ends by itself a little later
     return () => new Promise<number>((resolve) => setTimeout(() => resolve(4), 1 + pick(10)))
@@ -153,9 +157,11 @@ const main = async (): Promise<number> => {
       void q.restartLane(laneNames[pick(laneNames.length)]!)
       const s = q.snapshot()
       console.log(
-        `${(i / 1e6).toFixed(1)}M tasks, ${Math.round(i / ((performance.now() - started) / 1000)).toLocaleString("en-US")} tasks/s, in flight ${inFlight}, heap ${
-          (process.memoryUsage().heapUsed / 1024 / 1024).toFixed(0)
-        } MB, keys ${s.map((l) => `${l.lane}=${l.keys}`).join(" ")}`
+        `${(i / 1e6).toFixed(1)}M tasks, ${
+          Math.round(i / ((performance.now() - started) / 1000)).toLocaleString("en-US")
+        } tasks/s, in flight ${inFlight}, heap ${(process.memoryUsage().heapUsed / 1024 / 1024).toFixed(0)} MB, keys ${
+          s.map((l) => `${l.lane}=${l.keys}`).join(" ")
+        }`
       )
     }
   }
@@ -188,13 +194,37 @@ const main = async (): Promise<number> => {
   }
 
   console.log("\n# CommandQueue soak")
-  console.log(`tasks attempted      ${TASKS.toLocaleString("en-US")} over ${KEYS.toLocaleString("en-US")} keys, window ${WINDOW}`)
-  console.log(`admitted             ${counts.dispatched.toLocaleString("en-US")} (coalesced ${counts.coalesced.toLocaleString("en-US")}), refused full ${counts.refused.toLocaleString("en-US")}`)
-  console.log(`settled              ${counts.settled.toLocaleString("en-US")}: ok ${counts.succeeded.toLocaleString("en-US")}, own failures ${counts.ownFailures.toLocaleString("en-US")}, queue failures ${JSON.stringify(counts.queueFailures)}`)
+  console.log(
+    `tasks attempted      ${TASKS.toLocaleString("en-US")} over ${KEYS.toLocaleString("en-US")} keys, window ${WINDOW}`
+  )
+  console.log(
+    `admitted             ${counts.dispatched.toLocaleString("en-US")} (coalesced ${
+      counts.coalesced.toLocaleString("en-US")
+    }), refused full ${counts.refused.toLocaleString("en-US")}`
+  )
+  console.log(
+    `settled              ${counts.settled.toLocaleString("en-US")}: ok ${
+      counts.succeeded.toLocaleString("en-US")
+    }, own failures ${counts.ownFailures.toLocaleString("en-US")}, queue failures ${
+      JSON.stringify(counts.queueFailures)
+    }`
+  )
   console.log(`restarts             ${counts.restarts} (+ restartAll at the end if tasks were still stuck)`)
-  console.log(`time                 ${seconds.toFixed(1)} s (${Math.round(counts.dispatched / seconds).toLocaleString("en-US")} tasks/s)`)
-  console.log(`heap                 start ${heapStart.toFixed(1)} MB, end ${heapEnd.toFixed(1)} MB, after close ${heapClosed.toFixed(1)} MB`)
-  console.log(`lanes at the end     ${snapshot.map((l) => `${l.lane}: running ${l.running} waiting ${l.waiting} keys ${l.keys}`).join("; ")}`)
+  console.log(
+    `time                 ${seconds.toFixed(1)} s (${
+      Math.round(counts.dispatched / seconds).toLocaleString("en-US")
+    } tasks/s)`
+  )
+  console.log(
+    `heap                 start ${heapStart.toFixed(1)} MB, end ${heapEnd.toFixed(1)} MB, after close ${
+      heapClosed.toFixed(1)
+    } MB`
+  )
+  console.log(
+    `lanes at the end     ${
+      snapshot.map((l) => `${l.lane}: running ${l.running} waiting ${l.waiting} keys ${l.keys}`).join("; ")
+    }`
+  )
   if (failures.length > 0) {
     console.log(`\nFAILED:\n- ${failures.join("\n- ")}`)
     return 1

@@ -7,17 +7,17 @@
  * program exits 0; on SIGTERM / SIGINT it stops reading, drains and exits 0 (a second signal exits
  * at once). Replies are printed (or appended to `--outbox`) when the delivery queue delivers them.
  */
-import { Effect, Layer, Redacted } from "effect"
-import type { Scope } from "effect"
+import { Effect, Redacted } from "effect"
+import type { Layer, Scope } from "effect"
 import {
   Agent,
   AnthropicModel,
   FileChannel,
-  ScriptedModel,
-  WebhookChannel,
   replyOf,
   runMain,
-  serve
+  ScriptedModel,
+  serve,
+  WebhookChannel
 } from "../../src/agent/index.js"
 import type { AgentEvent, Channel, MainContext, Model } from "../../src/agent/index.js"
 import type { DeliveryEntry, DeliveryFailure } from "../../src/delivery/index.js"
@@ -39,7 +39,9 @@ const chooseModel = (options: ChatOptions): { readonly layer: Layer.Layer<Model>
         apiKey: Redacted.make(key),
         ...(options.model === undefined ? {} : { model: options.model })
       }),
-      banner: `switchyard chat: talking to Claude (${options.model ?? AnthropicModel.DEFAULT_MODEL}). Type a message, or /help.`
+      banner: `switchyard chat: talking to Claude (${
+        options.model ?? AnthropicModel.DEFAULT_MODEL
+      }). Type a message, or /help.`
     }
   }
   const why = options.offline ? "--offline" : "no ANTHROPIC_API_KEY"
@@ -84,7 +86,13 @@ const makeChannel = (
           return
         }
         if (outbox !== undefined) return
-        output.event({ type: "reply", session: reply.session, id: entry.id, text: reply.text, messages: reply.messages })
+        output.event({
+          type: "reply",
+          session: reply.session,
+          id: entry.id,
+          text: reply.text,
+          messages: reply.messages
+        })
         if (!output.wasStreamed(reply)) {
           output.say(reply.kind === "heartbeat" ? `[heartbeat] ${reply.text}` : `bot> ${reply.text}`)
         }
@@ -94,7 +102,13 @@ const makeChannel = (
     return { name: "console", send } satisfies Channel
   })
 
-const handleLine = (agent: Agent.Agent, options: ChatOptions, output: Output, logs: Logs, line: string): Effect.Effect<"quit" | void> => {
+const handleLine = (
+  agent: Agent.Agent,
+  options: ChatOptions,
+  output: Output,
+  logs: Logs,
+  line: string
+): Effect.Effect<"quit" | void> => {
   const text = line.trim()
   if (text === "") return Effect.void
   if (text.startsWith("/")) return runCommand(agent, output, logs, text)
@@ -105,7 +119,8 @@ const handleLine = (agent: Agent.Agent, options: ChatOptions, output: Output, lo
 const sendMessages = (agent: Agent.Agent, options: ChatOptions, output: Output, lines: ReadonlyArray<string>) =>
   agent.sendAll(options.session, lines).pipe(
     Effect.matchEffect({
-      onFailure: (error) => Effect.sync(() => output.error(`error: ${lines.length} message(s) not taken: ${error.message}`)),
+      onFailure: (error) =>
+        Effect.sync(() => output.error(`error: ${lines.length} message(s) not taken: ${error.message}`)),
       onSuccess: () => Effect.void
     })
   )
@@ -117,7 +132,9 @@ const failedTurnLine = (event: Extract<AgentEvent, { type: "turn-failed" }>): st
   if (event.kind !== "user") return `error: the ${event.kind} turn failed: ${event.error}`
   const what = `error: no reply for ${event.session}: ${event.error}`
   if (!event.kept) return `${what}; given up (it cannot succeed), the session goes on`
-  const kept = event.messages === 1 ? "1 message is kept and will be answered" : `${event.messages} messages are kept and will be answered`
+  const kept = event.messages === 1
+    ? "1 message is kept and will be answered"
+    : `${event.messages} messages are kept and will be answered`
   const when = event.retryInMs === undefined
     ? "when you send another message, or /retry"
     : `trying again in ${Math.round(event.retryInMs / 1000)} s (/retry: now)`
@@ -151,7 +168,9 @@ const makeEventPrinter = (output: Output) => {
     } else if (event.type === "delivered") {
       failedDeliveries.delete(event.entry.id)
     } else if (event.type === "recovered") {
-      output.note(`recovered ${event.session}: ${event.messages} message(s) to answer, ${event.replies} reply(ies) to log`)
+      output.note(
+        `recovered ${event.session}: ${event.messages} message(s) to answer, ${event.replies} reply(ies) to log`
+      )
     }
   }
 }
@@ -164,9 +183,15 @@ export const runChat = (options: ChatOptions): void => {
   // A screen when standard output is a terminal; a prompt when standard input is one too.
   const screen = !options.json && process.stdout.isTTY === true ? makeScreen(process.stdout) : undefined
   const prompt = screen !== undefined && process.stdin.isTTY === true ? screen : undefined
-  const output = makeOutput({ json: options.json, ...(screen === undefined ? {} : { screen }), session: options.session })
-  const logs = makeLogs(options.logLevel ?? (prompt === undefined ? "warn" : "none"), (line) =>
-    screen === undefined ? void process.stderr.write(line + "\n") : screen.print(line, "err"))
+  const output = makeOutput({
+    json: options.json,
+    ...(screen === undefined ? {} : { screen }),
+    session: options.session
+  })
+  const logs = makeLogs(
+    options.logLevel ?? (prompt === undefined ? "warn" : "none"),
+    (line) => screen === undefined ? void process.stderr.write(line + "\n") : screen.print(line, "err")
+  )
   const model = chooseModel(options)
   runMain((main: MainContext) =>
     Effect.gen(function*() {
@@ -210,7 +235,9 @@ export const runChat = (options: ChatOptions): void => {
         : `; ${plural(report.unanswered, "message", "messages")} not answered (kept: the next start answers them)`
       output.note(
         `bye (${reason}): the drain let ${report.drain.completed} turn(s) finish and canceled ${report.drain.canceled}` +
-          `${report.drain.timedOut ? " (drain timed out)" : ""}; ${report.pendingDeliveries} delivery(ies) left for the next start` +
+          `${
+            report.drain.timedOut ? " (drain timed out)" : ""
+          }; ${report.pendingDeliveries} delivery(ies) left for the next start` +
           unanswered
       )
       // End of input with messages not answered: 3, so a script knows (a signal's drain exits 0).
@@ -220,7 +247,7 @@ export const runChat = (options: ChatOptions): void => {
       logs.provide,
       Effect.catch((error: { readonly message?: string; readonly _tag?: string }) =>
         Effect.sync(() => {
-          output.error(`error: ${error.message ?? String(error)}`)
+          output.error(`error: ${error.message ?? error._tag ?? "unknown failure"}`)
           return 1
         })
       )

@@ -55,14 +55,18 @@ const integer = (flag: string, from: number) => (value: string): number => {
 }
 
 const nonEmpty = (flag: string) => (value: string): string => {
-  if (value.trim() === "") throw new InvalidArgumentError(`Expected \`${flag}\` to be a non-empty string, got \`${value}\``)
+  if (value.trim() === "") {
+    throw new InvalidArgumentError(`Expected \`${flag}\` to be a non-empty string, got \`${value}\``)
+  }
   return value
 }
 
 const sessionId = (value: string): string => {
   const id = nonEmpty("--session")(value)
   if (id === HEARTBEAT_SESSION || id.startsWith("cron:")) {
-    throw new InvalidArgumentError(`Expected \`--session\` not to be \`heartbeat\` or start with \`cron:\`, got \`${value}\``)
+    throw new InvalidArgumentError(
+      `Expected \`--session\` not to be \`heartbeat\` or start with \`cron:\`, got \`${value}\``
+    )
   }
   return id
 }
@@ -106,21 +110,33 @@ export const makeProgram = (handlers: {
     .option("--latency <ms>", "scripted model latency", integer("--latency", 0), 300)
     .option("--heartbeat <ms>", "heartbeat period (default: off)", integer("--heartbeat", 1))
     .addOption(
-      new Option("--cron <expr|prompt>", "a cron job, repeatable; the job is named cron-1, cron-2, ...").argParser(collectCron)
+      new Option("--cron <expr|prompt>", "a cron job, repeatable; the job is named cron-1, cron-2, ...").argParser(
+        collectCron
+      )
     )
     .option("--outbox <file>", "deliver by appending JSON lines to <file> instead of printing", nonEmpty("--outbox"))
     .addOption(
-      new Option("--webhook <url>", "deliver by POSTing each reply as JSON { id, channel, to, body } to <url> (http or https)")
+      new Option(
+        "--webhook <url>",
+        "deliver by POSTing each reply as JSON { id, channel, to, body } to <url> (http or https)"
+      )
         .argParser((value: string): string => {
           const url = parseWebhookUrl(value, "--webhook")
           // Not InvalidArgumentError: commander would repeat the argument as given, a password included.
-          if (typeof url === "string") program.error(`error: option '--webhook <url>' argument '${shownUrl(value)}' is invalid. ${url}`)
+          if (typeof url === "string") {
+            program.error(`error: option '--webhook <url>' argument '${shownUrl(value)}' is invalid. ${url}`)
+          }
           return value
         })
         .conflicts("outbox")
     )
     .option("--json", "print events as JSON lines", false)
-    .option("--drain-timeout <ms>", "how long a shutdown waits for turns and deliveries", integer("--drain-timeout", 1), 10_000)
+    .option(
+      "--drain-timeout <ms>",
+      "how long a shutdown waits for turns and deliveries",
+      integer("--drain-timeout", 1),
+      10_000
+    )
     .option(
       "--log-level <level>",
       "which internal logs to print on standard error: none, error, warn, info, debug (default: none in a terminal, warn otherwise; /status shows the warnings)",
@@ -140,7 +156,11 @@ export const makeProgram = (handlers: {
         ...(raw.webhook === undefined ? {} : { webhook: raw.webhook as string }),
         json: raw.json === true,
         drainTimeout: raw.drainTimeout as number,
-        ...(raw.debug === true ? { logLevel: "debug" as const } : raw.logLevel === undefined ? {} : { logLevel: raw.logLevel as LogLevelOption })
+        ...(raw.debug === true
+          ? { logLevel: "debug" as const }
+          : raw.logLevel === undefined
+          ? {}
+          : { logLevel: raw.logLevel as LogLevelOption })
       })
     })
 

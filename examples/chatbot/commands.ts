@@ -28,7 +28,9 @@ const status = (agent: Agent.Agent, output: Output, logs: Logs) =>
     })
     for (const lane of snapshot.lanes) {
       output.say(
-        `lane ${lane.lane}: running ${lane.running}, waiting ${lane.waiting}, keys ${lane.keys}, generation ${lane.generation}${lane.draining ? ", draining" : ""}`
+        `lane ${lane.lane}: running ${lane.running}, waiting ${lane.waiting}, keys ${lane.keys}, generation ${lane.generation}${
+          lane.draining ? ", draining" : ""
+        }`
       )
     }
     const d = snapshot.deliveries
@@ -45,7 +47,9 @@ const status = (agent: Agent.Agent, output: Output, logs: Logs) =>
     if (warnings.count === 0) {
       output.say("warnings: none")
     } else {
-      const shown = logs.level === "none" || logs.level === "error" ? " (--log-level warn prints them as they come)" : ""
+      const shown = logs.level === "none" || logs.level === "error"
+        ? " (--log-level warn prints them as they come)"
+        : ""
       output.say(`warnings: ${warnings.count}, the last ${warnings.recent.length}${shown}:`)
       for (const w of warnings.recent) output.say(`  ${time(w.at)} ${w.level} ${w.message}`)
     }
@@ -69,7 +73,12 @@ const restart = (agent: Agent.Agent, output: Output, lane: string) =>
   })
 
 /** Handles a line that starts with `/`; `"quit"` ends the input. */
-export const runCommand = (agent: Agent.Agent, output: Output, logs: Logs, text: string): Effect.Effect<"quit" | void> =>
+export const runCommand = (
+  agent: Agent.Agent,
+  output: Output,
+  logs: Logs,
+  text: string
+): Effect.Effect<"quit" | void> =>
   Effect.gen(function*() {
     const [name = "", ...rest] = text.trim().split(/\s+/)
     const arg = rest.join(" ")
@@ -87,7 +96,9 @@ export const runCommand = (agent: Agent.Agent, output: Output, logs: Logs, text:
       case "/retry": {
         const sessions = yield* agent.retry(arg === "" ? undefined : arg)
         output.event({ type: "retry", sessions })
-        output.say(sessions === 0 ? "nothing to retry: no session's turn is failing" : `retrying ${sessions} session(s) now`)
+        output.say(
+          sessions === 0 ? "nothing to retry: no session's turn is failing" : `retrying ${sessions} session(s) now`
+        )
         return
       }
       case "/restart":

@@ -20,7 +20,11 @@ const show = (entries: ReadonlyArray<DeliveryEntry>, title: string): Array<strin
     ? []
     : [
       `${title}:`,
-      ...entries.map((e) => `  ${e.id}  ${e.message.channel}:${e.message.to}  attempts ${e.attempts}${e.lastError === undefined ? "" : `  last error: ${e.lastError}`}`)
+      ...entries.map((e) =>
+        `  ${e.id}  ${e.message.channel}:${e.message.to}  attempts ${e.attempts}${
+          e.lastError === undefined ? "" : `  last error: ${e.lastError}`
+        }`
+      )
     ]
 
 /** Prints the log of `--state-dir` (and puts dead entries back with `--retry-dead`); exits 0, or 1 on an error. */
@@ -40,12 +44,14 @@ export const runDeliveries = (options: DeliveriesOptions): void => {
     const pending = log === undefined ? [] : yield* log.pending
     const dead = log === undefined ? [] : yield* log.dead
     if (options.json) {
-      process.stdout.write(JSON.stringify({
-        pending: pending.map(row),
-        dead: dead.map(row),
-        counts: { pending: pending.length, dead: dead.length },
-        retried
-      }) + "\n")
+      process.stdout.write(
+        JSON.stringify({
+          pending: pending.map(row),
+          dead: dead.map(row),
+          counts: { pending: pending.length, dead: dead.length },
+          retried
+        }) + "\n"
+      )
     } else {
       const lines = [...show(pending, "pending"), ...show(dead, "dead")]
       if (retried > 0) lines.push(`${retried} dead entr${retried === 1 ? "y" : "ies"} put back to pending`)

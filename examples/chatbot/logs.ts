@@ -5,6 +5,7 @@
  * (`--debug` is `--log-level debug`). Default: none in an interactive terminal, `warn` otherwise.
  */
 import { Cause, Effect, Logger, LogLevel, References } from "effect"
+import { inspect } from "node:util"
 import type { LogLevelOption } from "./cli.js"
 
 /** A log line kept for `/status`. */
@@ -33,7 +34,17 @@ const EFFECT_LEVEL: Record<LogLevelOption, LogLevel.LogLevel> = {
 }
 
 const text = (message: unknown): string =>
-  (Array.isArray(message) ? message : [message]).map((part) => (typeof part === "string" ? part : String(part))).join(" ")
+  (Array.isArray(message) ? message : [message]).map((part) => (typeof part === "string" ? part : String(part))).join(
+    " "
+  )
+
+/** A failure as one line: an Error's message, a string as it is, anything else inspected. */
+const failureText = (failure: unknown): string =>
+  failure instanceof Error
+    ? failure.message
+    : typeof failure === "string"
+    ? failure
+    : inspect(failure, { breakLength: Infinity })
 
 /** `print` writes one line (standard error, through the screen in a terminal). */
 export const makeLogs = (level: LogLevelOption, print: (line: string) => void): Logs => {
@@ -42,7 +53,7 @@ export const makeLogs = (level: LogLevelOption, print: (line: string) => void): 
   let count = 0
   const logger = Logger.make((options) => {
     const squashed = options.cause.reasons.length === 0 ? undefined : Cause.squash(options.cause)
-    const cause = squashed === undefined ? "" : `: ${squashed instanceof Error ? squashed.message : String(squashed)}`
+    const cause = squashed === undefined ? "" : `: ${failureText(squashed)}`
     const message = `${text(options.message)}${cause}`.replace(/\s*\n\s*/g, " ")
     if (LogLevel.isGreaterThanOrEqualTo(options.logLevel, "Warn")) {
       count++

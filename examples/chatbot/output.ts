@@ -24,7 +24,9 @@ export interface Output {
 }
 
 /** Makes the output; `screen` is given when standard output is a terminal (and not `--json`). */
-export const makeOutput = (options: { readonly json: boolean; readonly screen?: Screen; readonly session: string }): Output => {
+export const makeOutput = (
+  options: { readonly json: boolean; readonly screen?: Screen; readonly session: string }
+): Output => {
   const { json, screen } = options
   const line = (to: "out" | "err", text: string) => {
     if (screen !== undefined) screen.print(text, to)

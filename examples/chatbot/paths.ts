@@ -49,7 +49,13 @@ const statOf = (flag: string, target: string, p: string): fs.Stats | undefined =
     if (code === "ENOTDIR") {
       // Some parent is a file: name it.
       const file = firstFileAbove(p)
-      throw new PathProblem(flag, target, `cannot use ${p}`, code, file === undefined ? undefined : `${file} is a file, not a folder`)
+      throw new PathProblem(
+        flag,
+        target,
+        `cannot use ${p}`,
+        code,
+        file === undefined ? undefined : `${file} is a file, not a folder`
+      )
     }
     throw new PathProblem(flag, target, `cannot look at ${p}`, code)
   }
@@ -73,7 +79,9 @@ const missingFolders = (flag: string, target: string, dir: string): Array<string
   while (true) {
     const stat = statOf(flag, target, at)
     if (stat !== undefined) {
-      if (!stat.isDirectory()) throw new PathProblem(flag, target, `cannot use ${at}`, "ENOTDIR", `${at} is a file, not a folder`)
+      if (!stat.isDirectory()) {
+        throw new PathProblem(flag, target, `cannot use ${at}`, "ENOTDIR", `${at} is a file, not a folder`)
+      }
       if (missing.length > 0) writable(flag, target, at, `cannot create ${missing[0]}`)
       return missing.reverse()
     }
@@ -109,7 +117,15 @@ export const prepareStatePaths = (options: StatePaths): string | undefined => {
         const p = path.join(stateDir, sub)
         const stat = statOf("--state-dir", options.stateDir, p)
         if (stat === undefined) continue
-        if (!stat.isDirectory()) throw new PathProblem("--state-dir", options.stateDir, `cannot use ${p}`, "ENOTDIR", `${p} is a file, not a folder`)
+        if (!stat.isDirectory()) {
+          throw new PathProblem(
+            "--state-dir",
+            options.stateDir,
+            `cannot use ${p}`,
+            "ENOTDIR",
+            `${p} is a file, not a folder`
+          )
+        }
         writable("--state-dir", options.stateDir, p, `cannot write in ${p}`)
       }
     }
@@ -118,7 +134,13 @@ export const prepareStatePaths = (options: StatePaths): string | undefined => {
     if (outbox !== undefined) {
       const stat = statOf("--outbox", options.outbox!, outbox)
       if (stat?.isDirectory() === true) {
-        throw new PathProblem("--outbox", options.outbox!, `cannot append to ${outbox}`, "EISDIR", `${outbox} is a folder, not a file`)
+        throw new PathProblem(
+          "--outbox",
+          options.outbox!,
+          `cannot append to ${outbox}`,
+          "EISDIR",
+          `${outbox} is a folder, not a file`
+        )
       }
       outboxExists = stat !== undefined
       if (outboxExists) writable("--outbox", options.outbox!, outbox, `cannot append to ${outbox}`)

@@ -40,7 +40,9 @@ export interface Screen {
 type Readline = readline.Interface & { prevRows?: number }
 
 // Double-width characters (CJK, Hangul, fullwidth forms, most emoji); zero-width: combining marks.
-const WIDE = /[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6\u{1f300}-\u{1faff}\u{20000}-\u{3fffd}]/u
+const WIDE =
+  /[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6\u{1f300}-\u{1faff}\u{20000}-\u{3fffd}]/u
+// eslint-disable-next-line no-misleading-character-class -- each combining mark is matched alone, on purpose
 const ZERO = /[\u0300-\u036f\u200b-\u200f\ufe00-\ufe0f]/u
 
 /** Columns `text` takes on a terminal. */

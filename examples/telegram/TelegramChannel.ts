@@ -39,8 +39,11 @@ export const TelegramChannel = (options: {
   readonly onMaybeSent?: (entry: DeliveryEntry, partsSent: number) => void
 }): Effect.Effect<Channel, DeliveryFailure> =>
   Effect.gen(function*() {
-    const toFailure = (error: { readonly message: string }) => new DeliveryFailure({ message: error.message, permanent: true })
-    const sent = new Map(Object.entries(yield* Effect.mapError(readState<Record<string, number>>(options.partsFile, {}), toFailure)))
+    const toFailure = (error: { readonly message: string }) =>
+      new DeliveryFailure({ message: error.message, permanent: true })
+    const sent = new Map(
+      Object.entries(yield* Effect.mapError(readState<Record<string, number>>(options.partsFile, {}), toFailure))
+    )
     const record = Effect.suspend(() => writeState(options.partsFile, Object.fromEntries(sent))).pipe(
       Effect.mapError((error) => new DeliveryFailure({ message: error.message }))
     )

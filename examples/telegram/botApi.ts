@@ -39,7 +39,19 @@ export interface Update {
 }
 
 /** The kinds of message content the bot names in its answer to a message without text. */
-const CONTENT_KINDS = ["photo", "sticker", "voice", "video", "video_note", "audio", "document", "animation", "location", "contact", "poll"]
+const CONTENT_KINDS = [
+  "photo",
+  "sticker",
+  "voice",
+  "video",
+  "video_note",
+  "audio",
+  "document",
+  "animation",
+  "location",
+  "contact",
+  "poll"
+]
 
 /** What a message without text carries ("photo", "sticker", ...), for a log line and a polite reply. */
 export const contentKind = (message: NonNullable<Update["message"]>): string =>
@@ -50,7 +62,11 @@ export const updateKind = (update: Update): string =>
   Object.keys(update).find((key) => key !== "update_id") ?? "empty update"
 
 export interface BotApi {
-  readonly call: <A>(method: string, params: Record<string, unknown>, timeoutMs: number) => Effect.Effect<A, BotApiError>
+  readonly call: <A>(
+    method: string,
+    params: Record<string, unknown>,
+    timeoutMs: number
+  ) => Effect.Effect<A, BotApiError>
 }
 
 /** The Bot API client for `config`. */
@@ -79,11 +95,23 @@ export const makeBotApi = (config: BotApiConfig): BotApi => {
       }
     }).pipe(
       Effect.flatMap(({ status, text }) => {
-        let body: { ok?: unknown; result?: unknown; description?: unknown; error_code?: unknown; parameters?: { retry_after?: unknown } }
+        let body: {
+          ok?: unknown
+          result?: unknown
+          description?: unknown
+          error_code?: unknown
+          parameters?: { retry_after?: unknown }
+        }
         try {
           body = JSON.parse(text)
         } catch {
-          return Effect.fail(new BotApiError({ method, status, message: scrub(`${method} answered ${status} with no JSON: ${text.slice(0, 200)}`) }))
+          return Effect.fail(
+            new BotApiError({
+              method,
+              status,
+              message: scrub(`${method} answered ${status} with no JSON: ${text.slice(0, 200)}`)
+            })
+          )
         }
         if (body.ok === true && status >= 200 && status < 300) return Effect.succeed(body.result as A)
         const code = typeof body.error_code === "number" ? body.error_code : status
@@ -95,7 +123,11 @@ export const makeBotApi = (config: BotApiConfig): BotApi => {
             method,
             status: code,
             retryAfterMs,
-            message: scrub(`${method} answered ${code}: ${description}${retryAfterMs === undefined ? "" : ` (retry after ${retryAfter} s)`}`)
+            message: scrub(
+              `${method} answered ${code}: ${description}${
+                retryAfterMs === undefined ? "" : ` (retry after ${retryAfterMs / 1000} s)`
+              }`
+            )
           })
         )
       })

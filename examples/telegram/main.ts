@@ -8,9 +8,10 @@
  * the next start.
  */
 import { Command, InvalidArgumentError } from "commander"
-import { Effect, Layer, Redacted } from "effect"
+import type { Layer } from "effect"
+import { Effect, Redacted } from "effect"
 import * as path from "node:path"
-import { Agent, AnthropicModel, ScriptedModel, runMain, serve } from "../../src/agent/index.js"
+import { Agent, AnthropicModel, runMain, ScriptedModel, serve } from "../../src/agent/index.js"
 import type { AgentEvent, MainContext, Model } from "../../src/agent/index.js"
 import { makeBotApi, readApiBase, readToken } from "./botApi.js"
 import { poll } from "./poller.js"
@@ -41,11 +42,17 @@ const chooseModel = (options: BotOptions): { readonly layer: Layer.Layer<Model>;
   const key = process.env.ANTHROPIC_API_KEY
   if (key !== undefined && key !== "" && !options.offline) {
     return {
-      layer: AnthropicModel.layer({ apiKey: Redacted.make(key), ...(options.model === undefined ? {} : { model: options.model }) }),
+      layer: AnthropicModel.layer({
+        apiKey: Redacted.make(key),
+        ...(options.model === undefined ? {} : { model: options.model })
+      }),
       what: `Claude (${options.model ?? AnthropicModel.DEFAULT_MODEL})`
     }
   }
-  return { layer: ScriptedModel.layer({ latencyMs: options.latency }), what: "the scripted model (offline; set ANTHROPIC_API_KEY for Claude)" }
+  return {
+    layer: ScriptedModel.layer({ latencyMs: options.latency }),
+    what: "the scripted model (offline; set ANTHROPIC_API_KEY for Claude)"
+  }
 }
 
 /** Prints deliveries and their failures (a failure once per reply, not once per attempt). */
@@ -57,8 +64,12 @@ const makeEventPrinter = (stateDir: string) => {
       say(`→ ${event.entry.message.to}: ${short(textOf(event.entry))}`)
     } else if (event.type === "delivery-failed" && !failed.has(event.entry.id)) {
       failed.add(event.entry.id)
-      const blocked = /answered 403\b/.test(event.error) ? `; given up: the user blocked the bot (npm run chat -- deliveries --state-dir ${stateDir} lists it)` : ""
-      complain(`error: the reply ${event.entry.id} to ${event.entry.message.to} was not delivered: ${event.error}${blocked}`)
+      const blocked = /answered 403\b/.test(event.error)
+        ? `; given up: the user blocked the bot (npm run chat -- deliveries --state-dir ${stateDir} lists it)`
+        : ""
+      complain(
+        `error: the reply ${event.entry.id} to ${event.entry.message.to} was not delivered: ${event.error}${blocked}`
+      )
     } else if (event.type === "turn-failed") {
       complain(`error: no reply for ${event.kind === "user" ? event.session : event.kind}: ${event.error}`)
     }
@@ -91,7 +102,9 @@ const run = (options: BotOptions): void => {
         onMaybeSent: (entry, partsSent) =>
           say(
             `the reply ${entry.id} to ${entry.message.to} may have gone out before the restart` +
-              `${partsSent > 0 ? ` (${partsSent} part(s) are known sent)` : ""}; Telegram cannot be asked, so it is sent again`
+              `${
+                partsSent > 0 ? ` (${partsSent} part(s) are known sent)` : ""
+              }; Telegram cannot be asked, so it is sent again`
           )
       })
       const agent = yield* Agent.make({
@@ -114,7 +127,10 @@ const run = (options: BotOptions): void => {
           pollTimeoutS: options.pollTimeout,
           log: (line) => (line.startsWith("error: ") ? complain(line) : say(line))
         }),
-        onStop: (signal) => complain(`switchyard telegram: ${signal}: stopped polling, finishing the turns in flight (a second signal exits at once)`)
+        onStop: (signal) =>
+          complain(
+            `switchyard telegram: ${signal}: stopped polling, finishing the turns in flight (a second signal exits at once)`
+          )
       })
       say(
         `bye (${reason}): ${report.drain.completed} turn(s) finished, ${report.pendingDeliveries} reply(ies) left for the next start` +
@@ -125,7 +141,7 @@ const run = (options: BotOptions): void => {
       Effect.scoped,
       Effect.catch((error: string | { readonly message?: string }) =>
         Effect.sync(() => {
-          complain(`error: ${typeof error === "string" ? error : error.message ?? String(error)}`)
+          complain(`error: ${typeof error === "string" ? error : error.message ?? "unknown failure"}`)
           return 1
         })
       )
@@ -146,7 +162,12 @@ new Command("telegram")
   .option("--model <id>", "Claude model id")
   .option("--latency <ms>", "scripted model latency", integer("--latency", 0), 300)
   .option("--poll-timeout <s>", "getUpdates long-poll timeout in seconds", integer("--poll-timeout", 0, 50), 30)
-  .option("--drain-timeout <ms>", "how long a shutdown waits for turns and deliveries", integer("--drain-timeout", 1), 10_000)
+  .option(
+    "--drain-timeout <ms>",
+    "how long a shutdown waits for turns and deliveries",
+    integer("--drain-timeout", 1),
+    10_000
+  )
   .action((raw: Record<string, unknown>) =>
     run({
       stateDir: raw.stateDir as string,

@@ -63,7 +63,7 @@ const acceptedBefore = (agent: Agent.Agent, state: PollState) =>
     if (batch === undefined) return done
     for (const [session, nextSeq] of Object.entries(batch.sessions)) {
       const now = yield* agent.transcripts.load(session)
-      if (now.nextSeq > nextSeq) for (const u of batch.updates) if (u.session === session) done.add(u.id)
+      if (now.nextSeq > nextSeq) { for (const u of batch.updates) if (u.session === session) done.add(u.id) }
     }
     return done
   })
@@ -75,7 +75,12 @@ const RETRY_BATCH_MS = 5_000
 export const poll = (options: PollerOptions): Effect.Effect<void, FatalPollError> => {
   const { api, agent, log } = options
   const polite = (session: string, updateId: number, text: string) =>
-    agent.deliveries.enqueue({ channel: "telegram", to: session, body: { text }, idempotencyKey: `telegram:update:${updateId}` })
+    agent.deliveries.enqueue({
+      channel: "telegram",
+      to: session,
+      body: { text },
+      idempotencyKey: `telegram:update:${updateId}`
+    })
 
   /** One batch: send its messages, then store the next offset. Returns false when the agent stopped taking messages. */
   const handle = (state: PollState, done: Set<number>, updates: ReadonlyArray<Update>) =>
@@ -104,7 +109,10 @@ export const poll = (options: PollerOptions): Effect.Effect<void, FatalPollError
         const sessions: Record<string, number> = {}
         for (const session of texts.keys()) sessions[session] = (yield* agent.transcripts.load(session)).nextSeq
         const batchUpdates = [...texts].flatMap(([session, list]) => list.map((m) => ({ id: m.id, session })))
-        yield* writeState(options.stateFile, { ...state, batch: { sessions, updates: batchUpdates } } satisfies PollState)
+        yield* writeState(
+          options.stateFile,
+          { ...state, batch: { sessions, updates: batchUpdates } } satisfies PollState
+        )
       }
       for (const [session, list] of texts) {
         const outcome = yield* agent.sendAll(session, list.map((m) => m.text)).pipe(
@@ -113,9 +121,14 @@ export const poll = (options: PollerOptions): Effect.Effect<void, FatalPollError
             switch (error._tag) {
               case "AdmissionError":
                 // Closed: shutting down, stop here (the next start takes the batch again). Full: take it again later.
-                return error.reason === "closed" ? Effect.succeed("stop") : Effect.as(retryLater(error.message), "again")
+                return error.reason === "closed"
+                  ? Effect.succeed("stop")
+                  : Effect.as(retryLater(error.message), "again")
               case "MessageTooLarge":
-                return Effect.as(polite(session, list[0]!.id, `Your message is too long for me: ${error.message}`), "sent")
+                return Effect.as(
+                  polite(session, list[0]!.id, `Your message is too long for me: ${error.message}`),
+                  "sent"
+                )
               default:
                 return Effect.fail(error)
             }
@@ -133,7 +146,10 @@ export const poll = (options: PollerOptions): Effect.Effect<void, FatalPollError
 
   const retryLater = (why: string) =>
     Effect.as(
-      Effect.andThen(Effect.sync(() => log(`error: ${why}; taking the batch again in ${RETRY_BATCH_MS / 1000} s`)), Effect.sleep(RETRY_BATCH_MS)),
+      Effect.andThen(
+        Effect.sync(() => log(`error: ${why}; taking the batch again in ${RETRY_BATCH_MS / 1000} s`)),
+        Effect.sleep(RETRY_BATCH_MS)
+      ),
       true
     )
 
@@ -151,7 +167,9 @@ export const poll = (options: PollerOptions): Effect.Effect<void, FatalPollError
     }
     const wait = error.retryAfterMs ?? POLL_BACKOFF_MS[Math.min(failures, POLL_BACKOFF_MS.length) - 1]!
     const hint = error.status === 409 ? " (another process polls this bot, or a webhook is set: deleteWebhook)" : ""
-    if (failures === 1 || error.status === 429) log(`error: ${error.message}${hint}; polling again in ${Math.round(wait / 1000)} s`)
+    if (failures === 1 || error.status === 429) {
+      log(`error: ${error.message}${hint}; polling again in ${Math.round(wait / 1000)} s`)
+    }
     return Effect.sleep(wait)
   }
 

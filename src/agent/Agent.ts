@@ -10,29 +10,29 @@
  */
 import { Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import * as path from "node:path"
+import { DeliveryLog, DeliveryQueue } from "../delivery/index.js"
+import type { DeliveryEntry, DeliveryFailure, DeliveryLogError } from "../delivery/index.js"
 import { CommandQueue } from "../queue/index.js"
 import type { LanesConfigInvalid, RequestError } from "../queue/index.js"
-import { DeliveryLog, DeliveryQueue } from "../delivery/index.js"
-import type { DeliveryEntry, DeliveryLogError, DeliveryFailure } from "../delivery/index.js"
 import { cronSession, parseJobs, runSchedule } from "./CronJobs.js"
-import { AgentConfigInvalid } from "./errors.js"
+import type { AgentConfigInvalid } from "./errors.js"
 import type { AgentEvent, TurnResult } from "./events.js"
 import { HEARTBEAT_SESSION, heartbeatPrompt, runHeartbeat } from "./Heartbeat.js"
+import { watchLogHealth } from "./logHealth.js"
 import { Model } from "./Model.js"
-import * as Transcripts from "./Transcripts.js"
-import { makeTurns } from "./turns.js"
 import { validateOptions } from "./options.js"
-import type { AgentOptions, AgentSnapshot, SendError, ShutdownReport, TurnError } from "./types.js"
 import { DEFAULT_MAX_RECORD_BYTES } from "./replies.js"
 import type { UnansweredSession } from "./retries.js"
-import { watchLogHealth } from "./logHealth.js"
 import { ensureStateDir } from "./stateDir.js"
+import * as Transcripts from "./Transcripts.js"
+import { makeTurns } from "./turns.js"
+import type { AgentOptions, AgentSnapshot, SendError, ShutdownReport, TurnError } from "./types.js"
 
-export type { AgentOptions, AgentSnapshot, SendError, ShutdownReport, TurnError } from "./types.js"
 export type { AgentEvent, TurnResult } from "./events.js"
-export type { TurnFailure, UnansweredSession } from "./retries.js"
 export type { LogHealthStatus } from "./logHealth.js"
+export type { TurnFailure, UnansweredSession } from "./retries.js"
 export { RETRY_DELAYS_MS } from "./retries.js"
+export type { AgentOptions, AgentSnapshot, SendError, ShutdownReport, TurnError } from "./types.js"
 
 /** A running agent. */
 export interface Agent {
@@ -116,7 +116,11 @@ export const make = (
     yield* ensureStateDir(stateDir)
     const maxRecordBytes = options.maxRecordBytes ?? DEFAULT_MAX_RECORD_BYTES
     const log = options.log ??
-      (yield* DeliveryLog.open({ dir: path.join(stateDir, "deliveries"), fsync: fsyncAll ? "always" : "never", maxRecordBytes }))
+      (yield* DeliveryLog.open({
+        dir: path.join(stateDir, "deliveries"),
+        fsync: fsyncAll ? "always" : "never",
+        maxRecordBytes
+      }))
     const transcripts = yield* Transcripts.make({
       dir: path.join(stateDir, "sessions"),
       historyLimit: options.historyLimit ?? 20,
@@ -126,7 +130,9 @@ export const make = (
     const deliver = (entry: DeliveryEntry): Effect.Effect<void, DeliveryFailure> =>
       channel.send(entry).pipe(
         Effect.tap(() => Effect.sync(() => emit({ type: "delivered", entry }))),
-        Effect.tapError((failure) => Effect.sync(() => emit({ type: "delivery-failed", entry, error: failure.message })))
+        Effect.tapError((failure) =>
+          Effect.sync(() => emit({ type: "delivery-failed", entry, error: failure.message }))
+        )
       )
     const deliveries = yield* DeliveryQueue.make({ ...options.delivery, log, deliver })
     const drainTimeoutMs = options.drainTimeoutMs ?? 30_000
@@ -141,7 +147,10 @@ export const make = (
     const health = watchLogHealth(log, {
       emit,
       // Healthy again: what failed on the log or the disk is retried at once, without a restart.
-      healed: Effect.suspend(() => (turns.anyIoFailure() ? Effect.asVoid(turns.retry(undefined, (io) => io)) : Effect.void)),
+      healed: Effect.suspend(() => (turns.anyIoFailure()
+        ? Effect.asVoid(turns.retry(undefined, (io) => io))
+        : Effect.void)
+      ),
       waiting: () => turns.anyIoFailure()
     })
     const turns = makeTurns({
@@ -165,7 +174,9 @@ export const make = (
     const background: Array<Fiber.Fiber<unknown, unknown>> = []
     background.push(yield* Effect.forkIn(health.watch, timers))
     const tickFailed = (what: string) => (error: unknown) =>
-      Effect.logDebug(`switchyard: ${what} tick not admitted: ${String((error as { message?: unknown })?.message ?? error)}`)
+      Effect.logDebug(
+        `switchyard: ${what} tick not admitted: ${String((error as { message?: unknown })?.message ?? error)}`
+      )
     if (options.heartbeat !== undefined) {
       const prompt = heartbeatPrompt(options.heartbeat)
       const tick = queue.dispatch("heartbeat", HEARTBEAT_SESSION, turns.heartbeatTurn(prompt), { coalesce: true }).pipe(
@@ -188,7 +199,9 @@ export const make = (
       yield* Effect.forEach(background, Fiber.interrupt, { discard: true })
       const drain = yield* queue.drain({ timeoutMs: drainTimeoutMs })
       yield* Effect.timeoutOption(deliveries.idle, drainTimeoutMs)
-      yield* log.flush.pipe(Effect.catch((error) => Effect.logWarning(`switchyard: flushing the delivery log failed: ${error.message}`)))
+      yield* log.flush.pipe(
+        Effect.catch((error) => Effect.logWarning(`switchyard: flushing the delivery log failed: ${error.message}`))
+      )
       const stats = yield* deliveries.stats
       const unanswered = turns.unanswered().reduce((n, s) => n + s.messages, 0)
       return { drain, pendingDeliveries: stats.pending, unanswered } satisfies ShutdownReport
@@ -215,7 +228,13 @@ export const make = (
         const lanes = yield* queue.snapshot
         const stats = yield* deliveries.stats
         const logHealth = yield* health.status
-        return { lanes, deliveries: stats, lastActiveSession: turns.lastActiveSession(), unanswered: turns.unanswered(), log: logHealth }
+        return {
+          lanes,
+          deliveries: stats,
+          lastActiveSession: turns.lastActiveSession(),
+          unanswered: turns.unanswered(),
+          log: logHealth
+        }
       }),
       unanswered: Effect.sync(turns.unanswered),
       retry: (session) => turns.retry(session),

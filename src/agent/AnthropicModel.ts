@@ -12,10 +12,18 @@
  * The SDK is loaded when the layer is built, so a program that only uses `ScriptedModel` never
  * loads it.
  */
+import type * as AnthropicSdk from "@anthropic-ai/sdk"
 import type { Anthropic as AnthropicClient } from "@anthropic-ai/sdk"
-import type { MessageCreateParamsNonStreaming, MessageParam } from "@anthropic-ai/sdk/resources/messages"
+import type { MessageCreateParamsNonStreaming } from "@anthropic-ai/sdk/resources/messages"
 import { Effect, Layer, Redacted } from "effect"
-import { Model, ModelError, type ModelErrorReason, type ModelReply, type ModelRequest, type TranscriptMessage } from "./Model.js"
+import {
+  Model,
+  ModelError,
+  type ModelErrorReason,
+  type ModelReply,
+  type ModelRequest,
+  type TranscriptMessage
+} from "./Model.js"
 
 /** Options of {@link layer}. */
 export interface AnthropicModelOptions {
@@ -71,12 +79,21 @@ const validate = (options: AnthropicModelOptions) => {
 // ---- transcript -> messages --------------------------------------------------------------------
 
 /**
+ * One entry of the Messages API's `messages`, as {@link toMessages} builds it (a text-only `MessageParam`
+ * of `@anthropic-ai/sdk`). Declared here so the published types do not need the optional SDK installed.
+ */
+export interface AnthropicMessage {
+  role: "user" | "assistant"
+  content: string
+}
+
+/**
  * Maps a transcript onto Messages API `messages`: empty messages are dropped, consecutive
  * messages of one role are merged (joined by a blank line) so roles alternate, and a transcript
  * that starts with an assistant message gets {@link CONTINUATION_PROMPT} before it.
  */
-export const toMessages = (transcript: ReadonlyArray<TranscriptMessage>): Array<MessageParam> => {
-  const out: Array<{ role: "user" | "assistant"; content: string }> = []
+export const toMessages = (transcript: ReadonlyArray<TranscriptMessage>): Array<AnthropicMessage> => {
+  const out: Array<AnthropicMessage> = []
   for (const message of transcript) {
     if (message.content.trim().length === 0) continue
     const last = out[out.length - 1]
@@ -92,14 +109,16 @@ export const toMessages = (transcript: ReadonlyArray<TranscriptMessage>): Array<
 
 // ---- errors ------------------------------------------------------------------------------------
 
-type Sdk = typeof import("@anthropic-ai/sdk")
+type Sdk = typeof AnthropicSdk
 
 const byStatus = (status: number): { readonly reason: ModelErrorReason; readonly retryable: boolean } => {
   if (status === 401 || status === 403) return { reason: "auth", retryable: false }
   if (status === 429) return { reason: "rate-limit", retryable: true }
   if (status === 529 || status === 503) return { reason: "overloaded", retryable: true }
   if (status === 408 || status === 504) return { reason: "timeout", retryable: true }
-  if (status === 400 || status === 404 || status === 413 || status === 422) return { reason: "invalid-request", retryable: false }
+  if (status === 400 || status === 404 || status === 413 || status === 422) {
+    return { reason: "invalid-request", retryable: false }
+  }
   if (status >= 500) return { reason: "unknown", retryable: true }
   return { reason: "unknown", retryable: false }
 }
@@ -132,10 +151,11 @@ const clip = (text: string): string => (text.length > MAX_DETAIL ? `${text.slice
 
 /** The `code` of a connection failure (`ECONNREFUSED`, `ENOTFOUND`, ...), found along the cause chain. */
 const errorCode = (error: unknown): string | undefined => {
-  let current: any = error
-  for (let depth = 0; depth < 5 && current != null; depth++) {
-    if (typeof current.code === "string") return current.code
-    current = current.cause
+  let current: unknown = error
+  for (let depth = 0; depth < 5 && typeof current === "object" && current !== null; depth++) {
+    const { code, cause } = current as { readonly code?: unknown; readonly cause?: unknown }
+    if (typeof code === "string") return code
+    current = cause
   }
   return undefined
 }
@@ -145,7 +165,7 @@ const errorCode = (error: unknown): string | undefined => {
  * 408/504 and timeouts timeout, 400/404/413/422 invalid-request, connection failures network,
  * other 5xx unknown (retryable), anything else unknown. `secret` is scrubbed from the message.
  */
-export const toModelError = (sdk: Sdk, error: unknown, where: string, secret: string): ModelError => {
+const toModelError = (sdk: Sdk, error: unknown, where: string, secret: string): ModelError => {
   let reason: ModelErrorReason = "unknown"
   let retryable = false
   let message: string
@@ -171,7 +191,9 @@ export const toModelError = (sdk: Sdk, error: unknown, where: string, secret: st
   } else if (error instanceof IncompleteStream) {
     reason = "network"
     retryable = true
-    message = `the reply stream from ${where} broke off before message_stop${error.code === undefined ? "" : ` (${error.code})`}`
+    message = `the reply stream from ${where} broke off before message_stop${
+      error.code === undefined ? "" : ` (${error.code})`
+    }`
   } else {
     const name = error instanceof Error ? error.name : typeof error
     const detail = error instanceof Error ? `: ${clip(error.message)}` : ""
@@ -189,8 +211,10 @@ class IncompleteStream extends Error {
 }
 
 /** `onText` threw: a bug in the caller, surfaced as a defect, not a `ModelError`. */
-class CallbackFailed {
-  constructor(readonly cause: unknown) {}
+class CallbackFailed extends Error {
+  constructor(override readonly cause: unknown) {
+    super("onText threw", { cause })
+  }
 }
 
 // ---- the layer ---------------------------------------------------------------------------------
@@ -205,7 +229,12 @@ const where = (baseURL: string): string => {
 
 type Body = Omit<MessageCreateParamsNonStreaming, "stream">
 
-const streamReply = async (client: AnthropicClient, body: Body, request: ModelRequest, signal: AbortSignal): Promise<ModelReply> => {
+const streamReply = async (
+  client: AnthropicClient,
+  body: Body,
+  request: ModelRequest,
+  signal: AbortSignal
+): Promise<ModelReply> => {
   const stream = await client.messages.create({ ...body, stream: true }, { signal })
   let text = ""
   let stopReason: string | undefined
@@ -245,7 +274,12 @@ const streamReply = async (client: AnthropicClient, body: Body, request: ModelRe
   return { text, ...(stopReason === undefined ? {} : { stopReason }), usage: { inputTokens, outputTokens } }
 }
 
-const wholeReply = async (client: AnthropicClient, body: Body, request: ModelRequest, signal: AbortSignal): Promise<ModelReply> => {
+const wholeReply = async (
+  client: AnthropicClient,
+  body: Body,
+  request: ModelRequest,
+  signal: AbortSignal
+): Promise<ModelReply> => {
   const message = await client.messages.create({ ...body, stream: false }, { signal })
   let text = ""
   for (const block of message.content) if (block.type === "text") text += block.text
@@ -296,14 +330,22 @@ export const layer = (options: AnthropicModelOptions): Layer.Layer<Model> => {
       const reply = (request: ModelRequest): Effect.Effect<ModelReply, ModelError> => {
         const messages = toMessages(request.transcript)
         if (messages.length === 0) {
-          return Effect.fail(new ModelError({ reason: "invalid-request", message: "the transcript has no message to answer", retryable: false }))
+          return Effect.fail(
+            new ModelError({
+              reason: "invalid-request",
+              message: "the transcript has no message to answer",
+              retryable: false
+            })
+          )
         }
         if (!(Number.isInteger(request.maxTokens) && request.maxTokens >= 1)) {
-          return Effect.fail(new ModelError({
-            reason: "invalid-request",
-            message: `Expected \`maxTokens\` to be an integer from 1 and up, got \`${String(request.maxTokens)}\``,
-            retryable: false
-          }))
+          return Effect.fail(
+            new ModelError({
+              reason: "invalid-request",
+              message: `Expected \`maxTokens\` to be an integer from 1 and up, got \`${String(request.maxTokens)}\``,
+              retryable: false
+            })
+          )
         }
         const body: Body = {
           model,
@@ -316,7 +358,9 @@ export const layer = (options: AnthropicModelOptions): Layer.Layer<Model> => {
           catch: (error) => error
         }).pipe(
           Effect.catch((error) =>
-            error instanceof CallbackFailed ? Effect.die(error.cause) : Effect.fail(toModelError(sdk, error, host, secret))
+            error instanceof CallbackFailed
+              ? Effect.die(error.cause)
+              : Effect.fail(toModelError(sdk, error, host, secret))
           )
         )
       }

@@ -122,14 +122,22 @@ export const FileChannel = (options: {
         try {
           line = Buffer.from(JSON.stringify(format(entry)) + "\n", "utf8")
         } catch (cause) {
-          resume(Effect.fail(new DeliveryFailure({ message: `cannot encode entry ${entry.id}: ${errorText(cause)}`, permanent: true })))
+          resume(
+            Effect.fail(
+              new DeliveryFailure({ message: `cannot encode entry ${entry.id}: ${errorText(cause)}`, permanent: true })
+            )
+          )
           return
         }
         fs.write(fd, line, 0, line.length, null, (error, written) => {
           if (error !== null) {
             resume(Effect.fail(new DeliveryFailure({ message: `append to ${file} failed: ${error.message}` })))
           } else if (written !== line.length) {
-            resume(Effect.fail(new DeliveryFailure({ message: `short append to ${file}: ${written} of ${line.length} bytes` })))
+            resume(
+              Effect.fail(
+                new DeliveryFailure({ message: `short append to ${file}: ${written} of ${line.length} bytes` })
+              )
+            )
           } else if (options.sync === true) {
             fs.fdatasync(fd, (syncError) =>
               resume(

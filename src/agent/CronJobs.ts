@@ -41,24 +41,46 @@ export const parseJobs = (
       const job = jobs[i]!
       const at = `${field}[${i}]`
       if (typeof job.name !== "string" || job.name.trim() === "") {
-        return Effect.fail(new AgentConfigInvalid({ field: `${at}.name`, message: `Expected \`${at}.name\` to be a non-empty string, got \`${String(job.name)}\`` }))
+        return Effect.fail(
+          new AgentConfigInvalid({
+            field: `${at}.name`,
+            message: `Expected \`${at}.name\` to be a non-empty string, got \`${String(job.name)}\``
+          })
+        )
       }
       if (seen.has(job.name)) {
-        return Effect.fail(new AgentConfigInvalid({ field: `${at}.name`, message: `Expected cron job names to be unique, got \`${job.name}\` twice` }))
+        return Effect.fail(
+          new AgentConfigInvalid({
+            field: `${at}.name`,
+            message: `Expected cron job names to be unique, got \`${job.name}\` twice`
+          })
+        )
       }
       seen.add(job.name)
       if (typeof job.prompt !== "string" || job.prompt.trim() === "") {
-        return Effect.fail(new AgentConfigInvalid({ field: `${at}.prompt`, message: `Expected \`${at}.prompt\` to be a non-empty string, got \`${String(job.prompt)}\`` }))
+        return Effect.fail(
+          new AgentConfigInvalid({
+            field: `${at}.prompt`,
+            message: `Expected \`${at}.prompt\` to be a non-empty string, got \`${String(job.prompt)}\``
+          })
+        )
       }
       if (job.to !== undefined && (typeof job.to !== "string" || job.to === "")) {
-        return Effect.fail(new AgentConfigInvalid({ field: `${at}.to`, message: `Expected \`${at}.to\` to be a non-empty string, got \`${String(job.to)}\`` }))
+        return Effect.fail(
+          new AgentConfigInvalid({
+            field: `${at}.to`,
+            message: `Expected \`${at}.to\` to be a non-empty string, got \`${String(job.to)}\``
+          })
+        )
       }
       const parsed = Cron.parse(job.schedule, job.timeZone)
       if (Result.isFailure(parsed)) {
         return Effect.fail(
           new AgentConfigInvalid({
             field: `${at}.schedule`,
-            message: `Expected \`${at}.schedule\` to be a cron expression of 5 fields (or 6 with seconds first)${job.timeZone === undefined ? "" : " and a known time zone"}, got \`${job.schedule}\`: ${parsed.failure.message}`
+            message: `Expected \`${at}.schedule\` to be a cron expression of 5 fields (or 6 with seconds first)${
+              job.timeZone === undefined ? "" : " and a known time zone"
+            }, got \`${job.schedule}\`: ${parsed.failure.message}`
           })
         )
       }

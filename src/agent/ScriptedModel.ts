@@ -54,8 +54,7 @@ export const scriptedReply = (transcript: ReadonlyArray<TranscriptMessage>): str
 }
 
 /** Splits text into word chunks (each word keeps the whitespace after it); they join back to `text`. */
-export const wordChunks = (text: string): Array<string> =>
-  text.length === 0 ? [] : text.split(/(?<=\s)(?=\S)/)
+export const wordChunks = (text: string): Array<string> => text.length === 0 ? [] : text.split(/(?<=\s)(?=\S)/)
 
 const validateLatency = (latencyMs: unknown): number => {
   if (typeof latencyMs !== "number" || !Number.isInteger(latencyMs) || latencyMs < 0) {

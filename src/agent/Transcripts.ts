@@ -173,7 +173,9 @@ export const make = (options: {
           onFailure: (cause) =>
             (cause as NodeJS.ErrnoException)?.code === "ENOENT"
               ? Effect.succeed(emptyState(session))
-              : Effect.fail(new TranscriptError({ reason: "io", message: `cannot read ${file}: ${text(cause)}`, path: file })),
+              : Effect.fail(
+                new TranscriptError({ reason: "io", message: `cannot read ${file}: ${text(cause)}`, path: file })
+              ),
           onSuccess: (content) => parse(session, file, content)
         }),
         Effect.map(counted)
@@ -222,13 +224,16 @@ export const make = (options: {
       f: (state: SessionState) => readonly [SessionState, A],
       after?: (result: A) => void
     ) =>
-      locked(session, Effect.flatMap(read(session), (state) => {
-        const [next, result] = f(state)
-        return Effect.map(write(next), () => {
-          if (after !== undefined) after(result)
-          return result
+      locked(
+        session,
+        Effect.flatMap(read(session), (state) => {
+          const [next, result] = f(state)
+          return Effect.map(write(next), () => {
+            if (after !== undefined) after(result)
+            return result
+          })
         })
-      }))
+      )
 
     const store: Transcripts = {
       historyLimit,
@@ -239,7 +244,12 @@ export const make = (options: {
           const at = Date.now()
           const activeAt = (lastStamp = Math.max(at, lastStamp + 1))
           const added = texts.map((text, i): PendingMessage => ({ seq: state.nextSeq + i, text, at }))
-          const next = { ...state, pending: [...state.pending, ...added], nextSeq: state.nextSeq + texts.length, activeAt }
+          const next = {
+            ...state,
+            pending: [...state.pending, ...added],
+            nextSeq: state.nextSeq + texts.length,
+            activeAt
+          }
           return [next, added] as const
         }, after),
       drop: (session, seqs) =>
@@ -308,16 +318,22 @@ const parse = (session: string, file: string, content: string): Effect.Effect<Se
   Effect.suspend(() => {
     let value: Partial<SessionState> & { version?: unknown }
     try {
-      value = JSON.parse(content)
+      value = JSON.parse(content) as typeof value
     } catch (cause) {
-      return Effect.fail(new TranscriptError({ reason: "corrupt", message: `${file} is not JSON: ${text(cause)}`, path: file }))
+      return Effect.fail(
+        new TranscriptError({ reason: "corrupt", message: `${file} is not JSON: ${text(cause)}`, path: file })
+      )
     }
     if (
       typeof value !== "object" || value === null || value.session !== session || !Array.isArray(value.turns) ||
       !Array.isArray(value.pending) || typeof value.nextSeq !== "number" || typeof value.nextTurn !== "number"
     ) {
       return Effect.fail(
-        new TranscriptError({ reason: "corrupt", message: `${file} is not a transcript of session \`${session}\``, path: file })
+        new TranscriptError({
+          reason: "corrupt",
+          message: `${file} is not a transcript of session \`${session}\``,
+          path: file
+        })
       )
     }
     const state: SessionState = {
@@ -332,10 +348,15 @@ const parse = (session: string, file: string, content: string): Effect.Effect<Se
     return Effect.succeed(state)
   })
 
-const io = <A>(file: string, what: "read" | "write" | "create", f: () => Promise<A>): Effect.Effect<A, TranscriptError> =>
+const io = <A>(
+  file: string,
+  what: "read" | "write" | "create",
+  f: () => Promise<A>
+): Effect.Effect<A, TranscriptError> =>
   Effect.tryPromise({
     try: f,
-    catch: (cause) => new TranscriptError({ reason: "io", message: `cannot ${what} ${file}: ${text(cause)}`, path: file })
+    catch: (cause) =>
+      new TranscriptError({ reason: "io", message: `cannot ${what} ${file}: ${text(cause)}`, path: file })
   })
 
 /** Removes the temp files a crash (or a full disk, before this version) left in `dir`: only the writer's own `*.tmp` names. */

@@ -48,7 +48,10 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
   if (typeof url === "string") throw new AgentConfigInvalid({ field: "url", message: url })
   const timeoutMs = options.timeoutMs ?? DEFAULT_WEBHOOK_TIMEOUT_MS
   if (typeof timeoutMs !== "number" || !(timeoutMs > 0)) {
-    throw new AgentConfigInvalid({ field: "timeoutMs", message: `Expected \`timeoutMs\` to be a number above 0, got \`${String(timeoutMs)}\`` })
+    throw new AgentConfigInvalid({
+      field: "timeoutMs",
+      message: `Expected \`timeoutMs\` to be a number above 0, got \`${String(timeoutMs)}\``
+    })
   }
   // Credentials in the URL go in an Authorization header (fetch refuses such a URL), unless one is given.
   const basic = url.username === "" && url.password === ""
@@ -69,8 +72,15 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
   const send = (entry: DeliveryEntry): Effect.Effect<void, DeliveryFailure> =>
     Effect.gen(function*() {
       const payload = yield* Effect.try({
-        try: () => JSON.stringify({ id: entry.id, channel: entry.message.channel, to: entry.message.to, body: entry.message.body }),
-        catch: (cause) => new DeliveryFailure({ message: `cannot encode entry ${entry.id} as JSON: ${String(cause)}`, permanent: true })
+        try: () =>
+          JSON.stringify({
+            id: entry.id,
+            channel: entry.message.channel,
+            to: entry.message.to,
+            body: entry.message.body
+          }),
+        catch: (cause) =>
+          new DeliveryFailure({ message: `cannot encode entry ${entry.id} as JSON: ${String(cause)}`, permanent: true })
       })
       const answer = yield* Effect.tryPromise({
         // The signal aborts on interruption (the delivery queue's attempt timeout, a shutdown) and after `timeoutMs`.
@@ -85,15 +95,24 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
           })
           // Read the whole answer within the same bound: the connection is free for the next entry.
           const text = await response.text()
-          return { status: response.status, statusText: response.statusText, retryAfter: response.headers.get("retry-after"), location: response.headers.get("location"), text }
+          return {
+            status: response.status,
+            statusText: response.statusText,
+            retryAfter: response.headers.get("retry-after"),
+            location: response.headers.get("location"),
+            text
+          }
         },
-        catch: (cause) => new DeliveryFailure({ message: `${where} failed: ${scrub(connectionError(cause, timeoutMs), url)}` })
+        catch: (cause) =>
+          new DeliveryFailure({ message: `${where} failed: ${scrub(connectionError(cause, timeoutMs), url)}` })
       })
       if (answer.status >= 200 && answer.status < 300) return
       const retryAfter = answer.retryAfter ?? undefined
       // Read the header as the queue does (seconds, or an HTTP date from now): the failure carries both.
       const now = yield* Clock.currentTimeMillis
-      const retryAfterMs = retryAfter === undefined ? undefined : DeliveryQueue.defaultClassify({ retryAfter }, undefined, now).retryAfterMs
+      const retryAfterMs = retryAfter === undefined
+        ? undefined
+        : DeliveryQueue.defaultClassify({ retryAfter }, undefined, now).retryAfterMs
       const said = snippet(answer.text)
       const message = `${where} answered ${answer.status}${answer.statusText === "" ? "" : ` ${answer.statusText}`}` +
         (retryAfter === undefined ? "" : ` (Retry-After: ${retryAfter})`) +
@@ -101,7 +120,9 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
       if (answer.status >= 300 && answer.status < 400) {
         // A redirect will not change by itself: the URL is wrong.
         return yield* new DeliveryFailure({
-          message: `${message}; webhooks are not redirected, use the final URL${answer.location === null ? "" : ` (Location: ${answer.location})`}`,
+          message: `${message}; webhooks are not redirected, use the final URL${
+            answer.location === null ? "" : ` (Location: ${answer.location})`
+          }`,
           permanent: true,
           status: answer.status
         })

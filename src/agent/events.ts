@@ -32,7 +32,13 @@ export type AgentEvent =
     readonly job?: string
   }
   /** A chunk of a reply as the model streams it. */
-  | { readonly type: "text"; readonly kind: TurnKind; readonly session: string; readonly turn: number; readonly chunk: string }
+  | {
+    readonly type: "text"
+    readonly kind: TurnKind
+    readonly session: string
+    readonly turn: number
+    readonly chunk: string
+  }
   /** A turn ended; its reply (unless suppressed) is in the delivery log. */
   | ({ readonly type: "turn-ended" } & TurnResult)
   /**

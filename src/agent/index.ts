@@ -10,24 +10,33 @@
  * - `options.ts` (validation) and `turns.ts` (user, heartbeat and cron turns on the queue);
  *   `Agent.ts` (`Agent.make`, the public module) on top, `main.ts` (signals, exit codes) over it.
  */
-export * from "./Model.js"
-export * as ScriptedModel from "./ScriptedModel.js"
+export * as Agent from "./Agent.js"
+export type {
+  AgentOptions,
+  AgentSnapshot,
+  LogHealthStatus,
+  SendError,
+  ShutdownReport,
+  TurnError,
+  TurnFailure,
+  UnansweredSession
+} from "./Agent.js"
 export * as AnthropicModel from "./AnthropicModel.js"
-export * from "./errors.js"
-export { MessageTooLarge } from "./replies.js"
 export * from "./Channel.js"
-export type { AgentEvent, TurnResult } from "./events.js"
 export { cronSession, parseCronFlag, parseJobs } from "./CronJobs.js"
 export type { CronJob, ParsedCronJob } from "./CronJobs.js"
+export * from "./errors.js"
+export type { AgentEvent, TurnResult } from "./events.js"
 export { HEARTBEAT_SESSION, isHeartbeatOk } from "./Heartbeat.js"
-export { isReservedSession } from "./turns.js"
 export type { HeartbeatOptions } from "./Heartbeat.js"
-export * as Transcripts from "./Transcripts.js"
-export { TranscriptError } from "./Transcripts.js"
-export * as Agent from "./Agent.js"
-export type { AgentOptions, AgentSnapshot, LogHealthStatus, SendError, ShutdownReport, TurnError, TurnFailure, UnansweredSession } from "./Agent.js"
-export { RETRY_DELAYS_MS } from "./retries.js"
 export { exitAfterFlush, runMain, serve, signalExitCode } from "./main.js"
 export type { MainContext, ShutdownSignal, StopReason } from "./main.js"
+export * from "./Model.js"
+export { MessageTooLarge } from "./replies.js"
+export { RETRY_DELAYS_MS } from "./retries.js"
+export * as ScriptedModel from "./ScriptedModel.js"
+export * as Transcripts from "./Transcripts.js"
+export { TranscriptError } from "./Transcripts.js"
+export { isReservedSession } from "./turns.js"
 export { DEFAULT_WEBHOOK_TIMEOUT_MS, parseWebhookUrl, WebhookChannel } from "./WebhookChannel.js"
 export type { WebhookChannelOptions } from "./WebhookChannel.js"

@@ -54,7 +54,11 @@ export const watchLogHealth = (
       const now = yield* status
       if (now.status === last) continue
       last = now.status
-      options.emit(now.status === "ok" ? { type: "log-health", status: "ok" } : { type: "log-health", status: "failing", error: now.error })
+      options.emit(
+        now.status === "ok"
+          ? { type: "log-health", status: "ok" }
+          : { type: "log-health", status: "failing", error: now.error }
+      )
       if (now.status === "ok") yield* options.healed
     }
   })

@@ -29,7 +29,9 @@ export interface MainContext {
 }
 
 /** The exit code of a process ended by `signal` (128 + its number). */
-export const signalExitCode = (signal: ShutdownSignal): number => (signal === "SIGINT" ? 130 : signal === "SIGHUP" ? 129 : 143)
+export const signalExitCode = (
+  signal: ShutdownSignal
+): number => (signal === "SIGINT" ? 130 : signal === "SIGHUP" ? 129 : 143)
 
 /**
  * Runs `program` as the process's main (see the module comment). Effect's loggers write to

@@ -99,7 +99,9 @@ export const replyMessages = (
   session: string,
   record: TurnRecord,
   maxRecordBytes: number
-): Array<{ readonly channel: string; readonly to: string; readonly body: ReplyBody; readonly idempotencyKey: string }> => {
+): Array<
+  { readonly channel: string; readonly to: string; readonly body: ReplyBody; readonly idempotencyKey: string }
+> => {
   const make = (text: string, part: number, parts: number) => ({
     channel,
     to: record.to,
@@ -107,7 +109,10 @@ export const replyMessages = (
     idempotencyKey: replyKey(session, record.n, part)
   })
   const whole = make(record.reply, 1, 1)
-  if (Buffer.byteLength(JSON.stringify(whole), "utf8") + RECORD_OVERHEAD + whole.idempotencyKey.length * 3 <= maxRecordBytes) {
+  if (
+    Buffer.byteLength(JSON.stringify(whole), "utf8") + RECORD_OVERHEAD + whole.idempotencyKey.length * 3 <=
+      maxRecordBytes
+  ) {
     return [whole]
   }
   // The room of the text: the record without it, with the largest part numbers it can carry.

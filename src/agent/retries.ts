@@ -76,10 +76,13 @@ export const makeRetries = (deps: {
       failing.set(session, entry)
       if (delay !== undefined) {
         entry.timer = yield* Effect.forkIn(
-          Effect.andThen(Effect.sleep(delay), Effect.suspend(() => {
-            if (failing.get(session) === entry) delete entry.timer
-            return deps.kick(session)
-          })),
+          Effect.andThen(
+            Effect.sleep(delay),
+            Effect.suspend(() => {
+              if (failing.get(session) === entry) delete entry.timer
+              return deps.kick(session)
+            })
+          ),
           deps.scope
         )
       }

@@ -24,5 +24,6 @@ export const ensureStateDir = (dir: string): Effect.Effect<void, AgentConfigInva
       for (const d of missing.reverse()) fs.mkdirSync(d, { mode: 0o700 })
       if (!fs.statSync(dir).isDirectory()) throw new Error(`ENOTDIR: not a directory, '${dir}'`)
     },
-    catch: (cause) => new AgentConfigInvalid({ field: "stateDir", message: `Cannot create \`stateDir\` ${dir}: ${message(cause)}` })
+    catch: (cause) =>
+      new AgentConfigInvalid({ field: "stateDir", message: `Cannot create \`stateDir\` ${dir}: ${message(cause)}` })
   })

@@ -2,7 +2,9 @@
 
 /** The message of an error, or its text. */
 export const errorText = (error: unknown): string =>
-  typeof error === "object" && error !== null && "message" in error ? String((error as { message: unknown }).message) : String(error)
+  typeof error === "object" && error !== null && "message" in error
+    ? String((error as { message: unknown }).message)
+    : String(error)
 
 /** How a failed turn is handled. */
 export interface Classified {
@@ -42,4 +44,5 @@ export const classify = (error: unknown): Classified => {
 }
 
 /** Whether `s` is well-formed UTF-16 (no lone surrogate): the log refuses keys that are not. */
-export const isWellFormed = (s: string): boolean => !/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(s)
+export const isWellFormed = (s: string): boolean =>
+  !/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(s)

@@ -9,22 +9,21 @@
  */
 import { Cause, Deferred, Effect, Exit, Option } from "effect"
 import type { Scope } from "effect"
+import type { DeliveryEntry, DeliveryQueue } from "../delivery/index.js"
 import { AdmissionError, RequestError } from "../queue/index.js"
 import type { CommandQueue } from "../queue/index.js"
-import type { DeliveryEntry, DeliveryQueue } from "../delivery/index.js"
 import { cronSession } from "./CronJobs.js"
 import type { ParsedCronJob } from "./CronJobs.js"
 import type { AgentEvent, TurnResult } from "./events.js"
 import { HEARTBEAT_SESSION, isHeartbeatOk } from "./Heartbeat.js"
 import type { Model } from "./Model.js"
-import { toMessages } from "./Transcripts.js"
-import type { SessionState, TurnKind, TurnRecord, Transcripts } from "./Transcripts.js"
-import type { TurnError } from "./types.js"
 import { checkMessageSize, replyMessages } from "./replies.js"
-import type { MessageTooLarge } from "./replies.js"
 import { makeRetries } from "./retries.js"
 import type { UnansweredSession } from "./retries.js"
+import { toMessages } from "./Transcripts.js"
+import type { SessionState, Transcripts, TurnKind, TurnRecord } from "./Transcripts.js"
 import { classify, errorText, isWellFormed } from "./turnErrors.js"
+import type { TurnError } from "./types.js"
 
 type TurnFuture = CommandQueue.Future<TurnResult, TurnError>
 
@@ -58,7 +57,8 @@ interface Deps {
 }
 
 /** Whether a session id belongs to the heartbeat or a cron job (users cannot send to it). */
-export const isReservedSession = (session: string): boolean => session === HEARTBEAT_SESSION || session.startsWith("cron:")
+export const isReservedSession = (session: string): boolean =>
+  session === HEARTBEAT_SESSION || session.startsWith("cron:")
 
 /** Builds the turn machinery of one agent. */
 export const makeTurns = (deps: Deps) => {
@@ -94,7 +94,11 @@ export const makeTurns = (deps: Deps) => {
       Effect.tapError((error) =>
         classify(error).final
           ? Effect.andThen(
-            Effect.logWarning(`switchyard: the reply of turn ${record.n} of \`${session}\` is given up (the delivery log refuses it): ${errorText(error)}`),
+            Effect.logWarning(
+              `switchyard: the reply of turn ${record.n} of \`${session}\` is given up (the delivery log refuses it): ${
+                errorText(error)
+              }`
+            ),
             Effect.ignore(transcripts.markSent(session, record.n))
           )
           : Effect.void
@@ -108,10 +112,21 @@ export const makeTurns = (deps: Deps) => {
       : logReply(session, state.unsent).pipe(
         Effect.asVoid,
         // Given up for good: this turn goes on with what is accepted (the session is not wedged).
-        Effect.catchIf((error) => classify(error).final, (error) =>
-          Effect.sync(() =>
-            emit({ type: "turn-failed", kind: state.unsent!.kind, session, error: errorText(error), messages: state.pending.length, retryable: false, kept: false })
-          ))
+        Effect.catchIf(
+          (error) => classify(error).final,
+          (error) =>
+            Effect.sync(() =>
+              emit({
+                type: "turn-failed",
+                kind: state.unsent!.kind,
+                session,
+                error: errorText(error),
+                messages: state.pending.length,
+                retryable: false,
+                kept: false
+              })
+            )
+        )
       )
 
   /** Calls the model, records the turn, logs the reply (durable), then marks it logged. */
@@ -171,7 +186,15 @@ export const makeTurns = (deps: Deps) => {
       Effect.tapError((error) =>
         kind === "user" ? Effect.void : Effect.andThen(
           Effect.sync(() =>
-            emit({ type: "turn-failed", kind, session, error: errorText(error), messages: 0, retryable: classify(error).retryable, kept: !classify(error).final })
+            emit({
+              type: "turn-failed",
+              kind,
+              session,
+              error: errorText(error),
+              messages: 0,
+              retryable: classify(error).retryable,
+              kept: !classify(error).final
+            })
           ),
           Effect.logWarning(`switchyard: ${kind} turn of \`${session}\` failed: ${errorText(error)}`)
         )
@@ -263,16 +286,35 @@ export const makeTurns = (deps: Deps) => {
   const sendAll = (session: string, texts: ReadonlyArray<string>) =>
     Effect.gen(function*() {
       if (typeof session !== "string" || session === "") {
-        return yield* new RequestError({ lane: "main", key: String(session), message: `Expected \`session\` to be a non-empty string, got \`${String(session)}\`` })
+        return yield* new RequestError({
+          lane: "main",
+          key: String(session),
+          message: `Expected \`session\` to be a non-empty string, got \`${String(session)}\``
+        })
       }
       if (isReservedSession(session)) {
-        return yield* new RequestError({ lane: "main", key: session, message: `Expected \`session\` not to be \`${HEARTBEAT_SESSION}\` or start with \`cron:\` (the heartbeat's and cron jobs' own sessions), got \`${session}\`` })
+        return yield* new RequestError({
+          lane: "main",
+          key: session,
+          message:
+            `Expected \`session\` not to be \`${HEARTBEAT_SESSION}\` or start with \`cron:\` (the heartbeat's and cron jobs' own sessions), got \`${session}\``
+        })
       }
       if (!isWellFormed(session)) {
-        return yield* new RequestError({ lane: "main", key: session, message: `Expected \`session\` to be well-formed UTF-16 (no lone surrogate), got \`${JSON.stringify(session)}\`` })
+        return yield* new RequestError({
+          lane: "main",
+          key: session,
+          message: `Expected \`session\` to be well-formed UTF-16 (no lone surrogate), got \`${
+            JSON.stringify(session)
+          }\``
+        })
       }
-      if (!Array.isArray(texts) || texts.length === 0 || texts.some((t) => typeof t !== "string")) {
-        return yield* new RequestError({ lane: "main", key: session, message: `Expected the message texts to be a non-empty list of strings, got \`${String(texts)}\`` })
+      if (!Array.isArray(texts as unknown) || texts.length === 0 || texts.some((t) => typeof t !== "string")) {
+        return yield* new RequestError({
+          lane: "main",
+          key: session,
+          message: `Expected the message texts to be a non-empty list of strings, got \`${String(texts)}\``
+        })
       }
       for (const text of texts) {
         const big = checkMessageSize(session, text, deps.maxRecordBytes)
@@ -308,13 +350,26 @@ export const makeTurns = (deps: Deps) => {
   const send = (session: string, text: string): ReturnType<typeof sendAll> =>
     typeof text === "string"
       ? sendAll(session, [text])
-      : Effect.fail(new RequestError({ lane: "main", key: String(session), message: `Expected \`text\` to be a string, got \`${typeof text}\`` }))
+      : Effect.fail(
+        new RequestError({
+          lane: "main",
+          key: String(session),
+          message: `Expected \`text\` to be a string, got \`${typeof text}\``
+        })
+      )
 
   const heartbeatTurn = (prompt: string): Effect.Effect<TurnResult, TurnError> =>
     Effect.gen(function*() {
       const state = yield* transcripts.load(HEARTBEAT_SESSION)
       yield* flushUnsent(HEARTBEAT_SESSION, state)
-      return yield* answer({ kind: "heartbeat", session: HEARTBEAT_SESSION, state, user: [prompt], answered: [], to: () => lastActive })
+      return yield* answer({
+        kind: "heartbeat",
+        session: HEARTBEAT_SESSION,
+        state,
+        user: [prompt],
+        answered: [],
+        to: () => lastActive
+      })
     })
 
   const cronTurn = (job: ParsedCronJob): Effect.Effect<TurnResult, TurnError> =>
@@ -341,7 +396,9 @@ export const makeTurns = (deps: Deps) => {
       const loaded = yield* Effect.exit(Effect.tap(transcripts.load(session), (state) => flushUnsent(session, state)))
       if (Exit.isFailure(loaded)) {
         // One bad session must not keep the agent from starting; its file stays as it is.
-        yield* Effect.logWarning(`switchyard: cannot recover session \`${session}\`: ${errorText(Cause.squash(loaded.cause))}`)
+        yield* Effect.logWarning(
+          `switchyard: cannot recover session \`${session}\`: ${errorText(Cause.squash(loaded.cause))}`
+        )
         continue
       }
       const state = loaded.value
@@ -354,11 +411,18 @@ export const makeTurns = (deps: Deps) => {
         waiting.set(session, batch)
         const exit = yield* dispatchBatch(batch)
         if (Exit.isFailure(exit)) {
-          yield* Effect.logWarning(`switchyard: cannot answer the accepted messages of \`${session}\` now: ${errorText(exit.cause)}`)
+          yield* Effect.logWarning(
+            `switchyard: cannot answer the accepted messages of \`${session}\` now: ${errorText(exit.cause)}`
+          )
         }
       }
       if (state.unsent !== undefined || state.pending.length > 0) {
-        emit({ type: "recovered", session, messages: state.pending.length, replies: state.unsent === undefined ? 0 : 1 })
+        emit({
+          type: "recovered",
+          session,
+          messages: state.pending.length,
+          replies: state.unsent === undefined ? 0 : 1
+        })
       }
     }
   })
@@ -381,7 +445,9 @@ export const makeTurns = (deps: Deps) => {
   const retry = (session?: string, only?: (io: boolean) => boolean): Effect.Effect<number> =>
     Effect.gen(function*() {
       if (closed) return 0
-      if (session !== undefined && !transcripts.pendingCounts().has(session) && retries.failureOf(session) === undefined) return 0
+      if (
+        session !== undefined && !transcripts.pendingCounts().has(session) && retries.failureOf(session) === undefined
+      ) return 0
       const sessions = yield* retries.retry(session, only)
       yield* resume(sessions)
       return sessions.length

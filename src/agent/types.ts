@@ -2,8 +2,8 @@
  * The agent's public shapes: its options, what a turn and `send` can fail with, what `snapshot`
  * and `shutdown` report. Imports nothing above it (`Agent.ts` re-exports these).
  */
-import type { AdmissionError, CommandQueue, RequestError } from "../queue/index.js"
 import type { DeliveryLog, DeliveryLogError, DeliveryQueue } from "../delivery/index.js"
+import type { AdmissionError, CommandQueue, RequestError } from "../queue/index.js"
 import type { Channel } from "./Channel.js"
 import type { CronJob } from "./CronJobs.js"
 import type { AgentEvent } from "./events.js"

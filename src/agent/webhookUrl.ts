@@ -15,7 +15,9 @@ export const shownUrl = (url: string): string => {
  * ("Expected `url` to be an http or https URL, got `ftp://x`"), the URL shown by {@link shownUrl}.
  */
 export const parseWebhookUrl = (url: unknown, field = "url"): URL | string => {
-  const expected = `Expected \`${field}\` to be an http or https URL, got \`${typeof url === "string" ? shownUrl(url) : String(url)}\``
+  const expected = `Expected \`${field}\` to be an http or https URL, got \`${
+    typeof url === "string" ? shownUrl(url) : String(url)
+  }\``
   if (typeof url !== "string" || !URL.canParse(url)) return expected
   const parsed = new URL(url)
   return parsed.protocol === "http:" || parsed.protocol === "https:" ? parsed : expected

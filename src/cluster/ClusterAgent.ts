@@ -7,9 +7,9 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Clock, Effect } from "effect"
-import type { Model as ModelService } from "../agent/Model.js"
 import { cronSession } from "../agent/CronJobs.js"
 import { HEARTBEAT_SESSION } from "../agent/Heartbeat.js"
+import type { Model as ModelService } from "../agent/Model.js"
 import { Model } from "../agent/Model.js"
 import { Fenced } from "./Fencing.js"
 import type { ClusterTask, LaneHandler } from "./KeyRunner.js"
@@ -82,11 +82,26 @@ export const handlers = (
     const system = options.system ?? "You are a helpful assistant."
     const maxTokens = options.maxTokens ?? 1024
 
-    const turn = (task: ClusterTask, session: string, text: string, to: string, kind: "user" | "cron", job?: string, inbox = false) =>
+    const turn = (
+      task: ClusterTask,
+      session: string,
+      text: string,
+      to: string,
+      kind: "user" | "cron",
+      job?: string,
+      inbox = false
+    ) =>
       Effect.gen(function*() {
         const startedAt = yield* Clock.currentTimeMillis
         // The messages recorded for this run in the inbox, and the session's history: one statement.
-        const rows = yield* sql.unsafe<{ readonly src: "inbox" | "history"; readonly id: number; readonly role: "user" | "assistant"; readonly content: string }>(
+        const rows = yield* sql.unsafe<
+          {
+            readonly src: "inbox" | "history"
+            readonly id: number
+            readonly role: "user" | "assistant"
+            readonly content: string
+          }
+        >(
           `SELECT 'inbox' AS src, id::float8 AS id, 'user' AS role, text AS content FROM ${prefix}_inbox WHERE run_id = $3
            UNION ALL
            SELECT 'history', id::float8, role, content FROM (SELECT id, role, content FROM ${prefix}_transcripts WHERE session = $1
@@ -99,7 +114,9 @@ export const handlers = (
         const texts = recorded.length > 0 ? recorded : inbox ? [] : [text]
         // A run of the inbox with no message of its own (a re-sent message that took a slot of its own
         // while its first copy was answered by another run): nothing to answer.
-        if (texts.length === 0) return { text: "", deliveryId: "", runner: options.member, messages: 0 } satisfies TurnResult
+        if (texts.length === 0) {
+          return { text: "", deliveryId: "", runner: options.member, messages: 0 } satisfies TurnResult
+        }
         const reply = yield* model.reply({
           system,
           transcript: [
@@ -130,10 +147,26 @@ export const handlers = (
              ON CONFLICT (run_id, role, part) DO NOTHING`,
             `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at) SELECT $10, $14, $11, $15::bigint, $16::bigint FROM locked`
           ],
-          params: [session, task.runId, texts, reply.text, options.member, startedAt, endedAt, ...(fence === undefined ? [] : [fence.shard, fence.epoch])]
+          params: [
+            session,
+            task.runId,
+            texts,
+            reply.text,
+            options.member,
+            startedAt,
+            endedAt,
+            ...(fence === undefined ? [] : [fence.shard, fence.epoch])
+          ]
         })
-        if (entry === undefined) return yield* Effect.fail(new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId))
-        return { text: reply.text, deliveryId: entry.id, runner: options.member, messages: texts.length } satisfies TurnResult
+        if (entry === undefined) {
+          return yield* Effect.fail(new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId))
+        }
+        return {
+          text: reply.text,
+          deliveryId: entry.id,
+          runner: options.member,
+          messages: texts.length
+        } satisfies TurnResult
       }).pipe(Effect.mapError((e) => ({ _tag: e._tag, message: e.message })))
 
     return {
@@ -147,6 +180,12 @@ export const handlers = (
         return turn(task, session, String(c.prompt), c.to ?? session, "cron", c.job)
       },
       heartbeat: (task) =>
-        turn(task, HEARTBEAT_SESSION, String((task.command as { prompt?: string }).prompt ?? "Heartbeat"), HEARTBEAT_SESSION, "user")
+        turn(
+          task,
+          HEARTBEAT_SESSION,
+          String((task.command as { prompt?: string }).prompt ?? "Heartbeat"),
+          HEARTBEAT_SESSION,
+          "user"
+        )
     }
   })

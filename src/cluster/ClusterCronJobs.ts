@@ -21,32 +21,32 @@ export const layer = (
 ): Layer.Layer<never, never, Sharding.Sharding | PgClient.PgClient> => {
   const prefix = options.prefix ?? "switchyard"
   const layers = jobs.map((job) =>
-      ClusterCron.make({
-        name: `switchyard-${job.name}`,
-        cron: job.cron,
-        // Each next due time is computed from the previous one, so a slow firing or a moving shard makes
-        // a run late, never skipped; one missed by more than a minute (no runner alive) is skipped.
-        calculateNextRunFromPrevious: true,
-        skipIfOlderThan: "1 minute",
-        execute: Effect.gen(function*() {
-          const sql = yield* PgClient.PgClient
-          const due = DateTime.toEpochMillis(yield* ClusterCron.CurrentScheduledTime)
-          yield* sql.unsafe(
-            `INSERT INTO ${prefix}_cron_firings (job, due_at, runner) VALUES ($1, $2, $3)
+    ClusterCron.make({
+      name: `switchyard-${job.name}`,
+      cron: job.cron,
+      // Each next due time is computed from the previous one, so a slow firing or a moving shard makes
+      // a run late, never skipped; one missed by more than a minute (no runner alive) is skipped.
+      calculateNextRunFromPrevious: true,
+      skipIfOlderThan: "1 minute",
+      execute: Effect.gen(function*() {
+        const sql = yield* PgClient.PgClient
+        const due = DateTime.toEpochMillis(yield* ClusterCron.CurrentScheduledTime)
+        yield* sql.unsafe(
+          `INSERT INTO ${prefix}_cron_firings (job, due_at, runner) VALUES ($1, $2, $3)
              ON CONFLICT (job, due_at) DO UPDATE SET fired = ${prefix}_cron_firings.fired + 1`,
-            [job.name, due, queue.member]
-          )
-          yield* queue.dispatch("cron", job.name, {
-            type: "cron",
-            job: job.name,
-            prompt: job.prompt,
-            ...(job.to === undefined ? {} : { to: job.to }),
-            dueAt: due
-          }, { coalesce: true }).pipe(
-            Effect.catch((e) => Effect.logWarning(`Cron job ${job.name} not dispatched: ${e.message}`))
-          )
-        }).pipe(Effect.orDie)
-      })
+          [job.name, due, queue.member]
+        )
+        yield* queue.dispatch("cron", job.name, {
+          type: "cron",
+          job: job.name,
+          prompt: job.prompt,
+          ...(job.to === undefined ? {} : { to: job.to }),
+          dueAt: due
+        }, { coalesce: true }).pipe(
+          Effect.catch((e) => Effect.logWarning(`Cron job ${job.name} not dispatched: ${e.message}`))
+        )
+      }).pipe(Effect.orDie)
+    })
   )
   return layers.reduce<Layer.Layer<never, never, Sharding.Sharding | PgClient.PgClient>>(
     (all, one) => Layer.merge(all, one),

@@ -102,7 +102,8 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
       options.deliver(entry).pipe(
         Effect.timeoutOrElse({
           duration: Duration.millis(attemptTimeoutMs),
-          orElse: () => Effect.fail({ message: `Delivery attempt timed out after ${attemptTimeoutMs} ms` } as DeliveryFailure)
+          orElse: () =>
+            Effect.fail({ message: `Delivery attempt timed out after ${attemptTimeoutMs} ms` } as DeliveryFailure)
         }),
         Effect.matchEffect({
           onSuccess: () => settle(entry, undefined),
@@ -123,7 +124,9 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
         const room = concurrency - inFlight
         if (room > 0) {
           const claimed = yield* log.claim({ owner, limit: room, leaseMs }).pipe(
-            Effect.catch((e) => Effect.as(Effect.logWarning(`Delivery claim failed: ${e.message}`), [] as ReadonlyArray<DeliveryEntry>))
+            Effect.catch((e) =>
+              Effect.as(Effect.logWarning(`Delivery claim failed: ${e.message}`), [] as ReadonlyArray<DeliveryEntry>)
+            )
           )
           for (const entry of claimed) {
             inFlight++
@@ -131,7 +134,9 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
           }
           if (claimed.length === room) continue
         }
-        yield* Deferred.await(current).pipe(Effect.timeoutOrElse({ duration: Duration.millis(pollMs), orElse: () => Effect.void }))
+        yield* Deferred.await(current).pipe(
+          Effect.timeoutOrElse({ duration: Duration.millis(pollMs), orElse: () => Effect.void })
+        )
         if (current === wake) wake = Deferred.makeUnsafe<void>()
       }
     })

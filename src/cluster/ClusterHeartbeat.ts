@@ -4,7 +4,8 @@
  * `heartbeat`, every `everyMs`. The dispatch coalesces across processes, so a heartbeat due while the
  * previous one still waits adds nothing.
  */
-import { Effect, Layer } from "effect"
+import type { Layer } from "effect"
+import { Effect } from "effect"
 import { Singleton } from "effect/cluster"
 import type { Sharding } from "effect/cluster"
 import { HEARTBEAT_SESSION, heartbeatPrompt, runHeartbeat } from "../agent/Heartbeat.js"
@@ -22,7 +23,9 @@ export const layer = (options: HeartbeatOptions, queue: ClusterQueue): Layer.Lay
       Effect.logInfo(`heartbeat: the cluster's heartbeat runs on ${queue.member} (every ${options.everyMs} ms)`),
       runHeartbeat(
         options.everyMs,
-        queue.dispatch("heartbeat", HEARTBEAT_SESSION, { type: "heartbeat", prompt: heartbeatPrompt(options) }, { coalesce: true }).pipe(
+        queue.dispatch("heartbeat", HEARTBEAT_SESSION, { type: "heartbeat", prompt: heartbeatPrompt(options) }, {
+          coalesce: true
+        }).pipe(
           Effect.asVoid,
           Effect.catch((e) => Effect.logWarning(`Heartbeat not dispatched: ${e.message}`))
         )

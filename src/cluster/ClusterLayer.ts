@@ -56,7 +56,9 @@ export const layer = (options: ClusterLayerOptions) => {
     entityMessagePollInterval: options.entityMessagePollInterval ?? "1 second",
     sendRetryInterval: "50 millis"
   }
-  const schema = Layer.effectDiscard(Effect.orDie(Migrations.migrate(options.prefix === undefined ? {} : { prefix: options.prefix })))
+  const schema = Layer.effectDiscard(
+    Effect.orDie(Migrations.migrate(options.prefix === undefined ? {} : { prefix: options.prefix }))
+  )
   const storage = Layer.mergeAll(
     SqlMessageStorage.layerStorage({}).pipe(Layer.provide(NodeCrypto.layerDigest)),
     // Shards this runner acquires get a new fencing epoch first (Fencing.ts).

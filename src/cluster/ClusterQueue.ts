@@ -18,8 +18,8 @@ import type { Participation } from "../queue/errors.js"
 import * as Coalesce from "./Coalesce.js"
 import * as Generations from "./Generations.js"
 import * as KeyRunner from "./KeyRunner.js"
-import * as Migrations from "./Migrations.js"
 import type { LaneHandler } from "./KeyRunner.js"
+import * as Migrations from "./Migrations.js"
 import { entityId, KeyEntity } from "./protocol.js"
 import { checkDispatch, DEFAULT_LANES, fromReply, transient } from "./wire.js"
 
@@ -112,7 +112,9 @@ export interface ClusterQueue {
   /** This runner's lanes (running and waiting here), with the cluster generation. */
   readonly snapshot: Effect.Effect<ReadonlyArray<LaneSnapshot>>
   /** Live members of the cluster and the generations they applied. */
-  readonly members: Effect.Effect<ReadonlyArray<{ readonly member: string; readonly seenAgoMs: number; readonly applied: Record<string, number> }>>
+  readonly members: Effect.Effect<
+    ReadonlyArray<{ readonly member: string; readonly seenAgoMs: number; readonly applied: Record<string, number> }>
+  >
   /** Counters of this process: dispatched, settled by outcome, outstanding futures. */
   readonly counters: Effect.Effect<Readonly<Record<string, number>>>
 }
@@ -141,7 +143,10 @@ export const make = (
     for (const [name, limits] of Object.entries(options.lanes ?? {})) lanes[name] = { ...lanes[name], ...limits }
     for (const name of Object.keys(lanes)) {
       if (name.length === 0 || name.includes("/")) {
-        return yield* new LanesConfigInvalid({ field: `lanes.${name}`, message: `Expected a lane name without \`/\`, got \`${name}\`` })
+        return yield* new LanesConfigInvalid({
+          field: `lanes.${name}`,
+          message: `Expected a lane name without \`/\`, got \`${name}\``
+        })
       }
     }
     const restartTimeoutMs = options.restartTimeoutMs ?? 30_000
@@ -154,10 +159,11 @@ export const make = (
       ...(options.onTaskExit === undefined ? {} : { onTaskExit: options.onTaskExit })
     })
     // Its tables (ClusterLayer.layer created them already when the prefix is the same: then a no-op).
-    yield* Migrations.migrate({ cluster: false, ...(options.prefix === undefined ? {} : { prefix: options.prefix }) }).pipe(
-      Effect.provideService(SqlClient.SqlClient, yield* PgClient.PgClient),
-      Effect.orDie
-    )
+    yield* Migrations.migrate({ cluster: false, ...(options.prefix === undefined ? {} : { prefix: options.prefix }) })
+      .pipe(
+        Effect.provideService(SqlClient.SqlClient, yield* PgClient.PgClient),
+        Effect.orDie
+      )
     const generations = yield* Generations.make({
       member,
       ...(options.prefix === undefined ? {} : { prefix: options.prefix }),
@@ -287,7 +293,10 @@ export const make = (
             (Deferred.await(deferred) as Effect.Effect<A, E | QueueFailure>).pipe(
               Effect.timeoutOrElse({
                 duration: timeout,
-                orElse: () => Effect.fail(new FutureTimeout({ runId, timeoutMs: Duration.toMillis(Duration.fromInputUnsafe(timeout)) }))
+                orElse: () =>
+                  Effect.fail(
+                    new FutureTimeout({ runId, timeoutMs: Duration.toMillis(Duration.fromInputUnsafe(timeout)) })
+                  )
               })
             ),
           cancel
@@ -296,7 +305,9 @@ export const make = (
       })
 
     const knownLane = (lane: string) =>
-      lane in lanes ? Effect.void : Effect.fail(new RequestError({ lane, key: "", message: `Unknown lane \`${lane}\`` }))
+      lane in lanes
+        ? Effect.void
+        : Effect.fail(new RequestError({ lane, key: "", message: `Unknown lane \`${lane}\`` }))
 
     const restartLane = (lane: string) =>
       Effect.gen(function*() {
@@ -304,7 +315,9 @@ export const make = (
         const generation = yield* Effect.orDie(generations.bump(lane))
         const all = yield* Effect.orDie(generations.awaitApplied(lane, generation, restartTimeoutMs))
         if (!all) {
-          yield* Effect.logWarning(`restartLane(${lane}): not every runner applied generation ${generation} within ${restartTimeoutMs} ms`)
+          yield* Effect.logWarning(
+            `restartLane(${lane}): not every runner applied generation ${generation} within ${restartTimeoutMs} ms`
+          )
         }
         return generation
       })
@@ -318,7 +331,10 @@ export const make = (
         drainDeadline = Date.now() + timeoutMs
         const before = [...outstanding.values()]
         return Effect.gen(function*() {
-          const all = Effect.forEach(before, (x) => Effect.exit(Deferred.await(x.deferred)), { concurrency: "unbounded", discard: true })
+          const all = Effect.forEach(before, (x) => Effect.exit(Deferred.await(x.deferred)), {
+            concurrency: "unbounded",
+            discard: true
+          })
           const finished = yield* all.pipe(
             Effect.as(true),
             Effect.timeoutOrElse({ duration: Duration.millis(timeoutMs), orElse: () => Effect.succeed(false) })
@@ -329,19 +345,26 @@ export const make = (
               Effect.gen(function*() {
                 // Stop it where it runs (unless its run is kept); its future fails `closed` whatever the runner answers.
                 if (o?.keepRuns !== true) {
-                  yield* x.cancel.pipe(Effect.timeoutOrElse({ duration: Duration.seconds(5), orElse: () => Effect.void }))
+                  yield* x.cancel.pipe(
+                    Effect.timeoutOrElse({ duration: Duration.seconds(5), orElse: () => Effect.void })
+                  )
                 }
                 const exit = yield* Deferred.poll(x.deferred)
                 if (Option.isNone(exit) || Exit.isFailure(yield* Effect.exit(exit.value))) {
                   canceled++
-                  yield* settle(x, Exit.fail(new QueueFailure({
-                    runId: x.runId,
-                    lane: x.lane,
-                    key: x.key,
-                    participation: participation(x.lane),
-                    stage: "queued",
-                    reason: "closed"
-                  })))
+                  yield* settle(
+                    x,
+                    Exit.fail(
+                      new QueueFailure({
+                        runId: x.runId,
+                        lane: x.lane,
+                        key: x.key,
+                        participation: participation(x.lane),
+                        stage: "queued",
+                        reason: "closed"
+                      })
+                    )
+                  )
                 }
               }), { concurrency: "unbounded", discard: true })
           }
@@ -354,27 +377,41 @@ export const make = (
     // Closing: this process' dispatches first, then the local lanes (unfinished runs are replayed
     // elsewhere), both within the one drain deadline.
     yield* Effect.addFinalizer(() =>
-      Effect.andThen(drain(), Effect.suspend(() => Effect.asVoid(local.drain({ timeoutMs: Math.max(0, drainDeadline - Date.now()) }))))
+      Effect.andThen(
+        drain(),
+        Effect.suspend(() => Effect.asVoid(local.drain({ timeoutMs: Math.max(0, drainDeadline - Date.now()) })))
+      )
     )
 
     const queue: ClusterQueue = {
       member,
       dispatch,
       restartLane,
-      restartAll: Effect.asVoid(Effect.forEach(Object.keys(lanes), (l) => Effect.orDie(restartLane(l)), { discard: true })),
+      restartAll: Effect.asVoid(
+        Effect.forEach(Object.keys(lanes), (l) => Effect.orDie(restartLane(l)), { discard: true })
+      ),
       generation: (lane) => Effect.as(knownLane(lane), generations.current(lane)),
       cancel: (lane, key) =>
         Effect.gen(function*() {
           yield* knownLane(lane)
-          if (key.length === 0) return yield* new RequestError({ lane, key, message: "Expected `key` to be a non-empty string, got ``" })
+          if (key.length === 0) {
+            return yield* new RequestError({ lane, key, message: "Expected `key` to be a non-empty string, got ``" })
+          }
           yield* makeClient(entityId(lane, key)).CancelKey({ lane, key, before: Date.now() }).pipe(
             Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
             Effect.orDie
           )
         }),
       drain,
-      snapshot: Effect.map(local.snapshot, (lanesNow) =>
-        lanesNow.map((l) => ({ ...l, generation: generations.current(l.lane), draining: l.draining || draining !== undefined }))),
+      snapshot: Effect.map(
+        local.snapshot,
+        (lanesNow) =>
+          lanesNow.map((l) => ({
+            ...l,
+            generation: generations.current(l.lane),
+            draining: l.draining || draining !== undefined
+          }))
+      ),
       members: Effect.orDie(generations.members),
       counters: Effect.sync(() => ({ ...counters, outstanding: outstanding.size }))
     }

@@ -38,26 +38,33 @@ export const make = (prefix = "switchyard"): Effect.Effect<Coalesce, never, PgCl
       withSlot: <A, E, R>(
         lane: string,
         key: string,
-        send: (slot: { readonly runId: string; readonly slot: number; readonly joined: boolean }) => Effect.Effect<A, E, R>
+        send: (
+          slot: { readonly runId: string; readonly slot: number; readonly joined: boolean }
+        ) => Effect.Effect<A, E, R>
       ) =>
         // `send` runs outside the transaction (on the context from before it): only the row lock is held.
-        Effect.flatMap(Effect.context<R>(), (outside) => sql.withTransaction(Effect.gen(function*() {
-          yield* sql.unsafe(
-            `INSERT INTO ${table} (lane, key, slot, started) VALUES ($1, $2, 0, true) ON CONFLICT (lane, key) DO NOTHING`,
-            [lane, key]
-          )
-          const rows = yield* sql.unsafe<{ readonly slot: number; readonly started: boolean }>(
-            `SELECT slot::float8 AS slot, started FROM ${table} WHERE lane = $1 AND key = $2 FOR UPDATE`,
-            [lane, key]
-          )
-          const current = Number(rows[0].slot)
-          const joined = !rows[0].started
-          const slot = joined ? current : current + 1
-          if (!joined) {
-            yield* sql.unsafe(`UPDATE ${table} SET slot = $3, started = false WHERE lane = $1 AND key = $2`, [lane, key, slot])
-          }
-          return yield* Effect.provideContext(send({ runId: runIdOf(lane, key, slot), slot, joined }), outside)
-        }))),
+        Effect.flatMap(Effect.context<R>(), (outside) =>
+          sql.withTransaction(Effect.gen(function*() {
+            yield* sql.unsafe(
+              `INSERT INTO ${table} (lane, key, slot, started) VALUES ($1, $2, 0, true) ON CONFLICT (lane, key) DO NOTHING`,
+              [lane, key]
+            )
+            const rows = yield* sql.unsafe<{ readonly slot: number; readonly started: boolean }>(
+              `SELECT slot::float8 AS slot, started FROM ${table} WHERE lane = $1 AND key = $2 FOR UPDATE`,
+              [lane, key]
+            )
+            const current = Number(rows[0].slot)
+            const joined = !rows[0].started
+            const slot = joined ? current : current + 1
+            if (!joined) {
+              yield* sql.unsafe(`UPDATE ${table} SET slot = $3, started = false WHERE lane = $1 AND key = $2`, [
+                lane,
+                key,
+                slot
+              ])
+            }
+            return yield* Effect.provideContext(send({ runId: runIdOf(lane, key, slot), slot, joined }), outside)
+          }))),
       markStarted: (lane, key, slot) =>
         Effect.asVoid(sql.unsafe(
           `UPDATE ${table} SET started = true WHERE lane = $1 AND key = $2 AND slot = $3`,

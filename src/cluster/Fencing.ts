@@ -44,7 +44,9 @@ export interface FenceToken {
 export class Fenced extends Error {
   readonly _tag = "Fenced"
   constructor(readonly shard: string, readonly epoch: number, readonly runId: string) {
-    super(`Expected shard ${shard} to be at epoch ${epoch} (this runner's), found a newer one: run ${runId} was fenced, its writes dropped`)
+    super(
+      `Expected shard ${shard} to be at epoch ${epoch} (this runner's), found a newer one: run ${runId} was fenced, its writes dropped`
+    )
   }
 }
 
@@ -70,7 +72,10 @@ export const make = (prefix = "switchyard"): Effect.Effect<FenceShape, never, Sq
       )
     const current = (shard: string) =>
       Effect.map(
-        sql.unsafe<{ readonly epoch: number }>(`SELECT epoch::float8 AS epoch FROM ${prefix}_shard_epochs WHERE shard = $1`, [shard]),
+        sql.unsafe<{ readonly epoch: number }>(
+          `SELECT epoch::float8 AS epoch FROM ${prefix}_shard_epochs WHERE shard = $1`,
+          [shard]
+        ),
         (rows) => rows.length === 0 ? undefined : Number(rows[0].epoch)
       )
     return { token, epochOf: (shard) => epochs.get(shard), current, claim }
@@ -82,21 +87,28 @@ export const make = (prefix = "switchyard"): Effect.Effect<FenceShape, never, Sq
  * effect/cluster asks again and the bump is retried), so no entity runs on a shard without an epoch.
  */
 export const layer = (prefix = "switchyard") =>
-  <E, R>(storage: Layer.Layer<RunnerStorage.RunnerStorage, E, R>): Layer.Layer<Fence | RunnerStorage.RunnerStorage, E, R | SqlClient.SqlClient> =>
-    Layer.effectContext(Effect.gen(function*() {
-      const fence = yield* make(prefix)
-      const inner = yield* RunnerStorage.RunnerStorage
-      const wrapped: RunnerStorage.RunnerStorage["Service"] = {
-        ...inner,
-        acquire: (address, shardIds) =>
-          Effect.flatMap(inner.acquire(address, shardIds), (acquired) =>
+<E, R>(
+  storage: Layer.Layer<RunnerStorage.RunnerStorage, E, R>
+): Layer.Layer<Fence | RunnerStorage.RunnerStorage, E, R | SqlClient.SqlClient> =>
+  Layer.effectContext(Effect.gen(function*() {
+    const fence = yield* make(prefix)
+    const inner = yield* RunnerStorage.RunnerStorage
+    const wrapped: RunnerStorage.RunnerStorage["Service"] = {
+      ...inner,
+      acquire: (address, shardIds) =>
+        Effect.flatMap(
+          inner.acquire(address, shardIds),
+          (acquired) =>
             fence.claim(acquired.map(ShardId.toString)).pipe(
               Effect.map((claimed) => {
                 const ok = new Set(claimed)
                 return acquired.filter((s) => ok.has(ShardId.toString(s)))
               }),
-              Effect.catchCause((cause) => Effect.as(Effect.logWarning("Could not bump the fencing epochs of acquired shards", cause), []))
-            ))
-      }
-      return Context.make(Fence, fence).pipe(Context.add(RunnerStorage.RunnerStorage, wrapped))
-    })).pipe(Layer.provide(storage))
+              Effect.catchCause((cause) =>
+                Effect.as(Effect.logWarning("Could not bump the fencing epochs of acquired shards", cause), [])
+              )
+            )
+        )
+    }
+    return Context.make(Fence, fence).pipe(Context.add(RunnerStorage.RunnerStorage, wrapped))
+  })).pipe(Layer.provide(storage))

@@ -25,7 +25,10 @@ export interface Generations {
   /** Waits until every live member applied `generation` of `lane`, or `timeoutMs` passed; returns whether all did. */
   readonly awaitApplied: (lane: string, generation: number, timeoutMs: number) => Effect.Effect<boolean, SqlError>
   /** Members seen within the TTL, with the generations they applied. */
-  readonly members: Effect.Effect<ReadonlyArray<{ readonly member: string; readonly seenAgoMs: number; readonly applied: Record<string, number> }>, SqlError>
+  readonly members: Effect.Effect<
+    ReadonlyArray<{ readonly member: string; readonly seenAgoMs: number; readonly applied: Record<string, number> }>,
+    SqlError
+  >
 }
 
 /** Options of {@link make}. */
@@ -108,9 +111,7 @@ export const make = (
       Effect.forkScoped
     )
     // Leaving: others stop waiting for this member at once.
-    yield* Effect.addFinalizer(() =>
-      Effect.ignore(sql.unsafe(`DELETE FROM ${members} WHERE member = $1`, [member]))
-    )
+    yield* Effect.addFinalizer(() => Effect.ignore(sql.unsafe(`DELETE FROM ${members} WHERE member = $1`, [member])))
 
     const generations: Generations = {
       member,
@@ -153,10 +154,12 @@ export const make = (
           }
         }),
       members: Effect.map(
-        Effect.suspend(() => sql.unsafe<{ readonly member: string; readonly seen_at: number; readonly applied: Record<string, number> }>(
-          `SELECT member, seen_at::float8 AS seen_at, applied FROM ${members} WHERE seen_at > $1 ORDER BY member`,
-          [Date.now() - memberTtlMs]
-        )),
+        Effect.suspend(() =>
+          sql.unsafe<{ readonly member: string; readonly seen_at: number; readonly applied: Record<string, number> }>(
+            `SELECT member, seen_at::float8 AS seen_at, applied FROM ${members} WHERE seen_at > $1 ORDER BY member`,
+            [Date.now() - memberTtlMs]
+          )
+        ),
         (rows) =>
           rows.map((r) => ({
             member: r.member,

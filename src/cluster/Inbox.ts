@@ -13,7 +13,12 @@ import type { SqlError } from "effect/sql/SqlError"
 /** The inbox of one cluster. */
 export interface Inbox {
   /** Records `text` (client id `messageId`, if any) of `session` for the run `runId`; false when that message id was recorded before. */
-  readonly add: (session: string, messageId: string | undefined, text: string, runId: string) => Effect.Effect<boolean, SqlError>
+  readonly add: (
+    session: string,
+    messageId: string | undefined,
+    text: string,
+    runId: string
+  ) => Effect.Effect<boolean, SqlError>
   /** The run a client message id was recorded for, if any (a re-sent message joins it). */
   readonly runOf: (session: string, messageId: string) => Effect.Effect<string | undefined, SqlError>
 }
@@ -34,7 +39,10 @@ export const make = (prefix = "switchyard"): Effect.Effect<Inbox, never, PgClien
         ),
       runOf: (session, messageId) =>
         Effect.map(
-          sql.unsafe<{ readonly run_id: string }>(`SELECT run_id FROM ${table} WHERE session = $1 AND message_id = $2`, [session, messageId]),
+          sql.unsafe<{ readonly run_id: string }>(
+            `SELECT run_id FROM ${table} WHERE session = $1 AND message_id = $2`,
+            [session, messageId]
+          ),
           (rows) => rows[0]?.run_id
         )
     }

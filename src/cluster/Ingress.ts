@@ -32,8 +32,8 @@ import { HttpIncomingMessage, HttpRouter, HttpServerRequest, HttpServerResponse 
 import { HttpApiBuilder, HttpApiError } from "effect/http-api"
 import * as nodeCrypto from "node:crypto"
 import * as http from "node:http"
-import type { ClusterDelivery } from "./ClusterDelivery.js"
 import { reservedSession } from "./ClusterAgent.js"
+import type { ClusterDelivery } from "./ClusterDelivery.js"
 import type { ClusterQueue } from "./ClusterQueue.js"
 import type * as Inbox from "./Inbox.js"
 import * as IngressApi from "./IngressApi.js"
@@ -79,14 +79,17 @@ export interface Ingress {
 
 type Reply = readonly [status: number, body: unknown]
 
-
-const NOT_FOUND = "Expected one of POST /sessions/:id/messages, POST /sessions/:id/cancel, POST /lanes/:lane/restart, GET /status, GET /metrics, GET /openapi.json, GET /healthz"
+const NOT_FOUND =
+  "Expected one of POST /sessions/:id/messages, POST /sessions/:id/cancel, POST /lanes/:lane/restart, GET /status, GET /metrics, GET /openapi.json, GET /healthz"
 
 /** `?wait=` as milliseconds, or the 400 it earns. */
 export const parseWait = (raw: string | null, maxWaitMs: number): number | Reply => {
   if (raw === null) return 0
   if (/^\d{1,9}$/.test(raw) && Number(raw) <= maxWaitMs) return Number(raw)
-  return [400, { error: `Expected \`wait\` to be an integer of milliseconds from 0 to ${maxWaitMs}, got \`${raw}\``, reason: "invalid" }]
+  return [400, {
+    error: `Expected \`wait\` to be an integer of milliseconds from 0 to ${maxWaitMs}, got \`${raw}\``,
+    reason: "invalid"
+  }]
 }
 
 /** The session of `/sessions/:id/messages`, or the 400 it earns. */
@@ -107,7 +110,9 @@ export const parseSession = (raw: string): string | Reply => {
 const failureOf = (exit: Exit.Exit<unknown, unknown>) => {
   if (Exit.isSuccess(exit)) return undefined
   const f = exit.cause.reasons.find((r) => r._tag === "Fail")
-  return f !== undefined && f._tag === "Fail" ? (f.error as { _tag?: string; message?: string; reason?: string }) : undefined
+  return f !== undefined && f._tag === "Fail"
+    ? (f.error as { _tag?: string; message?: string; reason?: string })
+    : undefined
 }
 
 /** `a === b` in time that does not depend on where they differ (equal-length SHA-256 digests). */
@@ -121,7 +126,13 @@ export const sameToken = (a: string, b: string): boolean =>
 export const isLoopback = (host: string): boolean =>
   host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
 
-const TAGS: Record<string, string> = { invalid: "RequestInvalid", reserved: "RequestInvalid", "too-large": "TooLarge", "not-found": "NotFound", internal: "Internal" }
+const TAGS: Record<string, string> = {
+  invalid: "RequestInvalid",
+  reserved: "RequestInvalid",
+  "too-large": "TooLarge",
+  "not-found": "NotFound",
+  internal: "Internal"
+}
 const errorBody = (status: number, error: string, reason: string) =>
   HttpServerResponse.jsonUnsafe({ _tag: TAGS[reason] ?? "RequestInvalid", error, reason }, { status })
 const replyBody = (reply: Reply) => {
@@ -133,35 +144,55 @@ const replyBody = (reply: Reply) => {
  * Turns what the API's decoding refused (and unknown routes) into JSON errors `{ error, reason }`,
  * with the same messages as the checks of {@link parseSession} and {@link parseWait}.
  */
-const errorsAsJson = (maxWaitMs: number, maxBody: number) => <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
-  Effect.catchCause(app, (cause) =>
-    Effect.gen(function*() {
-      const request = yield* HttpServerRequest.HttpServerRequest
-      const url = new URL(request.url, "http://ingress")
-      const failure = cause.reasons.find((r) => r._tag === "Fail" || r._tag === "Die")
-      const e = (failure === undefined ? undefined : failure._tag === "Fail" ? failure.error : failure.defect) as { _tag?: string; kind?: string } | undefined
-      const reason = e?._tag === "HttpServerError" ? (e as { reason?: { _tag?: string } }).reason?._tag : e?._tag
-      const route = url.pathname.match(/^\/sessions\/([^/]+)\/(?:messages|cancel)$/)
-      if ((HttpApiError.HttpApiSchemaError.is(e) && e.kind === "Params") || (reason === "RouteNotFound" && route !== null)) {
-        const parsed = route === null ? undefined : parseSession(route[1])
-        if (parsed !== undefined && typeof parsed !== "string") return replyBody(parsed)
-        return errorBody(400, `Expected a URL-encoded path, got \`${url.pathname}\``, "invalid")
-      }
-      if (HttpApiError.HttpApiSchemaError.is(e)) {
-        if (e.kind === "Query") {
-          const waitMs = parseWait(url.searchParams.get("wait"), maxWaitMs)
-          if (typeof waitMs !== "number") return replyBody(waitMs)
+const errorsAsJson =
+  (maxWaitMs: number, maxBody: number) => <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
+    Effect.catchCause(app, (cause) =>
+      Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        const url = new URL(request.url, "http://ingress")
+        const failure = cause.reasons.find((r) => r._tag === "Fail" || r._tag === "Die")
+        const e = (failure === undefined ? undefined : failure._tag === "Fail" ? failure.error : failure.defect) as {
+          _tag?: string
+          kind?: string
+        } | undefined
+        const reason = e?._tag === "HttpServerError" ? (e as { reason?: { _tag?: string } }).reason?._tag : e?._tag
+        const route = url.pathname.match(/^\/sessions\/([^/]+)\/(?:messages|cancel)$/)
+        if (
+          (HttpApiError.HttpApiSchemaError.is(e) && e.kind === "Params") ||
+          (reason === "RouteNotFound" && route !== null)
+        ) {
+          const parsed = route === null ? undefined : parseSession(route[1])
+          if (parsed !== undefined && typeof parsed !== "string") return replyBody(parsed)
+          return errorBody(400, `Expected a URL-encoded path, got \`${url.pathname}\``, "invalid")
         }
-        return errorBody(400, `Expected a JSON body \`{ "text": <non-empty string>, "id"?: <string> }\` (${e.kind}: ${e.cause.message.split("\n")[0]})`, "invalid")
-      }
-      if (HttpApiError.HttpApiPayloadTooLarge.is(e)) return errorBody(413, `Expected a body of at most ${maxBody} bytes, got more`, "too-large")
-      if (reason === "RouteNotFound") return errorBody(404, `${NOT_FOUND}, got ${request.method} ${url.pathname}`, "not-found")
-      if (reason === "RequestParseError") return errorBody(400, "Expected a JSON body, got text that does not parse", "invalid")
-      if (Cause.hasInterruptsOnly(cause)) return yield* Effect.failCause(cause)
-      yield* Effect.logWarning("Ingress request failed", cause)
-      return errorBody(500, "internal error", "internal")
-    })
-  )
+        if (HttpApiError.HttpApiSchemaError.is(e)) {
+          if (e.kind === "Query") {
+            const waitMs = parseWait(url.searchParams.get("wait"), maxWaitMs)
+            if (typeof waitMs !== "number") return replyBody(waitMs)
+          }
+          return errorBody(
+            400,
+            `Expected a JSON body \`{ "text": <non-empty string>, "id"?: <string> }\` (${e.kind}: ${
+              e.cause.message.split("\n")[0]
+            })`,
+            "invalid"
+          )
+        }
+        if (HttpApiError.HttpApiPayloadTooLarge.is(e)) {
+          return errorBody(413, `Expected a body of at most ${maxBody} bytes, got more`, "too-large")
+        }
+        if (reason === "RouteNotFound") {
+          return errorBody(404, `${NOT_FOUND}, got ${request.method} ${url.pathname}`, "not-found")
+        }
+        if (reason === "RequestParseError") {
+          return errorBody(400, "Expected a JSON body, got text that does not parse", "invalid")
+        }
+        if (Cause.hasInterruptsOnly(cause)) {
+          return yield* Effect.failCause(cause)
+        }
+        yield* Effect.logWarning("Ingress request failed", cause)
+        return errorBody(500, "internal error", "internal")
+      }))
 
 /** Serves the ingress for the Scope's lifetime; closing the Scope closes it (see {@link Ingress.close}). */
 export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Scope.Scope> =>
@@ -171,7 +202,11 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
     const host = options.host ?? "127.0.0.1"
     const token = options.token === undefined || options.token === "" ? undefined : options.token
     if (token === undefined && !isLoopback(host)) {
-      return yield* Effect.fail(new Error(`Expected a token (--token or SWITCHYARD_TOKEN) to listen on \`${host}\`, a non-loopback address, got none`))
+      return yield* Effect.fail(
+        new Error(
+          `Expected a token (--token or SWITCHYARD_TOKEN) to listen on \`${host}\`, a non-loopback address, got none`
+        )
+      )
     }
     let accepting = true
     let inFlight = 0
@@ -181,20 +216,33 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
 
     const message = (session: string, body: typeof IngressApi.MessageBody.Type, waitMs: number) =>
       Effect.gen(function*() {
-        if (!accepting) return yield* new IngressApi.Closed({ error: "Expected a runner that takes messages, got one shutting down", reason: "closed" })
+        if (!accepting) {
+          return yield* new IngressApi.Closed({
+            error: "Expected a runner that takes messages, got one shutting down",
+            reason: "closed"
+          })
+        }
         // A message joins the session's run that waits (answered together with the others that came while
         // the turn before it ran), recorded in the inbox for that run; a re-sent message id joins its run.
         const known = body.id === undefined || options.inbox === undefined
           ? undefined
           : yield* Effect.orElseSucceed(options.inbox.runOf(session, body.id), () => undefined)
         const inbox = options.inbox
-        const dispatched = yield* Effect.exit(options.queue.dispatch("main", session, { type: "message", session, text: body.text, inbox: inbox !== undefined }, 
-          inbox === undefined
-            ? (body.id === undefined ? {} : { runId: `msg:${session}:${body.id}` })
-            : known !== undefined
-            ? { runId: known }
-            : { coalesce: true, beforeSend: (runId: string) => inbox.add(session, body.id, body.text, runId) }
-        ))
+        const dispatched = yield* Effect.exit(
+          options.queue.dispatch(
+            "main",
+            session,
+            { type: "message", session, text: body.text, inbox: inbox !== undefined },
+            inbox === undefined
+              ? (body.id === undefined ? {} : { runId: `msg:${session}:${body.id}` })
+              : known !== undefined
+              ? { runId: known }
+              : {
+                coalesce: true,
+                beforeSend: (runId: string) => inbox.add(session, body.id, body.text, runId)
+              }
+          )
+        )
         if (Exit.isFailure(dispatched)) {
           const err = failureOf(dispatched)
           if (err?._tag === "AdmissionError") {
@@ -202,12 +250,16 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
               ? new IngressApi.Busy({ error: err.message ?? "full", reason: "full" })
               : new IngressApi.Closed({ error: err.message ?? "closed", reason: "closed" })
           }
-          if (err?._tag === "RequestError") return yield* new IngressApi.RequestInvalid({ error: err.message ?? "invalid", reason: "invalid" })
+          if (err?._tag === "RequestError") {
+            return yield* new IngressApi.RequestInvalid({ error: err.message ?? "invalid", reason: "invalid" })
+          }
           return yield* new IngressApi.Internal({ error: "dispatch failed", reason: "internal" })
         }
         const future = dispatched.value
         const accepted = { runId: future.runId, session, runner: options.queue.member }
-        if (waitMs <= 0) return accepted
+        if (waitMs <= 0) {
+          return accepted
+        }
         const outcome = yield* Effect.exit(future.awaitTimeout(`${waitMs} millis`))
         if (Exit.isSuccess(outcome)) return { ...accepted, reply: outcome.value }
         const err = failureOf(outcome)
@@ -216,12 +268,17 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
         if (err?._tag === "FutureTimeout" || (err?._tag === "QueueFailure" && err.reason === "closed")) {
           return { ...accepted, pending: true as const }
         }
-        return yield* new IngressApi.TurnFailed({ ...accepted, error: err?.message ?? "the turn failed", ...(err?.reason ? { reason: err.reason } : {}) })
+        return yield* new IngressApi.TurnFailed({
+          ...accepted,
+          error: err?.message ?? "the turn failed",
+          ...(err?.reason ? { reason: err.reason } : {})
+        })
       })
 
     const runnerRoutes = HttpApiBuilder.group(api, "runner", (handlers) =>
       Effect.succeed(handlers.handleAll({
-        message: ({ params, query, payload }) => message(params.id, payload, query.wait === undefined ? 0 : Number(query.wait)),
+        message: ({ params, query, payload }) =>
+          message(params.id, payload, query.wait === undefined ? 0 : Number(query.wait)),
         cancel: ({ params }) =>
           Effect.mapError(
             Effect.as(options.queue.cancel("main", params.id), { session: params.id, canceled: true as const }),
@@ -232,8 +289,16 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
             Effect.map(options.queue.restartLane(params.lane), (generation) => ({ lane: params.lane, generation })),
             (e) => new IngressApi.RequestInvalid({ error: e.message, reason: "invalid" })
           ),
-        status: () => Effect.mapError(status(options), () => new IngressApi.Internal({ error: "status unavailable", reason: "internal" })),
-        metrics: () => Effect.mapError(Effect.map(status(options), metricsText), () => new IngressApi.Internal({ error: "status unavailable", reason: "internal" })),
+        status: () =>
+          Effect.mapError(
+            status(options),
+            () => new IngressApi.Internal({ error: "status unavailable", reason: "internal" })
+          ),
+        metrics: () =>
+          Effect.mapError(
+            Effect.map(status(options), metricsText),
+            () => new IngressApi.Internal({ error: "status unavailable", reason: "internal" })
+          ),
         openapi: () => Effect.succeed(openApi)
       })))
     const healthRoutes = HttpApiBuilder.group(api, "health", (handlers) =>
@@ -247,7 +312,12 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
       bearer: (effect, { credential }) =>
         token === undefined || sameToken(Redacted.value(credential), token)
           ? effect
-          : Effect.fail(new IngressApi.Unauthorized({ error: "Expected `Authorization: Bearer <the runner's token>`, got none or another", reason: "unauthorized" }))
+          : Effect.fail(
+            new IngressApi.Unauthorized({
+              error: "Expected `Authorization: Bearer <the runner's token>`, got none or another",
+              reason: "unauthorized"
+            })
+          )
     })
     const routes = HttpApiBuilder.layer(api).pipe(
       Layer.provide([runnerRoutes, healthRoutes]),
@@ -257,7 +327,9 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
     const scope = yield* Effect.scope
     const app = yield* HttpRouter.toHttpEffect(routes)
     const handle = yield* NodeHttpServer.makeHandler(
-      errorsAsJson(maxWaitMs, maxBody)(Effect.provideService(app, HttpIncomingMessage.MaxBodySize, ByteSize.bytes(maxBody))),
+      errorsAsJson(maxWaitMs, maxBody)(
+        Effect.provideService(app, HttpIncomingMessage.MaxBodySize, ByteSize.bytes(maxBody))
+      ),
       { scope }
     )
 
@@ -269,7 +341,9 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
       })
       if (!accepting) res.setHeader("connection", "close")
       // Bodies are JSON whatever the client labels them (`curl -d`, `fetch` with a string body).
-      if (req.method === "POST" && !/^application\/json\b/i.test(req.headers["content-type"] ?? "")) req.headers["content-type"] = "application/json"
+      if (req.method === "POST" && !/^application\/json\b/i.test(req.headers["content-type"] ?? "")) {
+        req.headers["content-type"] = "application/json"
+      }
       handle(req, res)
     })
     server.keepAliveTimeout = 5_000

@@ -5,7 +5,15 @@
  * Every route but `/healthz` sits behind {@link Authorization} (a bearer token, when one is set).
  */
 import { Schema } from "effect"
-import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiMiddleware, HttpApiSchema, HttpApiSecurity, OpenApi } from "effect/http-api"
+import {
+  HttpApi,
+  HttpApiEndpoint,
+  HttpApiGroup,
+  HttpApiMiddleware,
+  HttpApiSchema,
+  HttpApiSecurity,
+  OpenApi
+} from "effect/http-api"
 import { reservedSession } from "./ClusterAgent.js"
 
 /** 400: a request that does not fit (`reason`: `invalid`, or `reserved` for the runner's own sessions). */
@@ -95,10 +103,12 @@ const Replied = Schema.Struct({
 })
 
 /** The bearer token check of every route but `/healthz`. */
-export class Authorization extends HttpApiMiddleware.Service<Authorization>()("switchyard/cluster/Ingress/Authorization", {
-  security: { bearer: HttpApiSecurity.bearer },
-  error: Unauthorized
-}) {}
+export class Authorization
+  extends HttpApiMiddleware.Service<Authorization>()("switchyard/cluster/Ingress/Authorization", {
+    security: { bearer: HttpApiSecurity.bearer },
+    error: Unauthorized
+  })
+{}
 
 /** The runner's HTTP API for a `?wait=` bound of `maxWaitMs`. */
 export const make = (maxWaitMs: number) => {
@@ -145,4 +155,3 @@ export const make = (maxWaitMs: number) => {
 
 /** The OpenAPI document of {@link make}. */
 export const openApi = (api: ReturnType<typeof make>) => OpenApi.fromApi(api)
-

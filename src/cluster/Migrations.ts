@@ -57,9 +57,13 @@ export const createOutbox = (table: string): Effect.Effect<void, SqlError, SqlCl
     )`)
     // The "attempt started" mark (DeliveryLog.markStarted); added to tables made before it existed.
     yield* sql.unsafe(`ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS attempt_started boolean NOT NULL DEFAULT false`)
-    yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_live ON ${table} (channel, recipient, seq) WHERE status = 'pending'`)
+    yield* sql.unsafe(
+      `CREATE INDEX IF NOT EXISTS ${table}_live ON ${table} (channel, recipient, seq) WHERE status = 'pending'`
+    )
     yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_status ON ${table} (status, seq)`)
-    yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${table}_ikey ON ${table} (idempotency_key) WHERE idempotency_key IS NOT NULL`)
+    yield* sql.unsafe(
+      `CREATE INDEX IF NOT EXISTS ${table}_ikey ON ${table} (idempotency_key) WHERE idempotency_key IS NOT NULL`
+    )
   })
 
 /**
@@ -72,7 +76,9 @@ export const switchyardMigrations = (prefix: string): Migrator.Loader =>
       const sql = yield* SqlClient.SqlClient
       yield* createOutbox(`${prefix}_outbox`)
       // ClusterQueue: lane generations, membership, coalescing slots.
-      yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_generations (lane text PRIMARY KEY, generation bigint NOT NULL)`)
+      yield* sql.unsafe(
+        `CREATE TABLE IF NOT EXISTS ${prefix}_generations (lane text PRIMARY KEY, generation bigint NOT NULL)`
+      )
       yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_members (
         member text PRIMARY KEY, seen_at bigint NOT NULL, applied jsonb NOT NULL DEFAULT '{}'::jsonb)`)
       yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_coalesce (
@@ -81,7 +87,9 @@ export const switchyardMigrations = (prefix: string): Migrator.Loader =>
       yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_transcripts (
         id bigserial PRIMARY KEY, session text NOT NULL, run_id text NOT NULL, role text NOT NULL, content text NOT NULL,
         UNIQUE (run_id, role))`)
-      yield* sql.unsafe(`CREATE INDEX IF NOT EXISTS ${prefix}_transcripts_session ON ${prefix}_transcripts (session, id)`)
+      yield* sql.unsafe(
+        `CREATE INDEX IF NOT EXISTS ${prefix}_transcripts_session ON ${prefix}_transcripts (session, id)`
+      )
       yield* sql.unsafe(`CREATE TABLE IF NOT EXISTS ${prefix}_turns (
         id bigserial PRIMARY KEY, session text NOT NULL, runner text NOT NULL, run_id text NOT NULL,
         started_at bigint NOT NULL, ended_at bigint NOT NULL)`)
@@ -107,7 +115,9 @@ export const switchyardMigrations = (prefix: string): Migrator.Loader =>
       yield* sql.unsafe(`CREATE INDEX ${prefix}_inbox_run ON ${prefix}_inbox (run_id)`)
       yield* sql.unsafe(`ALTER TABLE ${prefix}_transcripts ADD COLUMN part integer NOT NULL DEFAULT 0`)
       yield* sql.unsafe(`ALTER TABLE ${prefix}_transcripts DROP CONSTRAINT ${prefix}_transcripts_run_id_role_key`)
-      yield* sql.unsafe(`ALTER TABLE ${prefix}_transcripts ADD CONSTRAINT ${prefix}_transcripts_run_part UNIQUE (run_id, role, part)`)
+      yield* sql.unsafe(
+        `ALTER TABLE ${prefix}_transcripts ADD CONSTRAINT ${prefix}_transcripts_run_part UNIQUE (run_id, role, part)`
+      )
     })
   })
 
@@ -138,14 +148,18 @@ export const migrate = (
     }
     if (options.cluster !== false) {
       // The history tables are the ones effect/cluster's own layers use, so they find the work done.
-      record(`${clusterPrefix}_messages`)(yield* run({
-        loader: SqlMessageStorage.migrations({ prefix: clusterPrefix }),
-        table: `${clusterPrefix}_migrations`
-      }))
-      record(`${clusterPrefix}_runners`)(yield* run({
-        loader: SqlRunnerStorage.migrations({ prefix: clusterPrefix }),
-        table: `${clusterPrefix}_runner_migrations`
-      }))
+      record(`${clusterPrefix}_messages`)(
+        yield* run({
+          loader: SqlMessageStorage.migrations({ prefix: clusterPrefix }),
+          table: `${clusterPrefix}_migrations`
+        })
+      )
+      record(`${clusterPrefix}_runners`)(
+        yield* run({
+          loader: SqlRunnerStorage.migrations({ prefix: clusterPrefix }),
+          table: `${clusterPrefix}_runner_migrations`
+        })
+      )
     }
     record(prefix)(yield* run({ loader: switchyardMigrations(prefix), table: `${prefix}_migrations` }))
     return ran

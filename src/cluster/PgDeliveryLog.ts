@@ -124,10 +124,17 @@ export const make = (
     const dedupeWindowMs = options.dedupeWindowMs ?? 24 * 60 * 60 * 1000
     const sql = yield* SqlClient.SqlClient
     let closed = false
-    yield* Effect.addFinalizer(() => Effect.sync(() => { closed = true }))
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        closed = true
+      })
+    )
 
     const io = (what: string) => (e: SqlError) =>
-      new DeliveryLogError({ reason: "io", message: `Postgres ${what} failed: ${e.message}${e.cause instanceof Error ? `: ${e.cause.message}` : ""}` })
+      new DeliveryLogError({
+        reason: "io",
+        message: `Postgres ${what} failed: ${e.message}${e.cause instanceof Error ? `: ${e.cause.message}` : ""}`
+      })
     const guard = <A, E, R>(
       what: string,
       self: Effect.Effect<A, E, R>
@@ -143,24 +150,34 @@ export const make = (
 
     yield* Effect.mapError(migrate(table), io("creating the outbox table"))
 
-    const cols =
-      `id, seq::float8 AS seq, channel, recipient, body, idempotency_key, enqueued_at::float8 AS enqueued_at,
+    const cols = `id, seq::float8 AS seq, channel, recipient, body, idempotency_key, enqueued_at::float8 AS enqueued_at,
        attempts, last_error, next_attempt_at::float8 AS next_attempt_at, status, attempt_started`
 
     /** Checks `message` and computes what both appends write. */
     const prepare = (message: OutboundMessage) =>
       Effect.gen(function*() {
         if (typeof message.channel !== "string" || message.channel.length === 0) {
-          return yield* invalid("invalid", "Expected `channel` to be a non-empty string, got `" + String(message.channel) + "`")
+          return yield* invalid(
+            "invalid",
+            "Expected `channel` to be a non-empty string, got `" + String(message.channel) + "`"
+          )
         }
         if (typeof message.to !== "string" || message.to.length === 0) {
           return yield* invalid("invalid", "Expected `to` to be a non-empty string, got `" + String(message.to) + "`")
         }
-        if (message.channel.includes("\u0000") || message.to.includes("\u0000") || message.idempotencyKey?.includes("\u0000")) {
-          return yield* invalid("invalid", "Expected `channel`, `to` and `idempotencyKey` without NUL characters (Postgres text cannot hold them)")
+        if (
+          message.channel.includes("\u0000") || message.to.includes("\u0000") ||
+          message.idempotencyKey?.includes("\u0000")
+        ) {
+          return yield* invalid(
+            "invalid",
+            "Expected `channel`, `to` and `idempotencyKey` without NUL characters (Postgres text cannot hold them)"
+          )
         }
         const bad = notJson(message.body, "body")
-        if (bad !== undefined) return yield* invalid("invalid", `Expected \`body\` to be a JSON value: ${bad}`)
+        if (bad !== undefined) {
+          return yield* invalid("invalid", `Expected \`body\` to be a JSON value: ${bad}`)
+        }
         const body = JSON.stringify(message.body)
         const bytes = Buffer.byteLength(body) + Buffer.byteLength(message.channel) + Buffer.byteLength(message.to) +
           Buffer.byteLength(message.idempotencyKey ?? "")
@@ -173,7 +190,9 @@ export const make = (
         const now = yield* Clock.currentTimeMillis
         const key = message.idempotencyKey ?? null
         return {
-          params: [crypto.randomUUID(), message.channel, message.to, body, key, now, now - dedupeWindowMs] as Array<unknown>,
+          params: [crypto.randomUUID(), message.channel, message.to, body, key, now, now - dedupeWindowMs] as Array<
+            unknown
+          >,
           recipientLock: `${table}\u001f${message.channel}\u001f${message.to}`,
           keyLock: key === null ? null : `${table}\u001e${key}`
         }
@@ -192,30 +211,36 @@ export const make = (
     const append = (message: OutboundMessage): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
       Effect.gen(function*() {
         const p = yield* prepare(message)
-        return yield* guard("append", sql.withTransaction(Effect.gen(function*() {
-          // Serialise appends per recipient (seq order = commit order) and per idempotency key.
-          if (p.keyLock === null) yield* sql.unsafe(`SELECT pg_advisory_xact_lock(hashtext($1))::text AS l`, [p.recipientLock])
-          else {
-            yield* sql.unsafe(
-              `SELECT pg_advisory_xact_lock(hashtext($1))::text AS l, pg_advisory_xact_lock(hashtext($2))::text AS k`,
-              [p.recipientLock, p.keyLock]
-            )
-          }
-          const rows = yield* sql.unsafe<Row>(
-            `WITH existing AS (${existingSql("")}), inserted AS (${insertSql("")})
+        return yield* guard(
+          "append",
+          sql.withTransaction(Effect.gen(function*() {
+            // Serialise appends per recipient (seq order = commit order) and per idempotency key.
+            if (p.keyLock === null) {
+              yield* sql.unsafe(`SELECT pg_advisory_xact_lock(hashtext($1))::text AS l`, [p.recipientLock])
+            } else {
+              yield* sql.unsafe(
+                `SELECT pg_advisory_xact_lock(hashtext($1))::text AS l, pg_advisory_xact_lock(hashtext($2))::text AS k`,
+                [p.recipientLock, p.keyLock]
+              )
+            }
+            const rows = yield* sql.unsafe<Row>(
+              `WITH existing AS (${existingSql("")}), inserted AS (${insertSql("")})
              SELECT * FROM existing UNION ALL SELECT * FROM inserted`,
-            p.params
-          )
-          return toEntry(rows[0])
-        })))
+              p.params
+            )
+            return toEntry(rows[0])
+          }))
+        )
       })
 
     const appendGuarded: PgDeliveryLog["appendGuarded"] = (message, options) =>
       Effect.gen(function*() {
         const p = yield* prepare(message)
         const also = options.also ?? []
-        const rows = yield* guard("append", sql.unsafe<Row>(
-          `WITH gate AS MATERIALIZED (${options.guard}),
+        const rows = yield* guard(
+          "append",
+          sql.unsafe<Row>(
+            `WITH gate AS MATERIALIZED (${options.guard}),
            locked AS MATERIALIZED (
              SELECT pg_advisory_xact_lock(hashtext($8))::text AS r,
                CASE WHEN $9::text IS NULL THEN '' ELSE pg_advisory_xact_lock(hashtext($9))::text END AS k
@@ -223,10 +248,13 @@ export const make = (
            ),
            existing AS MATERIALIZED (${existingSql(", locked")}),
            inserted AS (${insertSql(" FROM locked")})
-           ${also.map((a, i) => `, also${i} AS (${a})`).join("\n")}
+           ${
+              also.map((a, i) => `, also${i} AS (${a})`).join("\n")
+            }
            SELECT * FROM existing UNION ALL SELECT * FROM inserted`,
-          [...p.params, p.recipientLock, p.keyLock, ...(options.params ?? [])]
-        ))
+            [...p.params, p.recipientLock, p.keyLock, ...(options.params ?? [])]
+          )
+        )
         return rows.length === 0 ? undefined : toEntry(rows[0])
       })
 
@@ -235,7 +263,13 @@ export const make = (
       id: string,
       statement: Effect.Effect<ReadonlyArray<Row>, SqlError>
     ): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
-      guard(what, Effect.flatMap(statement, (rows) => rows.length === 0 ? Effect.fail(unknownId(id)) : Effect.succeed(toEntry(rows[0]))))
+      guard(
+        what,
+        Effect.flatMap(
+          statement,
+          (rows) => rows.length === 0 ? Effect.fail(unknownId(id)) : Effect.succeed(toEntry(rows[0]))
+        )
+      )
 
     const log: PgDeliveryLog = {
       table,
@@ -256,20 +290,31 @@ export const make = (
         ),
       ack: (id) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) =>
-          guard("ack", Effect.gen(function*() {
-            const rows = yield* sql.unsafe<{ readonly status: string }>(
-              `UPDATE ${table} SET status = 'acked', acked_at = COALESCE(acked_at, $2), lease_owner = NULL, lease_until = NULL
+          guard(
+            "ack",
+            Effect.gen(function*() {
+              const rows = yield* sql.unsafe<{ readonly status: string }>(
+                `UPDATE ${table} SET status = 'acked', acked_at = COALESCE(acked_at, $2), lease_owner = NULL, lease_until = NULL
                WHERE id = $1 AND status <> 'dead' RETURNING status`,
-              [id, now]
-            )
-            if (rows.length === 0) {
-              const dead = yield* sql.unsafe<{ readonly id: string }>(`SELECT id FROM ${table} WHERE id = $1 AND status = 'dead'`, [id])
-              if (dead.length > 0) {
-                return yield* Effect.fail(new DeliveryLogError({ reason: "not-pending", message: `Expected a pending entry to ack, got dead entry \`${id}\` in ${table}` }))
+                [id, now]
+              )
+              if (rows.length === 0) {
+                const dead = yield* sql.unsafe<{ readonly id: string }>(
+                  `SELECT id FROM ${table} WHERE id = $1 AND status = 'dead'`,
+                  [id]
+                )
+                if (dead.length > 0) {
+                  return yield* Effect.fail(
+                    new DeliveryLogError({
+                      reason: "not-pending",
+                      message: `Expected a pending entry to ack, got dead entry \`${id}\` in ${table}`
+                    })
+                  )
+                }
+                return yield* Effect.fail(unknownId(id))
               }
-              return yield* Effect.fail(unknownId(id))
-            }
-          }))),
+            })
+          )),
       deadLetter: (id, reason) =>
         Effect.asVoid(updateLive(
           "deadLetter",
@@ -292,19 +337,28 @@ export const make = (
         )),
       // One committed statement: concurrent marks share Postgres' WAL flushes (its own group commit).
       markStarted: (id) =>
-        guard("markStarted", Effect.gen(function*() {
-          const rows = yield* sql.unsafe<{ readonly status: string }>(
-            `UPDATE ${table} SET attempt_started = true WHERE id = $1 AND status = 'pending' RETURNING status`,
-            [id]
-          )
-          if (rows.length > 0) return
-          const other = yield* sql.unsafe<{ readonly status: string }>(`SELECT status FROM ${table} WHERE id = $1 AND status <> 'acked'`, [id])
-          return yield* Effect.fail(
-            other.length > 0
-              ? new DeliveryLogError({ reason: "not-pending", message: `Expected a pending entry to start an attempt of, got dead entry \`${id}\` in ${table}` })
-              : unknownId(id)
-          )
-        })),
+        guard(
+          "markStarted",
+          Effect.gen(function*() {
+            const rows = yield* sql.unsafe<{ readonly status: string }>(
+              `UPDATE ${table} SET attempt_started = true WHERE id = $1 AND status = 'pending' RETURNING status`,
+              [id]
+            )
+            if (rows.length > 0) return
+            const other = yield* sql.unsafe<{ readonly status: string }>(
+              `SELECT status FROM ${table} WHERE id = $1 AND status <> 'acked'`,
+              [id]
+            )
+            return yield* Effect.fail(
+              other.length > 0
+                ? new DeliveryLogError({
+                  reason: "not-pending",
+                  message: `Expected a pending entry to start an attempt of, got dead entry \`${id}\` in ${table}`
+                })
+                : unknownId(id)
+            )
+          })
+        ),
       get: (id) =>
         sql.unsafe<Row>(`SELECT ${cols} FROM ${table} WHERE id = $1 AND status <> 'acked'`, [id]).pipe(
           Effect.map((rows) => rows.length === 0 ? Option.none() : Option.some(toEntry(rows[0]))),
@@ -340,7 +394,9 @@ export const make = (
       compact: Effect.flatMap(Clock.currentTimeMillis, (now) =>
         guard(
           "compact",
-          Effect.asVoid(sql.unsafe(`DELETE FROM ${table} WHERE status = 'acked' AND acked_at <= $1`, [now - dedupeWindowMs]))
+          Effect.asVoid(
+            sql.unsafe(`DELETE FROM ${table} WHERE status = 'acked' AND acked_at <= $1`, [now - dedupeWindowMs])
+          )
         )),
       claim: ({ owner, limit, leaseMs }) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) =>

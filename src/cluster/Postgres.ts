@@ -1,6 +1,7 @@
 /** Postgres connection helpers shared by the cluster parts: one pool per process, from a URL. */
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Layer, Redacted } from "effect"
+import type { Layer } from "effect"
+import { Effect, Redacted } from "effect"
 import type { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 

@@ -5,7 +5,7 @@
  * queue (unfinished runs are replayed on other runners), lets deliveries in flight end, and leaves
  * the cluster (its shards move to the other runners).
  */
-import { PgClient } from "@effect/sql-pg"
+import type { PgClient } from "@effect/sql-pg"
 import { Deferred, Effect, Layer } from "effect"
 import type { Context, Scope } from "effect"
 import * as AnthropicModel from "../agent/AnthropicModel.js"
@@ -93,7 +93,10 @@ export interface Runner {
 export const LEAVE_RESERVE_MS = 1_500
 
 /** The JSON line a runner appends to `--outbox` per delivered reply: the chatbot's `{ id, session, text }`, plus who delivered it. */
-export const outboxLine = (entry: DeliveryEntry, runner: string): { readonly id: string; readonly session: string; readonly text: unknown; readonly runner: string } => {
+export const outboxLine = (
+  entry: DeliveryEntry,
+  runner: string
+): { readonly id: string; readonly session: string; readonly text: unknown; readonly runner: string } => {
   const reply = replyOf(entry)
   return { id: entry.id, session: reply?.session ?? entry.message.to, text: reply?.text ?? entry.message.body, runner }
 }
@@ -103,7 +106,9 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
   Effect.gen(function*() {
     const name = options.name ?? `runner-${options.port}`
     if ((options.token ?? "") === "" && !Ingress.isLoopback(options.host ?? "127.0.0.1")) {
-      return yield* Effect.fail(new Error(`Expected a token to listen on \`${options.host}\`, which is not a loopback address, got none`))
+      return yield* Effect.fail(
+        new Error(`Expected a token to listen on \`${options.host}\`, which is not a loopback address, got none`)
+      )
     }
     const prefix = options.prefix ?? "switchyard"
     const jobs = yield* parseJobs(options.cron ?? [])
@@ -115,7 +120,8 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
       ...(options.shardsPerGroup === undefined ? {} : { shardsPerGroup: options.shardsPerGroup }),
       ...(options.leaseMs === undefined ? {} : { shardLockExpiration: options.leaseMs })
     }))) as Context.Context<any>
-    const provide = <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.provideContext(self, cluster) as Effect.Effect<A, E, Scope.Scope>
+    const provide = <A, E, R>(self: Effect.Effect<A, E, R>) =>
+      Effect.provideContext(self, cluster) as Effect.Effect<A, E, Scope.Scope>
 
     const model = yield* Layer.build(
       options.anthropic === undefined
@@ -141,9 +147,10 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
     const left = () => Math.max(0, (deadline ?? Date.now() + drainTimeoutMs) - leaveMs - Date.now())
     // Runs after the queue's finalizer (finalizers run newest first): replies of the last turns go out.
     yield* Effect.addFinalizer(() => Effect.suspend(() => delivery.stop(left())))
-    const handlers = yield* provide(ClusterAgent.handlers({ member: name, outbox, prefix, channel: channel.name })).pipe(
-      Effect.provideService(Model, model.mapUnsafe.get(Model.key))
-    )
+    const handlers = yield* provide(ClusterAgent.handlers({ member: name, outbox, prefix, channel: channel.name }))
+      .pipe(
+        Effect.provideService(Model, model.mapUnsafe.get(Model.key))
+      )
     const queue = yield* provide(ClusterQueue.make({
       handlers,
       member: name,
@@ -152,10 +159,19 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
       drainTimeoutMs
     }))
     if (jobs.length > 0) yield* provide(Layer.build(ClusterCronJobs.layer(jobs, queue, { prefix })))
-    if (options.heartbeatMs !== undefined) yield* provide(Layer.build(ClusterHeartbeat.layer({ everyMs: options.heartbeatMs }, queue)))
-    yield* provide(Retention.start({ outbox, prefix, ...(options.retainMs === undefined ? {} : { retainMs: options.retainMs }) }))
+    if (options.heartbeatMs !== undefined) {
+      yield* provide(Layer.build(ClusterHeartbeat.layer({ everyMs: options.heartbeatMs }, queue)))
+    }
+    yield* provide(
+      Retention.start({ outbox, prefix, ...(options.retainMs === undefined ? {} : { retainMs: options.retainMs }) })
+    )
     const inbox = yield* provide(Inbox.make(prefix))
-    const ingress = yield* Ingress.serve({ queue, delivery, outbox, inbox, port: options.port,
+    const ingress = yield* Ingress.serve({
+      queue,
+      delivery,
+      outbox,
+      inbox,
+      port: options.port,
       ...(options.host === undefined ? {} : { host: options.host }),
       ...(options.token === undefined ? {} : { token: options.token })
     })

@@ -23,7 +23,8 @@ export const status = (options: StatusSources) =>
     const counters = yield* options.queue.counters
     const delivery = yield* options.delivery.stats
     const outbox = yield* options.outbox.stats
-    const gauge = (m: Metric.Metric<bigint, { readonly value: bigint }>) => Effect.map(Metric.value(m), (s) => Number(s.value))
+    const gauge = (m: Metric.Metric<bigint, { readonly value: bigint }>) =>
+      Effect.map(Metric.value(m), (s) => Number(s.value))
     return {
       runner: options.queue.member,
       // effect/cluster's own view of this runner: shards it holds, entities resident here.
@@ -81,24 +82,59 @@ export const metricsText = (s: Status): string => {
   })
   const c = s.counters
   return render([
-    one("switchyard_cluster_dispatched_total", "counter", "Runs this runner dispatched into the cluster.", c.dispatched),
+    one(
+      "switchyard_cluster_dispatched_total",
+      "counter",
+      "Runs this runner dispatched into the cluster.",
+      c.dispatched
+    ),
     one("switchyard_cluster_succeeded_total", "counter", "Dispatched runs that succeeded.", c.succeeded),
     one("switchyard_cluster_failed_total", "counter", "Dispatched runs whose handler failed.", c.failed),
-    one("switchyard_cluster_queue_failures_total", "counter", "Dispatched runs that failed with a QueueFailure (canceled, timeout, stale, closed).", c.queueFailures),
+    one(
+      "switchyard_cluster_queue_failures_total",
+      "counter",
+      "Dispatched runs that failed with a QueueFailure (canceled, timeout, stale, closed).",
+      c.queueFailures
+    ),
     one("switchyard_cluster_defects_total", "counter", "Dispatched runs whose handler died.", c.defects),
     one("switchyard_cluster_outstanding", "gauge", "Dispatched runs not answered yet.", c.outstanding),
     perLane("switchyard_lane_running", "Tasks running on this runner, per lane.", (l) => l.running),
     perLane("switchyard_lane_waiting", "Tasks admitted on this runner and waiting, per lane.", (l) => l.waiting),
     perLane("switchyard_lane_generation", "The lane's cluster generation (restartLane bumps it).", (l) => l.generation),
-    one("switchyard_cluster_members", "gauge", "Live runners of the cluster, as this runner sees them.", s.members.length),
+    one(
+      "switchyard_cluster_members",
+      "gauge",
+      "Live runners of the cluster, as this runner sees them.",
+      s.members.length
+    ),
     one("switchyard_cluster_shards", "gauge", "Shards this runner holds.", s.cluster.shards),
     one("switchyard_cluster_entities", "gauge", "Keys (entities) resident on this runner.", s.cluster.entities),
     one("switchyard_cluster_singletons", "gauge", "Cluster singletons running on this runner.", s.cluster.singletons),
     one("switchyard_delivery_in_flight", "gauge", "Delivery attempts running on this runner.", s.delivery.inFlight),
-    one("switchyard_delivery_delivered_total", "counter", "Outbox entries this runner delivered.", s.delivery.delivered),
-    one("switchyard_delivery_failed_attempts_total", "counter", "Delivery attempts of this runner that failed and will be retried.", s.delivery.failedAttempts),
-    one("switchyard_delivery_dead_lettered_total", "counter", "Outbox entries this runner moved to the dead letters.", s.delivery.deadLettered),
-    one("switchyard_delivery_pending", "gauge", "Outbox entries not delivered yet (whole cluster).", s.delivery.pending),
+    one(
+      "switchyard_delivery_delivered_total",
+      "counter",
+      "Outbox entries this runner delivered.",
+      s.delivery.delivered
+    ),
+    one(
+      "switchyard_delivery_failed_attempts_total",
+      "counter",
+      "Delivery attempts of this runner that failed and will be retried.",
+      s.delivery.failedAttempts
+    ),
+    one(
+      "switchyard_delivery_dead_lettered_total",
+      "counter",
+      "Outbox entries this runner moved to the dead letters.",
+      s.delivery.deadLettered
+    ),
+    one(
+      "switchyard_delivery_pending",
+      "gauge",
+      "Outbox entries not delivered yet (whole cluster).",
+      s.delivery.pending
+    ),
     one("switchyard_delivery_dead", "gauge", "Dead-lettered outbox entries (whole cluster).", s.delivery.dead)
   ])
 }

@@ -17,28 +17,66 @@ import * as Runner from "./Runner.js"
 
 const integer = (name: string, min: number) => (value: string): number => {
   const n = Number(value)
-  if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`Expected \`${name}\` to be an integer from ${min} and up, got \`${value}\``)
+  if (!Number.isInteger(n) || n < min) {
+    throw new InvalidArgumentError(`Expected \`${name}\` to be an integer from ${min} and up, got \`${value}\``)
+  }
   return n
 }
 
 const program = new Command("runner")
   .description("One runner of a switchyard cluster (effect/cluster over Postgres) with an HTTP ingress")
-  .option("--postgres <url>", "Postgres URL shared by every runner (or SWITCHYARD_POSTGRES)", process.env.SWITCHYARD_POSTGRES)
+  .option(
+    "--postgres <url>",
+    "Postgres URL shared by every runner (or SWITCHYARD_POSTGRES)",
+    process.env.SWITCHYARD_POSTGRES
+  )
   .requiredOption("--port <n>", "HTTP ingress port", integer("--port", 1))
   .option("--cluster-port <n>", "runner-to-runner port (default: --port + 1000)", integer("--cluster-port", 1))
   .option("--host <host>", "address to listen on and to be reached at", "127.0.0.1")
   .option("--name <name>", "runner name (default runner-<port>)")
   .option("--latency <ms>", "scripted model latency", integer("--latency", 0), 300)
   .option("--offline", "use the scripted model even when ANTHROPIC_API_KEY is set")
-  .option("--cron <expr|prompt>", "a cron job, repeatable (named cron-1, cron-2, ...)", (v: string, all: Array<string>) => [...all, v], [] as Array<string>)
+  .option(
+    "--cron <expr|prompt>",
+    "a cron job, repeatable (named cron-1, cron-2, ...)",
+    (v: string, all: Array<string>) => [...all, v],
+    [] as Array<string>
+  )
   .option("--outbox <file>", "deliver replies as JSON lines appended to <file> instead of printing them")
-  .option("--drain-timeout <ms>", "deadline of the whole shutdown after SIGTERM / SIGINT", integer("--drain-timeout", 1), 10_000)
+  .option(
+    "--drain-timeout <ms>",
+    "deadline of the whole shutdown after SIGTERM / SIGINT",
+    integer("--drain-timeout", 1),
+    10_000
+  )
   .option("--shards <n>", "shards per group; the same on every runner", integer("--shards", 1), 64)
-  .option("--delivery-timeout <ms>", "bound on one delivery attempt (a dead runner's claims wait this + 1 s)", integer("--delivery-timeout", 1), 10_000)
-  .option("--retain <ms>", "keep turn records, cron firings and processed cluster messages this long", integer("--retain", 1), 86_400_000)
-  .option("--heartbeat <ms>", "one heartbeat turn per cluster every <ms> (runs on one runner)", integer("--heartbeat", 100))
-  .option("--token <token>", "bearer token every HTTP route but /healthz requires (or SWITCHYARD_TOKEN); needed for a non-loopback --host")
-  .option("--lease <ms>", "shard lease: a runner silent this long loses its shards to the others", integer("--lease", 1000), 10_000)
+  .option(
+    "--delivery-timeout <ms>",
+    "bound on one delivery attempt (a dead runner's claims wait this + 1 s)",
+    integer("--delivery-timeout", 1),
+    10_000
+  )
+  .option(
+    "--retain <ms>",
+    "keep turn records, cron firings and processed cluster messages this long",
+    integer("--retain", 1),
+    86_400_000
+  )
+  .option(
+    "--heartbeat <ms>",
+    "one heartbeat turn per cluster every <ms> (runs on one runner)",
+    integer("--heartbeat", 100)
+  )
+  .option(
+    "--token <token>",
+    "bearer token every HTTP route but /healthz requires (or SWITCHYARD_TOKEN); needed for a non-loopback --host"
+  )
+  .option(
+    "--lease <ms>",
+    "shard lease: a runner silent this long loses its shards to the others",
+    integer("--lease", 1000),
+    10_000
+  )
   .option("--main-concurrent <n>", "turns at once per runner on lane main", integer("--main-concurrent", 1))
   .parse(process.argv)
 
@@ -62,10 +100,14 @@ const opts = program.opts<{
   heartbeat?: number
 }>()
 
-if (opts.postgres === undefined || opts.postgres === "") program.error("Expected `--postgres <url>` (or SWITCHYARD_POSTGRES), got nothing")
+if (opts.postgres === undefined || opts.postgres === "") {
+  program.error("Expected `--postgres <url>` (or SWITCHYARD_POSTGRES), got nothing")
+}
 const token = opts.token ?? (process.env.SWITCHYARD_TOKEN || undefined)
 if (token === undefined && !isLoopback(opts.host)) {
-  process.stderr.write(`runner: Expected a token (--token or SWITCHYARD_TOKEN) to listen on \`${opts.host}\`, which is not a loopback address, got none\n`)
+  process.stderr.write(
+    `runner: Expected a token (--token or SWITCHYARD_TOKEN) to listen on \`${opts.host}\`, which is not a loopback address, got none\n`
+  )
   process.exit(1)
 }
 const jobs: Array<CronJob> = []
@@ -120,7 +162,9 @@ runMain((main) =>
       })
       const signal = yield* main.signal
       const at = Date.now()
-      yield* Effect.logInfo(`${signal}: draining ${runner.name} (pid ${process.pid}), exit within ${opts.drainTimeout} ms`)
+      yield* Effect.logInfo(
+        `${signal}: draining ${runner.name} (pid ${process.pid}), exit within ${opts.drainTimeout} ms`
+      )
       // The deadline is the whole shutdown's: should leaving the cluster hang, the last line still comes, in time.
       setTimeout(() => {
         line({ type: "shutdown", name, pid: process.pid, signal, ms: Date.now() - at, forced: true })

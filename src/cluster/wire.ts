@@ -29,16 +29,26 @@ export const checkDispatch = (
   o: DispatchOptions | undefined
 ): RequestError | undefined => {
   const bad = (message: string) => new RequestError({ lane, key, message })
-  if (!(lane in lanes)) return bad(`Expected \`lane\` to be one of ${Object.keys(lanes).map((l) => `\`${l}\``).join(", ")}, got \`${lane}\``)
-  if (typeof key !== "string" || key.length === 0) return bad("Expected `key` to be a non-empty string, got `" + String(key) + "`")
+  if (!(lane in lanes)) {
+    return bad(
+      `Expected \`lane\` to be one of ${Object.keys(lanes).map((l) => `\`${l}\``).join(", ")}, got \`${lane}\``
+    )
+  }
+  if (typeof key !== "string" || key.length === 0) {
+    return bad("Expected `key` to be a non-empty string, got `" + String(key) + "`")
+  }
   const notJsonReason = notJson(command, "command")
   if (notJsonReason !== undefined) return bad(`Expected \`command\` to be a JSON value: ${notJsonReason}`)
   for (const field of ["queueTimeoutMs", "turnTimeoutMs"] as const) {
     const v = o?.[field]
-    if (v !== undefined && !(Number.isFinite(v) && v > 0)) return bad(`Expected \`${field}\` to be a finite number above 0, got \`${v}\``)
+    if (v !== undefined && !(Number.isFinite(v) && v > 0)) {
+      return bad(`Expected \`${field}\` to be a finite number above 0, got \`${v}\``)
+    }
   }
   if (o?.coalesce === true && o.runId !== undefined) {
-    return bad("Expected either `coalesce` or `runId`, got both (a coalescing dispatch takes the run id of the run it joins)")
+    return bad(
+      "Expected either `coalesce` or `runId`, got both (a coalescing dispatch takes the run id of the run it joins)"
+    )
   }
   if (o?.runId !== undefined && (typeof o.runId !== "string" || o.runId.length === 0 || o.runId.length > 200)) {
     return bad(`Expected \`runId\` to be a string of 1 to 200 characters, got \`${String(o.runId)}\``)
@@ -52,12 +62,17 @@ export const fromReply = (
   key: string,
   runId: string,
   exit: Exit.Exit<unknown, unknown>
-): { readonly kind: "succeeded" | "failed" | "queueFailures" | "defects"; readonly exit: Exit.Exit<unknown, unknown> } => {
+): {
+  readonly kind: "succeeded" | "failed" | "queueFailures" | "defects"
+  readonly exit: Exit.Exit<unknown, unknown>
+} => {
   if (Exit.isSuccess(exit)) return { kind: "succeeded", exit }
   const failure = exit.cause.reasons.find((r) => r._tag === "Fail")
   if (failure !== undefined && failure._tag === "Fail") {
     const e = failure.error as WireQueueFailure | WireTaskFailed | WireTaskDefect
-    if (e._tag === "QueueFailure") return { kind: "queueFailures", exit: Exit.fail(new QueueFailure({ ...e, runId, lane, key })) }
+    if (e._tag === "QueueFailure") {
+      return { kind: "queueFailures", exit: Exit.fail(new QueueFailure({ ...e, runId, lane, key })) }
+    }
     if (e._tag === "TaskDefect") {
       const error = new Error(e.message)
       error.name = e.name

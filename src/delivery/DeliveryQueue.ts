@@ -20,17 +20,18 @@ import { createLanes } from "../queue/index.js"
 import type { ActivationExit } from "../queue/index.js"
 import { type Classification, defaultClassify as defaultClassifyImpl, makeJudge, retryDelay } from "./classify.js"
 import { backoffDelay, failureOf, LOG_RETRY_MS, resolvePolicy, TURN_BATCH } from "./deliveryPolicy.js"
-import { DeliveryFailure, DeliveryLogError } from "./errors.js"
+import type { DeliveryLogError } from "./errors.js"
+import { DeliveryFailure } from "./errors.js"
+import type { DeliveryQueue, Options, Stats } from "./queueTypes.js"
 import { AppendOrder, dueAt, Recipients } from "./recipients.js"
 import type { Node, Recipient } from "./recipients.js"
-import type { DeliveryQueue, Options, Stats } from "./queueTypes.js"
-import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { makePacer } from "./replayPacer.js"
 import { makeRetries } from "./retries.js"
+import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { makeTimer } from "./WakeHeap.js"
 
-export type { DeliveryQueue, Options, Stats } from "./queueTypes.js"
 export type { Classification, Classify } from "./classify.js"
+export type { DeliveryQueue, Options, Stats } from "./queueTypes.js"
 
 /**
  * The default classifier: `permanent` on the error decides when set; otherwise an HTTP `status` 4xx is
@@ -39,7 +40,8 @@ export type { Classification, Classify } from "./classify.js"
  * `headers` map), replaces that attempt's backoff step, kept within `[jittered step / 4, last step]`.
  * `now` (epoch ms, default `Date.now()`) is what an HTTP date is counted from.
  */
-export const defaultClassify: (error: unknown, entry?: DeliveryEntry, now?: number) => Classification = defaultClassifyImpl
+export const defaultClassify: (error: unknown, entry?: DeliveryEntry, now?: number) => Classification =
+  defaultClassifyImpl
 
 /**
  * Starts delivering what `log` holds and what `enqueue` adds. Every pending entry of the log is
@@ -136,9 +138,12 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
           ? log.ack(id)
           : op._tag === "Dead"
           ? log.deadLetter(id, op.reason)
-          : Effect.map(log.attempt(id, { error: op.error, nextAttemptAt: op.nextAttemptAt, dead: op.dead }), (entry) => {
-            node.entry = entry
-          })
+          : Effect.map(
+            log.attempt(id, { error: op.error, nextAttemptAt: op.nextAttemptAt, dead: op.dead }),
+            (entry) => {
+              node.entry = entry
+            }
+          )
         return Effect.matchEffect(call, {
           onSuccess: () =>
             Effect.sync(() => {
@@ -195,7 +200,9 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
           if (error.reason === "unknown-id" || error.reason === "not-pending") {
             held.removeHead(rec)
             return Effect.as(
-              Effect.logWarning(`DeliveryQueue: entry ${id} is no longer pending in the log (${error.message}); dropping it from memory`),
+              Effect.logWarning(
+                `DeliveryQueue: entry ${id} is no longer pending in the log (${error.message}); dropping it from memory`
+              ),
               false
             )
           }
@@ -233,7 +240,8 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
         const exit = yield* Effect.exit(
           attemptTimeoutMs === Infinity ? attempt : Effect.timeoutOrElse(attempt, {
             duration: attemptTimeoutMs,
-            orElse: () => Effect.fail(new DeliveryFailure({ message: `deliver timed out after ${attemptTimeoutMs} ms` }))
+            orElse: () =>
+              Effect.fail(new DeliveryFailure({ message: `deliver timed out after ${attemptTimeoutMs} ms` }))
           })
         )
         inFlight--
@@ -243,7 +251,10 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
         } else {
           const failure = failureOf(exit.cause)
           if (failure.defect) {
-            yield* Effect.logWarning(`DeliveryQueue: deliver of entry ${node.entry.id} died; counted as a failed attempt`, exit.cause)
+            yield* Effect.logWarning(
+              `DeliveryQueue: deliver of entry ${node.entry.id} died; counted as a failed attempt`,
+              exit.cause
+            )
           }
           const attempts = node.entry.attempts + 1
           const at = now()
@@ -306,7 +317,10 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
             }
           }
           working++
-          yield* Effect.ensuring(node.op !== undefined ? runOp(rec, node) : attemptHead(rec, node), Effect.sync(endWork))
+          yield* Effect.ensuring(
+            node.op !== undefined ? runOp(rec, node) : attemptHead(rec, node),
+            Effect.sync(endWork)
+          )
           // A log call that failed set node.opRetryAt: the next turn sees the head not due and sleeps.
         }
         checkIdle()
@@ -347,8 +361,11 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
           yield* Deferred.await(drained)
         }
         yield* Scope.close(internalScope, Exit.void)
-        yield* Effect.catch(log.flush, (error) =>
-          Effect.logWarning(`DeliveryQueue: flushing the log on close failed (${error.reason}: ${error.message})`))
+        yield* Effect.catch(
+          log.flush,
+          (error) =>
+            Effect.logWarning(`DeliveryQueue: flushing the log on close failed (${error.reason}: ${error.message})`)
+        )
         closed = true
         checkIdle()
       })
@@ -363,9 +380,13 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     const reasonOf = (e: DeliveryEntry) =>
       expired(e, startedAt)
         ? "expired"
-        : `reached maxAttempts (${maxAttempts}) with ${e.attempts} attempts${e.lastError === undefined ? "" : `; last error: ${e.lastError}`}`
+        : `reached maxAttempts (${maxAttempts}) with ${e.attempts} attempts${
+          e.lastError === undefined ? "" : `; last error: ${e.lastError}`
+        }`
     const spent = pending.filter((e) => e.status === "pending" && (e.attempts >= maxAttempts || expired(e, startedAt)))
-    const deadExits = yield* Effect.forEach(spent, (e) => Effect.exit(log.deadLetter(e.id, reasonOf(e))), { concurrency: 64 })
+    const deadExits = yield* Effect.forEach(spent, (e) => Effect.exit(log.deadLetter(e.id, reasonOf(e))), {
+      concurrency: 64
+    })
     const owed = new Set(spent.filter((_, i) => Exit.isFailure(deadExits[i]!)).map((e) => e.id))
     const spentIds = new Set(spent.map((e) => e.id))
     for (const entry of pending) {
@@ -402,9 +423,13 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     // Appended entries are admitted in seq order, whatever order concurrent appends complete in.
     const appendOrder = new AppendOrder()
     /** Appends; returns the entry for the caller and the entry to schedule (none for a duplicate that is not pending). */
-    const append = (message: OutboundMessage): Effect.Effect<readonly [DeliveryEntry, DeliveryEntry | undefined], DeliveryLogError> =>
+    const append = (
+      message: OutboundMessage
+    ): Effect.Effect<readonly [DeliveryEntry, DeliveryEntry | undefined], DeliveryLogError> =>
       Effect.flatMap(log.append(message), (entry) => {
-        if (held.byId.has(entry.id) || message.idempotencyKey === undefined) return Effect.succeed([entry, entry] as const)
+        if (held.byId.has(entry.id) || message.idempotencyKey === undefined) {
+          return Effect.succeed([entry, entry] as const)
+        }
         // A duplicate key returns an existing entry that may be acked or dead: schedule only what the log holds as pending.
         return Effect.map(log.get(entry.id), (current) =>
           [entry, Option.isSome(current) && current.value.status === "pending" ? current.value : undefined] as const)
@@ -416,9 +441,13 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
         const ticket = appendOrder.take()
         return append(message).pipe(
           Effect.onExit((exit) =>
-            Effect.forEach(appendOrder.settle(ticket, Exit.isSuccess(exit) ? exit.value[1] : undefined), admit, { discard: true })
+            Effect.forEach(appendOrder.settle(ticket, Exit.isSuccess(exit) ? exit.value[1] : undefined), admit, {
+              discard: true
+            })
           ),
-          Effect.map(([entry]) => entry)
+          Effect.map(([entry]) =>
+            entry
+          )
         )
       }))
 
@@ -431,7 +460,10 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
       return Deferred.await(d)
     })
 
-    const stats: Effect.Effect<Stats> = Effect.map(log.stats, (s) => ({ pending: s.pending, dead: s.dead, inFlight, delivered }))
+    const stats: Effect.Effect<Stats> = Effect.map(
+      log.stats,
+      (s) => ({ pending: s.pending, dead: s.dead, inFlight, delivered })
+    )
 
     return { enqueue, retryDead, retryNow, idle, stats } satisfies DeliveryQueue
   })

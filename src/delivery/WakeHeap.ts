@@ -104,7 +104,9 @@ export const makeTimer = <A extends Wakeable>(
       signal = Deferred.makeUnsafe<void>()
       const next = heap.peek()
       target = next === undefined ? Infinity : next.at
-      yield* next === undefined ? Deferred.await(signal) : Effect.raceFirst(Effect.sleep(target - t), Deferred.await(signal))
+      yield* next === undefined
+        ? Deferred.await(signal)
+        : Effect.raceFirst(Effect.sleep(target - t), Deferred.await(signal))
     }
   })
   return { schedule, hasDue: () => heap.size > 0 && heap.peek()!.at <= now(), run }

@@ -61,7 +61,13 @@ export const parseRetryAfter = (value: unknown, now: number): number | undefined
 const retryAfterOf = (e: Fields, now: number): number | undefined => {
   const ms = e["retryAfterMs"]
   if (typeof ms === "number" && Number.isFinite(ms) && ms >= 0) return ms
-  for (const v of [e["retryAfter"], headerOf(e["headers"], "retry-after"), headerOf(fieldsOf(e["response"])?.["headers"], "retry-after")]) {
+  for (
+    const v of [
+      e["retryAfter"],
+      headerOf(e["headers"], "retry-after"),
+      headerOf(fieldsOf(e["response"])?.["headers"], "retry-after")
+    ]
+  ) {
     const parsed = parseRetryAfter(v, now)
     if (parsed !== undefined) return parsed
   }
@@ -98,19 +104,20 @@ export const retryDelay = (step: number, retryAfterMs: number | undefined, lastS
  * The queue's use of a classifier: `classify` (the default one when undefined) as an Effect; one that
  * throws or answers something else than `{ permanent: boolean }` falls back to the default, with a warning.
  */
-export const makeJudge = (classify: Classify | undefined) =>
-(error: unknown, entry: DeliveryEntry, now: number): Effect.Effect<Classification> => {
-  if (classify === undefined) return Effect.succeed(defaultClassify(error, entry, now))
-  let why: string
-  try {
-    const v = classify(error, entry)
-    if (typeof v === "object" && v !== null && typeof v.permanent === "boolean") return Effect.succeed(v)
-    why = `returned \`${JSON.stringify(v) ?? String(v)}\`, expected { permanent: boolean, retryAfterMs?: number }`
-  } catch (e) {
-    why = `threw (${e instanceof Error ? e.message : String(e)})`
+export const makeJudge =
+  (classify: Classify | undefined) =>
+  (error: unknown, entry: DeliveryEntry, now: number): Effect.Effect<Classification> => {
+    if (classify === undefined) return Effect.succeed(defaultClassify(error, entry, now))
+    let why: string
+    try {
+      const v = classify(error, entry)
+      if (typeof v === "object" && v !== null && typeof v.permanent === "boolean") return Effect.succeed(v)
+      why = `returned \`${JSON.stringify(v) ?? typeof v}\`, expected { permanent: boolean, retryAfterMs?: number }`
+    } catch (e) {
+      why = `threw (${e instanceof Error ? e.message : String(e)})`
+    }
+    return Effect.as(
+      Effect.logWarning(`DeliveryQueue: classify ${why} for entry ${entry.id}; using the default classifier`),
+      defaultClassify(error, entry, now)
+    )
   }
-  return Effect.as(
-    Effect.logWarning(`DeliveryQueue: classify ${why} for entry ${entry.id}; using the default classifier`),
-    defaultClassify(error, entry, now)
-  )
-}

@@ -10,7 +10,7 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
-import { ackedBytes, type EntryData, entryBytes, writeAcked, writeEntry } from "./payload.js"
+import { ackedBytes, entryBytes, type EntryData, writeAcked, writeEntry } from "./payload.js"
 import { encode, HEADER_BYTES, Kind, seal } from "./record.js"
 import { FILE_MODE, fsyncDir, segmentName } from "./segment.js"
 import type { Acked } from "./state.js"
@@ -61,7 +61,11 @@ export const writeSnapshot = async (
 ): Promise<number> => {
   const final = join(dir, segmentName(number, "snap"))
   const temp = `${final}.tmp`
-  const fh = await fs.promises.open(temp, fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_WRONLY, FILE_MODE)
+  const fh = await fs.promises.open(
+    temp,
+    fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_WRONLY,
+    FILE_MODE
+  )
   let total = 0
   try {
     let lsn = 0
@@ -93,7 +97,9 @@ export const writeSnapshot = async (
       entries: captured.entries.length,
       acked: captured.acked.length
     })
-    for (const e of captured.entries) await putBinary(Kind.snapshotEntry, entryBytes(e), (buf, at) => writeEntry(buf, at, e))
+    for (const e of captured.entries) {
+      await putBinary(Kind.snapshotEntry, entryBytes(e), (buf, at) => writeEntry(buf, at, e))
+    }
     for (const [id, a] of captured.acked) {
       await putBinary(Kind.snapshotAcked, ackedBytes(id, a.entry), (buf, at) => writeAcked(buf, at, id, a.at, a.entry))
     }
@@ -115,7 +121,12 @@ export const writeSnapshot = async (
 }
 
 /** Step 4: delete the files the snapshot replaces. */
-export const removeReplaced = (dir: string, names: ReadonlyArray<string>, sync: boolean, hooks: CompactionHooks): void => {
+export const removeReplaced = (
+  dir: string,
+  names: ReadonlyArray<string>,
+  sync: boolean,
+  hooks: CompactionHooks
+): void => {
   names.forEach((name, i) => {
     fs.rmSync(join(dir, name), { force: true })
     if (i === 0) hooks.step?.("removed-one")

@@ -36,7 +36,9 @@ const show = (u: unknown): string => {
 }
 
 const invalid = (field: string, expected: string, value: unknown): Effect.Effect<never> =>
-  Effect.die(new LanesConfigInvalid({ field, message: `Expected \`${field}\` to be ${expected}, got \`${show(value)}\`` }))
+  Effect.die(
+    new LanesConfigInvalid({ field, message: `Expected \`${field}\` to be ${expected}, got \`${show(value)}\`` })
+  )
 
 const isIntFrom1 = (n: unknown): n is number => typeof n === "number" && Number.isInteger(n) && n >= 1
 
@@ -74,10 +76,17 @@ export const resolvePolicy = (options: Options): Effect.Effect<Policy> =>
       return invalid("classify", "a function (error, entry) => { permanent, retryAfterMs? }", options.classify)
     }
     const maxAgeMs = options.maxAgeMs ?? Infinity
-    if (typeof maxAgeMs !== "number" || !(maxAgeMs > 0)) return invalid("maxAgeMs", "a number of ms above 0 (Infinity: never)", maxAgeMs)
+    if (typeof maxAgeMs !== "number" || !(maxAgeMs > 0)) {
+      return invalid("maxAgeMs", "a number of ms above 0 (Infinity: never)", maxAgeMs)
+    }
     const replay: unknown = options.replay ?? {}
-    if (typeof replay !== "object" || replay === null) return invalid("replay", "an object { maxPerSecond?, maxRecoveryMs? }", replay)
-    const { maxPerSecond = Infinity, maxRecoveryMs = Infinity } = replay as { maxPerSecond?: unknown; maxRecoveryMs?: unknown }
+    if (typeof replay !== "object" || replay === null) {
+      return invalid("replay", "an object { maxPerSecond?, maxRecoveryMs? }", replay)
+    }
+    const { maxPerSecond = Infinity, maxRecoveryMs = Infinity } = replay as {
+      maxPerSecond?: unknown
+      maxRecoveryMs?: unknown
+    }
     if (maxPerSecond !== Infinity && !isIntFrom1(maxPerSecond)) {
       return invalid("replay.maxPerSecond", "an integer from 1 and up (Infinity: no pacing)", maxPerSecond)
     }
@@ -87,7 +96,7 @@ export const resolvePolicy = (options: Options): Effect.Effect<Policy> =>
     return Effect.succeed({
       concurrency,
       attemptTimeoutMs,
-      backoffMs: [...backoffMs],
+      backoffMs: [...(backoffMs as ReadonlyArray<number>)],
       jitter,
       maxAttempts,
       maxAgeMs,
@@ -125,5 +134,9 @@ export const failureOf = (cause: Cause.Cause<unknown>): AttemptFailure => {
     const d = defect.success
     return { message: `deliver died: ${d instanceof Error ? d.message : String(d)}`, error: d, defect: true }
   }
-  return { message: "deliver was interrupted", error: new DeliveryFailure({ message: "deliver was interrupted" }), defect: false }
+  return {
+    message: "deliver was interrupted",
+    error: new DeliveryFailure({ message: "deliver was interrupted" }),
+    defect: false
+  }
 }

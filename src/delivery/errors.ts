@@ -2,7 +2,15 @@
 import { Data } from "effect"
 
 /** Why a delivery log call failed. */
-export type DeliveryLogErrorReason = "io" | "corrupt" | "locked" | "too-large" | "invalid" | "unknown-id" | "not-pending" | "closed"
+export type DeliveryLogErrorReason =
+  | "io"
+  | "corrupt"
+  | "locked"
+  | "too-large"
+  | "invalid"
+  | "unknown-id"
+  | "not-pending"
+  | "closed"
 
 /**
  * A delivery log call failed. `message` says what happened and what to change; `path` names the file

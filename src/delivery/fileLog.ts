@@ -15,14 +15,16 @@ import { type OpenOptions, resolveOptions } from "./validate.js"
 export const COMPACTION_RETRY_MS = { first: 1_000, max: 300_000 } as const
 
 const asLogError = (o: { readonly dir: string }, what: string) => (e: unknown): DeliveryLogError =>
-  e instanceof DeliveryLogError ? e : new DeliveryLogError({ reason: "io", message: `${what} (${String(e)})`, path: o.dir })
+  e instanceof DeliveryLogError
+    ? e
+    : new DeliveryLogError({ reason: "io", message: `${what} (${String(e)})`, path: o.dir })
 
 /** `DeliveryLog.open`, with test hooks (crash points inside compaction). */
 export const openFileLog = (
   options: OpenOptions,
   hooks: CompactionHooks = {}
 ): Effect.Effect<DeliveryLog, DeliveryLogError, Scope.Scope> =>
-  Effect.gen(function* () {
+  Effect.gen(function*() {
     const o = resolveOptions(options)
     if (o instanceof DeliveryLogError) return yield* Effect.fail(o)
     const now = yield* Clock.currentTimeMillis
@@ -38,7 +40,7 @@ export const openFileLog = (
     // Automatic compaction: one at a time; after a failure, wait (doubling, capped) before the next try,
     // whatever the writes ask for meanwhile, so a blocked compaction cannot storm the disk.
     yield* Effect.forkScoped(
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         let delay = 0
         for (;;) {
           yield* wanted.await
@@ -51,7 +53,9 @@ export const openFileLog = (
                 ? Effect.succeed(false)
                 : Effect.as(
                   Effect.logWarning(
-                    `delivery log: automatic compaction failed: ${(e as Error).message}; next try in ${Math.max(delay * 2, COMPACTION_RETRY_MS.first)} ms at the earliest`
+                    `delivery log: automatic compaction failed: ${(e as Error).message}; next try in ${
+                      Math.max(delay * 2, COMPACTION_RETRY_MS.first)
+                    } ms at the earliest`
                   ),
                   true
                 )
@@ -83,7 +87,8 @@ export const openFileLog = (
           call<DeliveryEntry>((core, done) => core.append(message, clock.currentTimeMillisUnsafe(), done))
         ),
       attempt: (id, failure) => call((core, done) => core.attempt(id, failure, done)),
-      ack: (id) => Effect.clockWith((clock) => call<void>((core, done) => core.ack(id, clock.currentTimeMillisUnsafe(), done))),
+      ack: (id) =>
+        Effect.clockWith((clock) => call<void>((core, done) => core.ack(id, clock.currentTimeMillisUnsafe(), done))),
       deadLetter: (id, reason) => call<void>((core, done) => core.deadLetter(id, reason, done)),
       requeue: (id) => call<void>((core, done) => core.requeue(id, done)),
       markStarted: (id) => call<void>((core, done) => core.markStarted(id, done)),

@@ -13,7 +13,9 @@ export const tooLarge = (maxRecordBytes: number, payloadBytes: number, what: str
   if (HEADER_BYTES + payloadBytes <= maxRecordBytes) return undefined
   return new DeliveryLogError({
     reason: "too-large",
-    message: `Expected ${what} to encode to at most \`maxRecordBytes\` = ${maxRecordBytes} bytes, got ${HEADER_BYTES + payloadBytes}; make it smaller or open the log with a larger \`maxRecordBytes\``
+    message: `Expected ${what} to encode to at most \`maxRecordBytes\` = ${maxRecordBytes} bytes, got ${
+      HEADER_BYTES + payloadBytes
+    }; make it smaller or open the log with a larger \`maxRecordBytes\``
   })
 }
 

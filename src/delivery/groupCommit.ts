@@ -81,7 +81,9 @@ export class GroupCommitWriter {
   private running = false
   private failure: Error | undefined
   private closed = false
-  private checkpoint: { capture: () => unknown; resolve: (c: Checkpoint<unknown>) => void; reject: (e: Error) => void } | undefined
+  private checkpoint:
+    | { capture: () => unknown; resolve: (c: Checkpoint<unknown>) => void; reject: (e: Error) => void }
+    | undefined
 
   constructor(
     private readonly dir: string,
@@ -220,7 +222,11 @@ export class GroupCommitWriter {
    * pass `segmentBytes`. The calls of each part are completed once that part is durable (their slot in
    * `dones` is emptied), so a failure in a later part fails only what is not on disk.
    */
-  private async writeBatch(buf: Buffer, ends: ReadonlyArray<number>, dones: Array<Completion | undefined>): Promise<void> {
+  private async writeBatch(
+    buf: Buffer,
+    ends: ReadonlyArray<number>,
+    dones: Array<Completion | undefined>
+  ): Promise<void> {
     let start = 0
     let i = 0
     while (i < ends.length) {

@@ -39,7 +39,9 @@ const warnOpened = (dir: string, notes: OpenNotes): Effect.Effect<void> =>
       )
     }
     if (notes.tookOverLockFrom !== undefined) {
-      yield* Effect.logWarning(`delivery log: took over the lock of ${dir} left by process ${notes.tookOverLockFrom}, which is gone`)
+      yield* Effect.logWarning(
+        `delivery log: took over the lock of ${dir} left by process ${notes.tookOverLockFrom}, which is gone`
+      )
     }
   })
 
@@ -103,7 +105,9 @@ export const makeHealer = (
           return
         }
         yield* Effect.logWarning(
-          `delivery log: re-opening ${o.dir} failed (${health.status === "failing" ? health.error.message : "?"}); next try in ${delay} ms`
+          `delivery log: re-opening ${o.dir} failed (${
+            health.status === "failing" ? health.error.message : "?"
+          }); next try in ${delay} ms`
         )
       }
     })
@@ -120,7 +124,9 @@ export const makeHealer = (
           const wait = firstReopen
           healing = run(heal)
           return Effect.andThen(
-            Effect.logWarning(`delivery log: ${error.message} (writes are refused for ${delay} ms while it re-opens through recovery; the wait doubles up to ${REOPEN_MS.max} ms)`),
+            Effect.logWarning(
+              `delivery log: ${error.message} (writes are refused for ${delay} ms while it re-opens through recovery; the wait doubles up to ${REOPEN_MS.max} ms)`
+            ),
             Deferred.await(wait)
           )
         })

@@ -11,7 +11,7 @@
  * - The queue: `recipients.ts` (per-recipient FIFOs), `WakeHeap.ts`, `classify.ts`, `deliveryPolicy.ts` ->
  *   `DeliveryQueue.ts` (public: replay, order, retries, dead letters).
  */
+export * as DeliveryLog from "./DeliveryLog.js"
+export * as DeliveryQueue from "./DeliveryQueue.js"
 export * from "./errors.js"
 export type { DeliveryEntry, DeliveryLogHealth, OutboundMessage } from "./types.js"
-export * as DeliveryQueue from "./DeliveryQueue.js"
-export * as DeliveryLog from "./DeliveryLog.js"

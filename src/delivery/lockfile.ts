@@ -38,7 +38,8 @@ interface Seen {
   readonly mtimeMs: number
 }
 
-const lockError = (message: string, path: string): DeliveryLogError => new DeliveryLogError({ reason: "io", message, path })
+const lockError = (message: string, path: string): DeliveryLogError =>
+  new DeliveryLogError({ reason: "io", message, path })
 
 const unexpected = (e: unknown, what: string, path: string): DeliveryLogError =>
   e instanceof DeliveryLogError ? e : lockError(`Could not ${what}: ${describeFsError(e)}`, fsErrorPath(e) ?? path)
@@ -51,13 +52,18 @@ const see = (path: string): Seen | undefined => {
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code
     if (code === "ENOENT") return undefined
-    if (code === "ELOOP") throw lockError(`Expected ${path} to be a lock file, found a symbolic link; remove it and open again`, path)
+    if (code === "ELOOP") {
+      throw lockError(`Expected ${path} to be a lock file, found a symbolic link; remove it and open again`, path)
+    }
     throw e
   }
   try {
     const st = fs.fstatSync(fd)
     if (st.isDirectory()) {
-      throw lockError(`Expected ${path} to be the log's lock file, found a directory; remove it (nothing was changed) and open again`, path)
+      throw lockError(
+        `Expected ${path} to be the log's lock file, found a directory; remove it (nothing was changed) and open again`,
+        path
+      )
     }
     const text = st.size > 256 ? "" : fs.readFileSync(fd, "utf8")
     return { ino: st.ino, text, holder: parseIdentity(text), mtimeMs: st.mtimeMs }
@@ -239,6 +245,8 @@ export const releaseLock = (path: string): string | undefined => {
     if (seen?.holder?.pid === me.pid && seen.holder.start === me.start) fs.rmSync(path, { force: true })
     return undefined
   } catch (e) {
-    return `delivery log: could not release the lock ${path} (${e instanceof DeliveryLogError ? e.message : describeFsError(e)}); it is left behind and the next open takes it over once this process has exited`
+    return `delivery log: could not release the lock ${path} (${
+      e instanceof DeliveryLogError ? e.message : describeFsError(e)
+    }); it is left behind and the next open takes it over once this process has exited`
   }
 }

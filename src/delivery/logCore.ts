@@ -5,12 +5,14 @@
  */
 import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
-import { type CompactionHooks, type Captured, removeReplaced, writeSnapshot } from "./compaction.js"
+import { join } from "node:path"
+import { type Captured, type CompactionHooks, removeReplaced, writeSnapshot } from "./compaction.js"
 import { DeliveryLogError } from "./errors.js"
-import { GroupCommitWriter } from "./groupCommit.js"
-import { describeFsError, fsErrorPath, makeDirectory } from "./fsError.js"
-import { acquireLock, releaseLock } from "./lockfile.js"
 import { stageIdRecord, tooLarge } from "./framing.js"
+import { describeFsError, fsErrorPath, makeDirectory } from "./fsError.js"
+import { GroupCommitWriter } from "./groupCommit.js"
+import { acquireLock, releaseLock } from "./lockfile.js"
+import { writeManifest } from "./manifest.js"
 import { appendBytes, EntryData, utf8Bytes, writeAppend } from "./payload.js"
 import { HEADER_BYTES, Kind, seal } from "./record.js"
 import { CorruptLog, finishRecovery, type KeptSegment, recover } from "./recovery.js"
@@ -18,8 +20,6 @@ import { createSegment, DIR_MODE, segmentName } from "./segment.js"
 import type { LogState } from "./state.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { checkMessage, clipError, type ResolvedOptions } from "./validate.js"
-import { join } from "node:path"
-import { writeManifest } from "./manifest.js"
 
 /** Completion of a call: an error, or the value. */
 export type Done<A> = (error: DeliveryLogError | undefined, value?: A) => void
@@ -30,7 +30,9 @@ const READ_SLACK = 64 * 1024
 const ioError = (dir: string, e: unknown): DeliveryLogError =>
   new DeliveryLogError({
     reason: "io",
-    message: `Writing the delivery log failed (${(e as NodeJS.ErrnoException)?.code ?? String(e)}); the log re-opens itself through recovery (see health) and keeps every record reported durable; free the space or fix the disk`,
+    message: `Writing the delivery log failed (${
+      (e as NodeJS.ErrnoException)?.code ?? String(e)
+    }); the log re-opens itself through recovery (see health) and keeps every record reported durable; free the space or fix the disk`,
     path: dir
   })
 
@@ -40,7 +42,8 @@ const closedError = (): DeliveryLogError =>
 const unknownId = (id: string): DeliveryLogError =>
   new DeliveryLogError({
     reason: "unknown-id",
-    message: `Expected the id of an entry in the log, got \`${id}\`: it was never appended here, or it was acked more than \`dedupeWindowMs\` ago`
+    message:
+      `Expected the id of an entry in the log, got \`${id}\`: it was never appended here, or it was acked more than \`dedupeWindowMs\` ago`
   })
 
 /** What opening found, for the caller to log. */
@@ -88,7 +91,12 @@ export class LogCore {
    * Create the directory, take the lock (or keep `heldLock`, the path of a lock this process holds:
    * a re-open), recover, and start the writer. Throws `DeliveryLogError`.
    */
-  static open(o: ResolvedOptions, now: number, hooks: CompactionHooks, heldLock?: string): { core: LogCore; notes: OpenNotes } {
+  static open(
+    o: ResolvedOptions,
+    now: number,
+    hooks: CompactionHooks,
+    heldLock?: string
+  ): { core: LogCore; notes: OpenNotes } {
     const io = (e: unknown, what: string): DeliveryLogError =>
       new DeliveryLogError({
         reason: "io",
@@ -109,7 +117,9 @@ export class LogCore {
     if (lock._tag === "Held") {
       throw new DeliveryLogError({
         reason: "locked",
-        message: `The delivery log is open in process ${lock.pid ?? "(unknown)"}; close it there first (only one process may write a log directory)`,
+        message: `The delivery log is open in process ${
+          lock.pid ?? "(unknown)"
+        }; close it there first (only one process may write a log directory)`,
         path: lock.path
       })
     }
@@ -154,7 +164,8 @@ export class LogCore {
       if (e instanceof CorruptLog) {
         throw new DeliveryLogError({
           reason: "corrupt",
-          message: `The delivery log is corrupt: ${e.message}; nothing was changed on disk (restore the file from a backup, or move it away to start without it)`,
+          message:
+            `The delivery log is corrupt: ${e.message}; nothing was changed on disk (restore the file from a backup, or move it away to start without it)`,
           path: e.path
         })
       }
@@ -247,7 +258,11 @@ export class LogCore {
       const id = state.keys.get(key)
       if (id !== undefined) {
         const live = state.live.get(id)
-        if (live !== undefined) return live.committed ? done(undefined, live.toEntry()) : this.afterDurable(() => live.toEntry(), done)
+        if (live !== undefined) {
+          return live.committed
+            ? done(undefined, live.toEntry())
+            : this.afterDurable(() => live.toEntry(), done)
+        }
         const acked = state.acked.get(id)
         if (acked?.entry !== undefined) return this.afterDurable(() => acked.entry!.toEntry(), done)
       }
@@ -266,7 +281,19 @@ export class LogCore {
     const buf = this.writer.buffer
     writeAppend(buf, at + HEADER_BYTES, id, idBytes, seq, now, key, keyBytes, json, textBytes)
     seal(buf, at, this.nextLsn++, Kind.append, payloadBytes)
-    const data = new EntryData(id, seq, now, key, json, 0, undefined, undefined, "pending", false, HEADER_BYTES + payloadBytes)
+    const data = new EntryData(
+      id,
+      seq,
+      now,
+      key,
+      json,
+      0,
+      undefined,
+      undefined,
+      "pending",
+      false,
+      HEADER_BYTES + payloadBytes
+    )
     state.insertNew(data)
     this.uncommitted++
     // Nobody knows the id before this call returns, so the entry cannot change before it is durable.
@@ -288,15 +315,30 @@ export class LogCore {
     const no = this.refuse()
     if (no) return done(no)
     if (failure === null || typeof failure !== "object" || typeof failure.error !== "string") {
-      return done(new DeliveryLogError({ reason: "invalid", message: `Expected \`error\` to be a string, got \`${typeof failure?.error}\`` }))
+      return done(
+        new DeliveryLogError({
+          reason: "invalid",
+          message: `Expected \`error\` to be a string, got \`${typeof failure?.error}\``
+        })
+      )
     }
     if (typeof failure.nextAttemptAt !== "number" || !Number.isFinite(failure.nextAttemptAt)) {
-      return done(new DeliveryLogError({ reason: "invalid", message: `Expected \`nextAttemptAt\` to be an epoch-ms number, got \`${String(failure.nextAttemptAt)}\`` }))
+      return done(
+        new DeliveryLogError({
+          reason: "invalid",
+          message: `Expected \`nextAttemptAt\` to be an epoch-ms number, got \`${String(failure.nextAttemptAt)}\``
+        })
+      )
     }
     const live = this.state.live.get(id)
     if (live === undefined) return done(unknownId(String(id)))
     if (live.status === "dead") {
-      return done(new DeliveryLogError({ reason: "invalid", message: `Expected a pending entry, got dead entry \`${id}\`; requeue it before recording an attempt` }))
+      return done(
+        new DeliveryLogError({
+          reason: "invalid",
+          message: `Expected a pending entry, got dead entry \`${id}\`; requeue it before recording an attempt`
+        })
+      )
     }
     const attempts = live.attempts + 1
     const lastError = clipError(failure.error)
@@ -323,7 +365,8 @@ export class LogCore {
       return done(
         new DeliveryLogError({
           reason: "not-pending",
-          message: `Expected a pending entry to ack, got dead entry \`${id}\`; it stays in the dead letters (requeue it to deliver it again)`
+          message:
+            `Expected a pending entry to ack, got dead entry \`${id}\`; it stays in the dead letters (requeue it to deliver it again)`
         })
       )
     }
@@ -342,7 +385,12 @@ export class LogCore {
     const no = this.refuse()
     if (no) return done(no)
     if (typeof reason !== "string") {
-      return done(new DeliveryLogError({ reason: "invalid", message: `Expected \`reason\` to be a string, got \`${typeof reason}\`` }))
+      return done(
+        new DeliveryLogError({
+          reason: "invalid",
+          message: `Expected \`reason\` to be a string, got \`${typeof reason}\``
+        })
+      )
     }
     const live = this.state.live.get(id)
     if (live === undefined) return done(unknownId(String(id)))
@@ -372,7 +420,12 @@ export class LogCore {
     const live = this.state.live.get(id)
     if (live === undefined) return done(unknownId(String(id)))
     if (live.status === "dead") {
-      return done(new DeliveryLogError({ reason: "not-pending", message: `Expected a pending entry to start an attempt of, got dead entry \`${id}\`; requeue it first` }))
+      return done(
+        new DeliveryLogError({
+          reason: "not-pending",
+          message: `Expected a pending entry to start an attempt of, got dead entry \`${id}\`; requeue it first`
+        })
+      )
     }
     // Marked already (a replayed entry whose last attempt has no outcome): the mark holds once durable.
     if (live.started) return this.afterDurable(() => undefined, done)
@@ -403,7 +456,12 @@ export class LogCore {
 
   stats(): { pending: number; dead: number; segments: number; bytes: number } {
     // Appends not yet durable are not listed by `pending`: not counted either.
-    return { pending: this.state.pending - this.uncommitted, dead: this.state.dead, segments: this.segments.size, bytes: this.totalBytes }
+    return {
+      pending: this.state.pending - this.uncommitted,
+      dead: this.state.dead,
+      segments: this.segments.size,
+      bytes: this.totalBytes
+    }
   }
 
   /** Run one compaction after any running one. Rejects with `DeliveryLogError`. */
@@ -423,7 +481,12 @@ export class LogCore {
   private rebuild(reserved: number): Captured {
     const r = recover(this.o.dir, this.o.maxRecordBytes + READ_SLACK, reserved)
     r.state.evict(this.lastNow, this.o.dedupeWindowMs)
-    return { entries: Array.from(r.state.live.values()), acked: Array.from(r.state.acked), nextSeq: r.state.nextSeq, nextLsn: r.nextLsn }
+    return {
+      entries: Array.from(r.state.live.values()),
+      acked: Array.from(r.state.acked),
+      nextSeq: r.state.nextSeq,
+      nextLsn: r.nextLsn
+    }
   }
 
   private async compactOnce(): Promise<void> {
@@ -475,12 +538,18 @@ export class LogCore {
       }
       if (e instanceof CorruptLog) {
         this.retry = undefined
-        throw new DeliveryLogError({ reason: "corrupt", message: `Compaction found the log corrupt: ${e.message}`, path: e.path })
+        throw new DeliveryLogError({
+          reason: "corrupt",
+          message: `Compaction found the log corrupt: ${e.message}`,
+          path: e.path
+        })
       }
       if (e instanceof DeliveryLogError) throw e
       throw new DeliveryLogError({
         reason: "io",
-        message: `Compaction failed (${(e as NodeJS.ErrnoException)?.code ?? String(e)}); the log keeps its segments as they were and goes on`,
+        message: `Compaction failed (${
+          (e as NodeJS.ErrnoException)?.code ?? String(e)
+        }); the log keeps its segments as they were and goes on`,
         path: this.o.dir
       })
     } finally {

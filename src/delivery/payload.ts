@@ -44,7 +44,20 @@ export class EntryData {
 
   /** A copy of the current state (compaction writes copies while the live ones go on changing). */
   clone(): EntryData {
-    return new EntryData(this.id, this.seq, this.enqueuedAt, this.key, this.text, this.attempts, this.lastError, this.nextAttemptAt, this.status, this.committed, this.bytes, this.started)
+    return new EntryData(
+      this.id,
+      this.seq,
+      this.enqueuedAt,
+      this.key,
+      this.text,
+      this.attempts,
+      this.lastError,
+      this.nextAttemptAt,
+      this.status,
+      this.committed,
+      this.bytes,
+      this.started
+    )
   }
 
   /** A fresh `DeliveryEntry`: its message parsed from `text`, or `message` when the caller has that copy already. */
@@ -132,7 +145,7 @@ class Cursor {
 }
 
 /** The message text must look like what `checkMessage` writes (the CRC-32 already vouches for its bytes). */
-const MESSAGE_START = Buffer.from('{"channel":', "latin1")
+const MESSAGE_START = Buffer.from("{\"channel\":", "latin1")
 const checkMessageText = (buf: Buffer, at: number, end: number): void => {
   const n = MESSAGE_START.length
   let ok = end - at > n && buf[end - 1] === 0x7d
@@ -145,7 +158,8 @@ const checkMessageText = (buf: Buffer, at: number, end: number): void => {
 // ---- kind 1, append: head | message JSON ----
 
 /** Payload bytes of an append record. */
-export const appendBytes = (idBytes: number, keyBytes: number, textBytes: number): number => headBytes(idBytes, keyBytes) + textBytes
+export const appendBytes = (idBytes: number, keyBytes: number, textBytes: number): number =>
+  headBytes(idBytes, keyBytes) + textBytes
 
 /** Write an append payload at `at`; returns its end. */
 export const writeAppend = (
@@ -226,11 +240,25 @@ const readEntryAt = (c: Cursor): EntryData => {
   const lastError = errLen === NONE_U32 ? undefined : c.text(errLen)
   checkMessageText(c.buf, c.at, c.end)
   const bytes = c.end - c.at
-  return new EntryData(id, seq, enqueuedAt, key, c.rest(), attempts, lastError, Number.isNaN(next) ? undefined : next, (status & 1) === 1 ? "dead" : "pending", true, bytes, (status & 2) === 2)
+  return new EntryData(
+    id,
+    seq,
+    enqueuedAt,
+    key,
+    c.rest(),
+    attempts,
+    lastError,
+    Number.isNaN(next) ? undefined : next,
+    (status & 1) === 1 ? "dead" : "pending",
+    true,
+    bytes,
+    (status & 2) === 2
+  )
 }
 
 /** Read a snapshot entry payload. */
-export const readEntry = (buf: Buffer, start: number, end: number): EntryData => readEntryAt(new Cursor(buf, start, end))
+export const readEntry = (buf: Buffer, start: number, end: number): EntryData =>
+  readEntryAt(new Cursor(buf, start, end))
 
 // ---- kind 2, attempt: idLen u8 | id | attempts u32 | nextAttemptAt f64 | lastError (rest) ----
 // ---- kind 3, ack: idLen u8 | id | at f64 ----
@@ -240,7 +268,8 @@ export const readEntry = (buf: Buffer, start: number, end: number): EntryData =>
 // ---- kind 18, snapshot acked: idLen u8 | id | at f64 | hasEntry u8 | entry (as kind 17) ----
 
 /** Payload bytes of an id-keyed record: the id, `fixed` bytes of numbers, then `text` (if any). */
-export const idRecordBytes = (idBytes: number, fixed: number, textBytes: number): number => 1 + idBytes + fixed + textBytes
+export const idRecordBytes = (idBytes: number, fixed: number, textBytes: number): number =>
+  1 + idBytes + fixed + textBytes
 
 /** Write the id of an id-keyed record at `at`; returns the offset after it. */
 export const writeId = (buf: Buffer, at: number, id: string, idBytes: number): number => {

@@ -66,4 +66,3 @@ export interface DeliveryQueue {
   readonly idle: Effect.Effect<void>
   readonly stats: Effect.Effect<Stats>
 }
-

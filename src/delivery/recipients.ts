@@ -56,7 +56,16 @@ export class Recipients {
 
   /** Takes `entry` in at its seq place within its recipient; returns the recipient. */
   insert(entry: DeliveryEntry): Recipient {
-    const node: Node = { entry, next: undefined, inFlight: false, op: undefined, opFailures: 0, opRetryAt: 0, replayed: false, premarked: false }
+    const node: Node = {
+      entry,
+      next: undefined,
+      inFlight: false,
+      op: undefined,
+      opFailures: 0,
+      opRetryAt: 0,
+      replayed: false,
+      premarked: false
+    }
     const key = recipientKey(entry.message)
     let rec = this.byKey.get(key)
     if (rec === undefined) {

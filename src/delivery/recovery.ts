@@ -5,10 +5,20 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
-import { describeInvalid, Kind, type Decoded } from "./record.js"
 import { MANIFEST, readManifest } from "./manifest.js"
-import { type SegmentFile, SegmentReader, fsyncDir, listSegments, segmentName } from "./segment.js"
-import { BadPayload, readAck, readAcked, readAppend, readAttempt, readDead, readEntry, readRequeue, readIdOnly } from "./payload.js"
+import {
+  BadPayload,
+  readAck,
+  readAcked,
+  readAppend,
+  readAttempt,
+  readDead,
+  readEntry,
+  readIdOnly,
+  readRequeue
+} from "./payload.js"
+import { type Decoded, describeInvalid, Kind } from "./record.js"
+import { fsyncDir, listSegments, type SegmentFile, segmentName, SegmentReader } from "./segment.js"
 import { LogState, type SnapshotBeginPayload, type SnapshotEndPayload } from "./state.js"
 
 /** The log is damaged at `path`, `offset`: open must refuse and change nothing. */
@@ -54,7 +64,9 @@ const checkManifest = (dir: string, files: ReadonlyArray<SegmentFile>, snapAt: n
     throw new CorruptLog(
       join(dir, segmentName(snapAt, "snap")),
       0,
-      `a snapshot the MANIFEST does not name (it names ${m.snapshot === null ? "no snapshot" : segmentName(m.snapshot, "snap")}): a stale or copied file`
+      `a snapshot the MANIFEST does not name (it names ${
+        m.snapshot === null ? "no snapshot" : segmentName(m.snapshot, "snap")
+      }): a stale or copied file`
     )
   }
   if (m.snapshot !== null && snapAt < m.snapshot) {
@@ -75,7 +87,11 @@ const checkManifest = (dir: string, files: ReadonlyArray<SegmentFile>, snapAt: n
     // The last segment may have lost a torn tail (judged record by record), never all it had on record;
     // any other segment was sealed at its recorded size.
     if (size < s.bytes && (s.number !== last || size === 0)) {
-      throw new CorruptLog(path, size, `a segment cut short: it ends at ${size} bytes, the MANIFEST recorded ${s.bytes} bytes written`)
+      throw new CorruptLog(
+        path,
+        size,
+        `a segment cut short: it ends at ${size} bytes, the MANIFEST recorded ${s.bytes} bytes written`
+      )
     }
   }
   return false
@@ -91,7 +107,9 @@ const parseJson = (d: Decoded, path: string, offset: number): any => {
 }
 
 const badPayload = (e: unknown, path: string, offset: number): never => {
-  if (e instanceof BadPayload) throw new CorruptLog(path, offset, `a record whose payload does not decode (${e.message}; its CRC-32 is valid)`)
+  if (e instanceof BadPayload) {
+    throw new CorruptLog(path, offset, `a record whose payload does not decode (${e.message}; its CRC-32 is valid)`)
+  }
   throw e
 }
 
@@ -158,7 +176,9 @@ const replaySnapshot = (state: LogState, path: string, maxPayload: number): { ne
       if (r.lsn !== lsn + 1) throw new CorruptLog(path, at, `record number ${r.lsn} where ${lsn + 1} was expected`)
       lsn = r.lsn
       if (begin === undefined) {
-        if (r.kind !== Kind.snapshotBegin) throw new CorruptLog(path, at, "a snapshot not starting with its begin record")
+        if (r.kind !== Kind.snapshotBegin) {
+          throw new CorruptLog(path, at, "a snapshot not starting with its begin record")
+        }
         begin = parseJson(r, path, at) as SnapshotBeginPayload
         continue
       }
@@ -178,7 +198,9 @@ const replaySnapshot = (state: LogState, path: string, maxPayload: number): { ne
           badPayload(e, path, at)
         }
       } else if (r.kind === Kind.snapshotEnd) {
-        if ((parseJson(r, path, at) as SnapshotEndPayload).records !== lsn) throw new CorruptLog(path, at, "a snapshot end record with a wrong count")
+        if ((parseJson(r, path, at) as SnapshotEndPayload).records !== lsn) {
+          throw new CorruptLog(path, at, "a snapshot end record with a wrong count")
+        }
         if (reader.offset !== size) throw new CorruptLog(path, reader.offset, "bytes after a snapshot's end record")
         if (begin.nextSeq > state.nextSeq) state.nextSeq = begin.nextSeq
         return { nextLsn: begin.nextLsn, size }
@@ -234,7 +256,11 @@ export const recover = (dir: string, maxPayload: number, below?: number): Recove
           throw new CorruptLog(path, at, describeInvalid(r))
         }
         if (r.lsn !== expected) {
-          throw new CorruptLog(path, at, `record number ${r.lsn} where ${expected} was expected (a segment is missing or misplaced)`)
+          throw new CorruptLog(
+            path,
+            at,
+            `record number ${r.lsn} where ${expected} was expected (a segment is missing or misplaced)`
+          )
         }
         applyLogRecord(state, r, path, at)
         expected++

@@ -2,7 +2,8 @@
  * The delivery queue's retry controls: `retryDead` (dead entries back to pending, in the log) and
  * `retryNow` (pending entries due now, in memory). Internal to `DeliveryQueue`, on its state.
  */
-import { Cause, Effect, Exit, Option } from "effect"
+import type { Cause } from "effect"
+import { Effect, Exit, Option } from "effect"
 import { DeliveryLogError } from "./errors.js"
 import type { Recipient, Recipients } from "./recipients.js"
 import type { DeliveryEntry, DeliveryLog } from "./types.js"
@@ -25,8 +26,11 @@ export const makeRetries = (q: {
    */
   const requeue = (dead: ReadonlyArray<DeliveryEntry>): Effect.Effect<number, DeliveryLogError> =>
     Effect.gen(function*() {
-      const exits = yield* Effect.forEach(dead, (entry) =>
-        Effect.exit(Effect.flatMap(log.requeue(entry.id), () => log.get(entry.id))), { concurrency: 64 })
+      const exits = yield* Effect.forEach(
+        dead,
+        (entry) => Effect.exit(Effect.flatMap(log.requeue(entry.id), () => log.get(entry.id))),
+        { concurrency: 64 }
+      )
       let count = 0
       let failure: Cause.Cause<DeliveryLogError> | undefined
       for (let i = 0; i < dead.length; i++) {
@@ -37,7 +41,11 @@ export const makeRetries = (q: {
         }
         count++
         const fresh = exit.value
-        yield* admit(Option.isSome(fresh) && fresh.value.status === "pending" ? fresh.value : { ...dead[i], status: "pending", attempts: 0 })
+        yield* admit(
+          Option.isSome(fresh) && fresh.value.status === "pending"
+            ? fresh.value
+            : { ...dead[i], status: "pending", attempts: 0 }
+        )
       }
       return failure === undefined ? count : yield* Effect.failCause(failure)
     })
@@ -48,7 +56,10 @@ export const makeRetries = (q: {
       : Effect.gen(function*() {
         const found = yield* log.get(id)
         if (Option.isNone(found)) {
-          return yield* new DeliveryLogError({ reason: "unknown-id", message: `Expected \`id\` to name an entry of the log, got \`${id}\`` })
+          return yield* new DeliveryLogError({
+            reason: "unknown-id",
+            message: `Expected \`id\` to name an entry of the log, got \`${id}\``
+          })
         }
         return found.value.status === "dead" ? yield* requeue([found.value]) : 0
       })
@@ -62,11 +73,15 @@ export const makeRetries = (q: {
       const matched: Array<Recipient> = []
       for (const rec of held.byKey.values()) {
         const m = rec.head?.entry.message
-        if (m === undefined || (channel !== undefined && m.channel !== channel) || (to !== undefined && m.to !== to)) continue
+        if (m === undefined || (channel !== undefined && m.channel !== channel) || (to !== undefined && m.to !== to)) {
+          continue
+        }
         for (let n = rec.head; n !== undefined; n = n.next) {
           if (n.inFlight || n.op !== undefined) continue
           count++
-          if (n.entry.nextAttemptAt !== undefined && n.entry.nextAttemptAt > at) n.entry = { ...n.entry, nextAttemptAt: at }
+          if (n.entry.nextAttemptAt !== undefined && n.entry.nextAttemptAt > at) {
+            n.entry = { ...n.entry, nextAttemptAt: at }
+          }
         }
         unpace(rec)
         matched.push(rec)

@@ -4,7 +4,7 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
-import { decodeAt, HEADER_BYTES, type Decoded, type Invalid } from "./record.js"
+import { decodeAt, type Decoded, HEADER_BYTES, type Invalid } from "./record.js"
 
 /** `0000000000000001.log` (records appended by the writer) or `0000000000000007.snap` (a compaction). */
 export interface SegmentFile {

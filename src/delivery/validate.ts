@@ -63,8 +63,7 @@ export const resolveOptions = (o: OpenOptions): ResolvedOptions | DeliveryLogErr
   const segmentBytes = o.segmentBytes ?? 16 * 1024 * 1024
   const maxRecordBytes = o.maxRecordBytes ?? 1024 * 1024
   const dedupeWindowMs = o.dedupeWindowMs ?? 24 * 60 * 60 * 1000
-  const bad =
-    positiveInteger("segmentBytes", segmentBytes) ??
+  const bad = positiveInteger("segmentBytes", segmentBytes) ??
     positiveInteger("maxRecordBytes", maxRecordBytes) ??
     (maxRecordBytes > MAX_RECORD_LIMIT
       ? invalid(`Expected \`maxRecordBytes\` to be an integer from 1 to ${MAX_RECORD_LIMIT}, got \`${maxRecordBytes}\``)
@@ -86,7 +85,7 @@ class NotJson extends Error {}
 export const MAX_BODY_DEPTH = 512
 
 const plainProto = (v: object): boolean => {
-  const p = Object.getPrototypeOf(v)
+  const p: unknown = Object.getPrototypeOf(v)
   return p === Object.prototype || p === null || Array.isArray(v)
 }
 
@@ -95,7 +94,11 @@ let metToJson = false
 
 /** A copy of a JSON-safe property value, as JSON.parse(JSON.stringify(v)) gives it (-0 becomes 0). */
 const copyItem = (item: unknown, where: () => string, path: Array<object>): unknown =>
-  typeof item === "string" ? item : typeof item === "number" && Number.isFinite(item) ? item + 0 : copyJson(item, where, path)
+  typeof item === "string"
+    ? item
+    : typeof item === "number" && Number.isFinite(item)
+    ? item + 0
+    : copyJson(item, where, path)
 
 /**
  * Checks `value` and returns a copy of it, as JSON.parse(JSON.stringify(value)) would (about 10x
@@ -141,15 +144,18 @@ const copyJson = (value: unknown, where: () => string, path: Array<object>): unk
         out = copy
       } else {
         if (!plainProto(value)) {
-          throw new NotJson(`${where()} is a ${value.constructor?.name ?? "non-plain object"} (send plain objects and arrays)`)
+          throw new NotJson(
+            `${where()} is a ${value.constructor?.name ?? "non-plain object"} (send plain objects and arrays)`
+          )
         }
         const copy: Record<string, unknown> = {}
         for (const k in value) {
           if (Object.prototype.hasOwnProperty.call(value, k)) {
             const item = copyItem((value as Record<string, unknown>)[k], () => `${where()}.${k}`, path)
             // An own "__proto__" is data in JSON (JSON.parse makes it an own property), not the prototype.
-            if (k === "__proto__") Object.defineProperty(copy, k, { value: item, enumerable: true, writable: true, configurable: true })
-            else copy[k] = item
+            if (k === "__proto__") {
+              Object.defineProperty(copy, k, { value: item, enumerable: true, writable: true, configurable: true })
+            } else copy[k] = item
           }
         }
         out = copy
@@ -192,20 +198,23 @@ const hex4 = (code: number): string => code.toString(16).toUpperCase().padStart(
  * written: it would come back as U+FFFD and match another key.
  */
 const nonEmpty = (name: string, v: unknown): DeliveryLogError | undefined => {
-  if (typeof v !== "string" || v.length === 0) return invalid(`Expected \`${name}\` to be a non-empty string, got \`${show(v)}\``)
+  if (typeof v !== "string" || v.length === 0) {
+    return invalid(`Expected \`${name}\` to be a non-empty string, got \`${show(v)}\``)
+  }
   const at = loneSurrogateAt(v)
   return at < 0
     ? undefined
     : invalid(
-        `Expected \`${name}\` to be well-formed UTF-16, got a lone surrogate \\u${hex4(v.charCodeAt(at))} at index ${at} of ${show(v)} (UTF-8 cannot store it; it would come back as U+FFFD)`
-      )
+      `Expected \`${name}\` to be well-formed UTF-16, got a lone surrogate \\u${
+        hex4(v.charCodeAt(at))
+      } at index ${at} of ${show(v)} (UTF-8 cannot store it; it would come back as U+FFFD)`
+    )
 }
 
 /** Check a message and encode it as JSON; nothing about it is logged (bodies may hold secrets). */
 export const checkMessage = (m: OutboundMessage): CheckedMessage | DeliveryLogError => {
   if (m === null || typeof m !== "object") return invalid(`Expected the message to be an object, got \`${show(m)}\``)
-  const bad =
-    nonEmpty("channel", m.channel) ??
+  const bad = nonEmpty("channel", m.channel) ??
     nonEmpty("to", m.to) ??
     (m.idempotencyKey === undefined ? undefined : nonEmpty("idempotencyKey", m.idempotencyKey))
   if (bad) return bad
@@ -229,8 +238,8 @@ export const checkMessage = (m: OutboundMessage): CheckedMessage | DeliveryLogEr
   const message: OutboundMessage | undefined = metToJson
     ? undefined
     : m.idempotencyKey === undefined
-      ? { channel: m.channel, to: m.to, body: copy }
-      : { channel: m.channel, to: m.to, body: copy, idempotencyKey: m.idempotencyKey }
+    ? { channel: m.channel, to: m.to, body: copy }
+    : { channel: m.channel, to: m.to, body: copy, idempotencyKey: m.idempotencyKey }
   return { json, key: m.idempotencyKey, message }
 }
 

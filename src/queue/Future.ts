@@ -42,6 +42,13 @@ export class FutureImpl<A, E> extends TaskHandle implements Future<A, E> {
     return cancelTask(this.task.lane.engine, this.task)
   }
   toJSON(): unknown {
-    return { _id: "Future", runId: this.runId, lane: this.lane, key: this.key, generation: this.generation, admission: this.admission }
+    return {
+      _id: "Future",
+      runId: this.runId,
+      lane: this.lane,
+      key: this.key,
+      generation: this.generation,
+      admission: this.admission
+    }
   }
 }

@@ -18,7 +18,7 @@ export class LaneQueueFull extends Data.TaggedError("LaneQueueFull")<{
 }
 
 /** The lanes were closed: no more wakes are taken. */
-export class LanesClosed extends Data.TaggedError("LanesClosed")<{}> {
+export class LanesClosed extends Data.TaggedError("LanesClosed") {
   override get message(): string {
     return "Lanes are closed"
   }

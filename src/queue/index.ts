@@ -14,8 +14,6 @@
  * - `Future.ts` (the handle), `engine/Engine.ts` (wires the engine), then the two skins:
  *   `CommandQueue.ts` (Effect) and `promise.ts` (Promise).
  */
-export * from "./errors.js"
-export * from "./Lanes.js"
 export * as CommandQueue from "./CommandQueue.js"
 export type {
   CommandQueueOptions,
@@ -25,6 +23,8 @@ export type {
   LaneSnapshot,
   TaskReport
 } from "./CommandQueue.js"
+export * from "./errors.js"
 export type { Admission, Future } from "./Future.js"
+export * from "./Lanes.js"
 export { createCommandQueue } from "./promise.js"
 export type { AsyncCommandQueue, AsyncDispatchOptions, AsyncFuture, AsyncPoll } from "./promise.js"

@@ -7,8 +7,8 @@ import { Cause, Effect, Exit, Scope } from "effect"
 import * as CommandQueue from "./CommandQueue.js"
 import { admit, wake } from "./engine/admit.js"
 import { cancelTask, snapshotUnsafe } from "./engine/control.js"
-import { engineOf } from "./engine/Engine.js"
 import { addListener } from "./engine/end.js"
+import { engineOf } from "./engine/Engine.js"
 import { checkWaitTimeout } from "./engine/options.js"
 import type { EngineState } from "./engine/state.js"
 import { PROMISE_BODY, Task, unknownLane, WAKE } from "./engine/state.js"
@@ -87,7 +87,9 @@ const errorOf = (cause: Cause.Cause<unknown>): unknown => Cause.squash(cause)
 
 /** Runs an Effect; rejects with its error itself (not a wrapper). */
 const run = <A, E>(effect: Effect.Effect<A, E>): Promise<A> =>
-  Effect.runPromiseExit(effect).then((exit) => (Exit.isSuccess(exit) ? exit.value : Promise.reject(errorOf(exit.cause))))
+  Effect.runPromiseExit(effect).then((
+    exit
+  ) => (Exit.isSuccess(exit) ? exit.value : Promise.reject(errorOf(exit.cause))))
 
 class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
   private _result: Promise<A> | undefined = undefined
@@ -126,7 +128,9 @@ class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
   poll(): AsyncPoll<A> {
     const exit = this.task.exit
     if (exit === undefined) return PENDING
-    return Exit.isSuccess(exit) ? { status: "success", value: exit.value as A } : { status: "failure", error: errorOf(exit.cause) }
+    return Exit.isSuccess(exit)
+      ? { status: "success", value: exit.value as A }
+      : { status: "failure", error: errorOf(exit.cause) }
   }
   wait(timeoutMs: number): Promise<A> {
     const bad = checkWaitTimeout(timeoutMs)
@@ -159,7 +163,11 @@ class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
 
 class AsyncQueue implements AsyncCommandQueue {
   private _closing: Promise<void> | undefined = undefined
-  constructor(private readonly queue: CommandQueue.CommandQueue, private readonly engine: EngineState, private readonly scope: Scope.Closeable) {}
+  constructor(
+    private readonly queue: CommandQueue.CommandQueue,
+    private readonly engine: EngineState,
+    private readonly scope: Scope.Closeable
+  ) {}
 
   dispatch<A>(
     lane: string,

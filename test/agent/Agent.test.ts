@@ -8,7 +8,7 @@ import { Effect, Fiber, Option } from "effect"
 import { TestClock } from "effect/testing"
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { Agent, Transcripts } from "../../src/agent/index.js"
+import { Transcripts } from "../../src/agent/index.js"
 import type { AgentOptions, Channel } from "../../src/agent/index.js"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import type { DeliveryEntry } from "../../src/delivery/index.js"
@@ -57,7 +57,7 @@ describe("Agent", () => {
   it.effect("different sessions run side by side", () =>
     Effect.gen(function*() {
       const model = gated()
-      const { agent, waitFor } = yield* harness(model.service, { beforeClose: model.releaseAll })
+      const { agent } = yield* harness(model.service, { beforeClose: model.releaseAll })
       const a = yield* agent.send("alice", "hi")
       const b = yield* agent.send("bob", "yo")
       yield* model.calls(2) // both turns are in the model at once
@@ -74,7 +74,8 @@ describe("Agent", () => {
       let log: DeliveryLog.DeliveryLog | undefined
       const channel: Channel = {
         name: "checking",
-        send: (entry) => Effect.flatMap(Effect.suspend(() => log!.get(entry.id)), (found) => Effect.sync(() => void seen.push(found)))
+        send: (entry) =>
+          Effect.flatMap(Effect.suspend(() => log!.get(entry.id)), (found) => Effect.sync(() => void seen.push(found)))
       }
       const { agent, waitFor } = yield* harness(recording().service, { channel })
       log = agent.log
@@ -125,7 +126,10 @@ describe("Agent", () => {
   it.effect("heartbeat ticks coalesce: a slow heartbeat turn never piles up ticks", () =>
     Effect.gen(function*() {
       const model = gated()
-      const { agent, waitFor } = yield* harness(model.service, { heartbeat: { everyMs: 1_000 }, beforeClose: model.releaseAll })
+      const { agent, waitFor } = yield* harness(model.service, {
+        heartbeat: { everyMs: 1_000 },
+        beforeClose: model.releaseAll
+      })
       yield* TestClock.adjust(1_000)
       yield* model.calls(1)
       for (let i = 0; i < 5; i++) yield* TestClock.adjust(1_000)
@@ -142,7 +146,10 @@ describe("Agent", () => {
   it.effect("restartLane(heartbeat) ends a stuck heartbeat turn (stale) and the heartbeat goes on", () =>
     Effect.gen(function*() {
       const model = gated()
-      const { agent, waitFor } = yield* harness(model.service, { heartbeat: { everyMs: 1_000 }, beforeClose: model.releaseAll })
+      const { agent, waitFor } = yield* harness(model.service, {
+        heartbeat: { everyMs: 1_000 },
+        beforeClose: model.releaseAll
+      })
       yield* TestClock.adjust(1_000)
       yield* model.calls(1)
       assert.strictEqual(yield* agent.restartLane("heartbeat"), 1)
@@ -212,7 +219,9 @@ describe("Agent", () => {
       ])
       const sessions = path.join(stateDir, "sessions")
       assert.strictEqual(fs.statSync(sessions).mode & 0o777, 0o700)
-      for (const file of fs.readdirSync(sessions)) assert.strictEqual(fs.statSync(path.join(sessions, file)).mode & 0o777, 0o600)
+      for (const file of fs.readdirSync(sessions)) {
+        assert.strictEqual(fs.statSync(path.join(sessions, file)).mode & 0o777, 0o600)
+      }
     }))
 
   it.effect("messages accepted before a crash are answered on the next start", () =>
@@ -222,8 +231,17 @@ describe("Agent", () => {
       yield* store.accept("bob", ["m1", "m2"])
       const { delivered, events, waitFor } = yield* harness(recording().service, { stateDir })
       yield* waitFor(isDelivered)
-      assert.deepStrictEqual(events.filter((e) => e.type === "recovered"), [{ type: "recovered", session: "bob", messages: 2, replies: 0 }])
-      assert.deepStrictEqual([delivered[0]!.message.to, bodyOf(delivered[0]!).text, bodyOf(delivered[0]!).messages], ["bob", "You said: m1 / m2", 2])
+      assert.deepStrictEqual(events.filter((e) => e.type === "recovered"), [{
+        type: "recovered",
+        session: "bob",
+        messages: 2,
+        replies: 0
+      }])
+      assert.deepStrictEqual([delivered[0]!.message.to, bodyOf(delivered[0]!).text, bodyOf(delivered[0]!).messages], [
+        "bob",
+        "You said: m1 / m2",
+        2
+      ])
       assert.deepStrictEqual((yield* store.load("bob")).pending, [])
     }))
 
@@ -231,7 +249,10 @@ describe("Agent", () => {
     Effect.gen(function*() {
       const stateDir = yield* tempDir
       fs.mkdirSync(path.join(stateDir, "sessions"), { recursive: true })
-      fs.writeFileSync(path.join(stateDir, "sessions", "broken.json"), JSON.stringify({ session: "broken", turns: "?" }))
+      fs.writeFileSync(
+        path.join(stateDir, "sessions", "broken.json"),
+        JSON.stringify({ session: "broken", turns: "?" })
+      )
       const { agent } = yield* harness(recording().service, { stateDir })
       const result = yield* Effect.flatMap(agent.send("fine", "still here"), (f) => f.await)
       assert.strictEqual(result.text, "You said: still here")
@@ -242,11 +263,22 @@ describe("Agent", () => {
       const stateDir = yield* tempDir
       const store = yield* Transcripts.make({ dir: path.join(stateDir, "sessions"), fsync: false })
       const [m] = yield* store.accept("carol", ["hello"])
-      yield* store.record("carol", { kind: "user", answered: [m!.seq], user: ["hello"], reply: "You said: hello", to: "carol" })
+      yield* store.record("carol", {
+        kind: "user",
+        answered: [m!.seq],
+        user: ["hello"],
+        reply: "You said: hello",
+        to: "carol"
+      })
       // The crash came after the append and before the transcript said so: the log holds it already.
       yield* Effect.scoped(Effect.gen(function*() {
         const log = yield* DeliveryLog.open({ dir: path.join(stateDir, "deliveries"), fsync: "never" })
-        yield* log.append({ channel: "test", to: "carol", body: { session: "carol", text: "You said: hello" }, idempotencyKey: "reply:carol#1" })
+        yield* log.append({
+          channel: "test",
+          to: "carol",
+          body: { session: "carol", text: "You said: hello" },
+          idempotencyKey: "reply:carol#1"
+        })
       }))
       const { agent, delivered, waitFor } = yield* harness(recording().service, { stateDir })
       yield* waitFor(isDelivered)
@@ -279,13 +311,17 @@ describe("Agent", () => {
   it.effect("shutdown drains the turn in flight, delivers its reply, then refuses new messages", () =>
     Effect.gen(function*() {
       const model = gated()
-      const { agent, delivered, waitFor } = yield* harness(model.service, { beforeClose: model.releaseAll })
+      const { agent, delivered } = yield* harness(model.service, { beforeClose: model.releaseAll })
       yield* agent.send("s", "finish me")
       yield* model.calls(1)
       const shutdown = yield* Effect.forkChild(agent.shutdown)
       yield* model.release(0)
       const report = yield* Fiber.join(shutdown)
-      assert.deepStrictEqual(report, { drain: { completed: 1, canceled: 0, timedOut: false }, pendingDeliveries: 0, unanswered: 0 })
+      assert.deepStrictEqual(report, {
+        drain: { completed: 1, canceled: 0, timedOut: false },
+        pendingDeliveries: 0,
+        unanswered: 0
+      })
       assert.deepStrictEqual(delivered.map((e) => bodyOf(e).text), ["You said: finish me"])
       const refused = yield* Effect.flip(agent.send("s", "too late"))
       assert.strictEqual(refused._tag, "AdmissionError")
@@ -300,7 +336,9 @@ describe("Agent", () => {
         [{ heartbeat: { everyMs: 0 } }, "heartbeat.everyMs"],
         [{ drainTimeoutMs: Number.NaN }, "drainTimeoutMs"],
         [{ cron: [{ name: "x", schedule: "nope", prompt: "p" }] }, "cron[0].schedule"],
-        [{ cron: [{ name: "x", schedule: "* * * * *", prompt: "p" }, { name: "x", schedule: "* * * * *", prompt: "p" }] }, "cron[1].name"]
+        [{
+          cron: [{ name: "x", schedule: "* * * * *", prompt: "p" }, { name: "x", schedule: "* * * * *", prompt: "p" }]
+        }, "cron[1].name"]
       ]
       for (const [options, field] of cases) {
         const error = yield* Effect.flip(Effect.scoped(harness(recording().service, options)))

@@ -3,12 +3,12 @@
  * the real SDK, real HTTP, only 127.0.0.1.
  */
 import { assert, describe, it } from "@effect/vitest"
+import { Cause, Effect, Exit, Fiber, Redacted } from "effect"
 import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import { inspect } from "node:util"
-import { Cause, Effect, Exit, Fiber, Redacted } from "effect"
-import { Model, ModelError, type ModelRequest, type TranscriptMessage } from "../../src/agent/Model.js"
 import { AnthropicModel } from "../../src/agent/index.js"
+import { Model, ModelError, type ModelRequest, type TranscriptMessage } from "../../src/agent/Model.js"
 import * as FakeAnthropic from "../support/fakeAnthropic.js"
 
 const KEY = "sk-ant-test-0123456789-SECRET-abcdef"
@@ -241,9 +241,11 @@ describe("AnthropicModel", () => {
       Effect.gen(function*() {
         const port = yield* Effect.promise(closedPort)
         const layer = AnthropicModel.layer({ apiKey: KEY, baseURL: `http://127.0.0.1:${port}`, maxRetries: 0 })
-        const err = yield* Effect.flip(Effect.gen(function*() {
-          return yield* (yield* Model).reply(request([user("hi")]))
-        }).pipe(Effect.provide(layer)))
+        const err = yield* Effect.flip(
+          Effect.gen(function*() {
+            return yield* (yield* Model).reply(request([user("hi")]))
+          }).pipe(Effect.provide(layer))
+        )
         assert.strictEqual(err.reason, "network")
         assert.isTrue(err.retryable)
         assert.include(err.message, `127.0.0.1:${port}`)
@@ -296,10 +298,22 @@ describe("AnthropicModel", () => {
       }))
 
     it("invalid options throw a TypeError naming the option; the key is never shown", () => {
-      assert.throws(() => AnthropicModel.layer({ apiKey: "  " }), "Expected `apiKey` to be a non-empty string (its value is not shown)")
-      assert.throws(() => AnthropicModel.layer({ apiKey: KEY, maxRetries: -1 }), "Expected `maxRetries` to be an integer from 0 and up, got `-1` (number)")
-      assert.throws(() => AnthropicModel.layer({ apiKey: KEY, maxTokens: 0 }), "Expected `maxTokens` to be an integer from 1 and up, got `0` (number)")
-      assert.throws(() => AnthropicModel.layer({ apiKey: KEY, baseURL: "not a url" }), "Expected `baseURL` to be a URL, got `not a url` (string)")
+      assert.throws(
+        () => AnthropicModel.layer({ apiKey: "  " }),
+        "Expected `apiKey` to be a non-empty string (its value is not shown)"
+      )
+      assert.throws(
+        () => AnthropicModel.layer({ apiKey: KEY, maxRetries: -1 }),
+        "Expected `maxRetries` to be an integer from 0 and up, got `-1` (number)"
+      )
+      assert.throws(
+        () => AnthropicModel.layer({ apiKey: KEY, maxTokens: 0 }),
+        "Expected `maxTokens` to be an integer from 1 and up, got `0` (number)"
+      )
+      assert.throws(
+        () => AnthropicModel.layer({ apiKey: KEY, baseURL: "not a url" }),
+        "Expected `baseURL` to be a URL, got `not a url` (string)"
+      )
       assert.throws(() => AnthropicModel.layer({ apiKey: KEY, model: "" }), /Expected `model` to be a non-empty string/)
     })
   })
@@ -335,7 +349,10 @@ describe("AnthropicModel", () => {
     it.live("interrupted turn during a retry wait sends no retry", () =>
       withFake({ maxRetries: 1 }, (fake, model) =>
         Effect.gen(function*() {
-          fake.enqueue(FakeAnthropic.error(529, { headers: { "retry-after-ms": "600000" } }), FakeAnthropic.text("probe reply"))
+          fake.enqueue(
+            FakeAnthropic.error(529, { headers: { "retry-after-ms": "600000" } }),
+            FakeAnthropic.text("probe reply")
+          )
           const fiber = yield* Effect.forkChild(model.reply(request([user("first")])))
           yield* Effect.promise(() => fake.waitForRequests(1))
           yield* Fiber.interrupt(fiber)

@@ -34,9 +34,11 @@ describe("Channel", () => {
 
   it.effect("ConsoleChannel: a write that throws is a retryable DeliveryFailure", () =>
     Effect.gen(function*() {
-      const channel = ConsoleChannel({ write: () => {
-        throw new Error("EPIPE")
-      } })
+      const channel = ConsoleChannel({
+        write: () => {
+          throw new Error("EPIPE")
+        }
+      })
       const failure = yield* Effect.flip(channel.send(entry("1", { session: "a", text: "x" })))
       assert.strictEqual(failure._tag, "DeliveryFailure")
       assert.include(failure.message, "EPIPE")
@@ -50,7 +52,9 @@ describe("Channel", () => {
       yield* Effect.scoped(Effect.gen(function*() {
         const channel = yield* FileChannel({ path: file, sync: true })
         yield* channel.send(entry("1", { session: "alice", text: "one" }))
-        yield* Effect.forEach(["2", "3", "4"], (id) => channel.send(entry(id, { session: "alice", text: id })), { concurrency: 3 })
+        yield* Effect.forEach(["2", "3", "4"], (id) => channel.send(entry(id, { session: "alice", text: id })), {
+          concurrency: 3
+        })
       }))
       const lines = fs.readFileSync(file, "utf8").trimEnd().split("\n").map((l) => JSON.parse(l))
       assert.deepStrictEqual(lines[0], { id: "1", to: "alice", body: { session: "alice", text: "one" } })
@@ -86,14 +90,17 @@ describe("Channel", () => {
 
   it.effect("replyOf reads an agent's reply body, and nothing else", () =>
     Effect.sync(() => {
-      assert.deepStrictEqual(replyOf(entry("1", { session: "s", kind: "cron", text: "t", messages: 1, job: "j", turn: 3 })), {
-        session: "s",
-        kind: "cron",
-        text: "t",
-        messages: 1,
-        job: "j",
-        turn: 3
-      })
+      assert.deepStrictEqual(
+        replyOf(entry("1", { session: "s", kind: "cron", text: "t", messages: 1, job: "j", turn: 3 })),
+        {
+          session: "s",
+          kind: "cron",
+          text: "t",
+          messages: 1,
+          job: "j",
+          turn: 3
+        }
+      )
       assert.strictEqual(replyOf(entry("2", "plain string")), undefined)
       assert.strictEqual(replyOf(entry("3", { text: "no session" })), undefined)
     }))

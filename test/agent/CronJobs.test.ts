@@ -2,14 +2,16 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Cron, Effect, Fiber } from "effect"
 import { TestClock } from "effect/testing"
-import { parseCronFlag, parseJobs } from "../../src/agent/index.js"
 import { runSchedule } from "../../src/agent/CronJobs.js"
+import { parseCronFlag, parseJobs } from "../../src/agent/index.js"
 
 describe("CronJobs", () => {
   it.effect("a 6-field schedule (seconds first) fires at every due second, once each", () =>
     Effect.gen(function*() {
       let ticks = 0
-      const fiber = yield* Effect.forkChild(runSchedule(Cron.parseUnsafe("*/2 * * * * *"), Effect.sync(() => void ticks++)))
+      const fiber = yield* Effect.forkChild(
+        runSchedule(Cron.parseUnsafe("*/2 * * * * *"), Effect.sync(() => void ticks++))
+      )
       yield* TestClock.adjust(1_999)
       assert.strictEqual(ticks, 0)
       yield* TestClock.adjust(1)
@@ -22,7 +24,9 @@ describe("CronJobs", () => {
   it.effect("a 5-field schedule fires on the minute", () =>
     Effect.gen(function*() {
       let ticks = 0
-      const fiber = yield* Effect.forkChild(runSchedule(Cron.parseUnsafe("*/5 * * * *"), Effect.sync(() => void ticks++)))
+      const fiber = yield* Effect.forkChild(
+        runSchedule(Cron.parseUnsafe("*/5 * * * *"), Effect.sync(() => void ticks++))
+      )
       yield* TestClock.adjust(4 * 60_000)
       assert.strictEqual(ticks, 0)
       yield* TestClock.adjust(60_000)
@@ -52,7 +56,10 @@ describe("CronJobs", () => {
         [[{ name: "a", schedule: "* * * *", prompt: "p" }], "cron[0].schedule"],
         [[{ name: "a", schedule: "* * * * *", prompt: " " }], "cron[0].prompt"],
         [[{ name: "a", schedule: "* * * * *", prompt: "p", timeZone: "Mars/Olympus" }], "cron[0].schedule"],
-        [[{ name: "a", schedule: "* * * * *", prompt: "p" }, { name: "a", schedule: "* * * * *", prompt: "q" }], "cron[1].name"]
+        [
+          [{ name: "a", schedule: "* * * * *", prompt: "p" }, { name: "a", schedule: "* * * * *", prompt: "q" }],
+          "cron[1].name"
+        ]
       ]
       for (const [jobs, field] of cases) {
         const error = yield* Effect.flip(parseJobs(jobs))
@@ -63,7 +70,11 @@ describe("CronJobs", () => {
 
   it.effect("--cron takes `<expression>|<prompt>` and names jobs cron-1, cron-2, ...", () =>
     Effect.sync(() => {
-      assert.deepStrictEqual(parseCronFlag("*/1 * * * * *|report", 1), { name: "cron-1", schedule: "*/1 * * * * *", prompt: "report" })
+      assert.deepStrictEqual(parseCronFlag("*/1 * * * * *|report", 1), {
+        name: "cron-1",
+        schedule: "*/1 * * * * *",
+        prompt: "report"
+      })
       assert.deepStrictEqual(parseCronFlag(" 0 9 * * 1-5 | standup | notes", 2), {
         name: "cron-2",
         schedule: "0 9 * * 1-5",

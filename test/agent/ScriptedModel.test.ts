@@ -1,8 +1,15 @@
 import { assert, describe, it } from "@effect/vitest"
-import { Effect, Exit, Fiber, Layer } from "effect"
+import type { Layer } from "effect"
+import { Effect, Exit, Fiber } from "effect"
 import { TestClock } from "effect/testing"
-import { DEFAULT_HEARTBEAT_PROMPT, HEARTBEAT_OK, Model, type ModelRequest, type TranscriptMessage } from "../../src/agent/Model.js"
 import { ScriptedModel } from "../../src/agent/index.js"
+import {
+  DEFAULT_HEARTBEAT_PROMPT,
+  HEARTBEAT_OK,
+  Model,
+  type ModelRequest,
+  type TranscriptMessage
+} from "../../src/agent/Model.js"
 
 const user = (content: string): TranscriptMessage => ({ role: "user", content })
 const assistant = (content: string): TranscriptMessage => ({ role: "assistant", content })
@@ -33,7 +40,13 @@ describe("ScriptedModel", () => {
 
     it.effect("answers only the user messages after the last assistant message, joined with ` / `", () =>
       Effect.gen(function*() {
-        const transcript = [user("old one"), assistant("You said: old one"), user("first"), user("second"), user("third")]
+        const transcript = [
+          user("old one"),
+          assistant("You said: old one"),
+          user("first"),
+          user("second"),
+          user("third")
+        ]
         const reply = yield* replyAfter(ScriptedModel.layer(), request(transcript), 300)
         assert.strictEqual(reply.text, "You said: first / second / third")
       }))
@@ -114,7 +127,10 @@ describe("ScriptedModel", () => {
       }).pipe(Effect.provide(ScriptedModel.layer({ latencyMs: 0 }))))
 
     it("rejects a latencyMs that is not an integer from 0 and up, naming it", () => {
-      assert.throws(() => ScriptedModel.layer({ latencyMs: -1 }), "Expected `latencyMs` to be an integer from 0 and up, got `-1`")
+      assert.throws(
+        () => ScriptedModel.layer({ latencyMs: -1 }),
+        "Expected `latencyMs` to be an integer from 0 and up, got `-1`"
+      )
       assert.throws(() => ScriptedModel.layer({ latencyMs: 1.5 }), /got `1.5`/)
       assert.throws(() => ScriptedModel.layer({ latencyMs: Number.NaN }), /got `NaN`/)
     })

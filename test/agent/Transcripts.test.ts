@@ -14,7 +14,13 @@ const tempDir = Effect.acquireRelease(
 const answer = (store: Transcripts.Transcripts, session: string, text: string) =>
   Effect.gen(function*() {
     const [m] = yield* store.accept(session, [text])
-    return yield* store.record(session, { kind: "user", answered: [m!.seq], user: [text], reply: `re: ${text}`, to: session })
+    return yield* store.record(session, {
+      kind: "user",
+      answered: [m!.seq],
+      user: [text],
+      reply: `re: ${text}`,
+      to: session
+    })
   })
 
 describe("Transcripts", () => {
@@ -24,7 +30,11 @@ describe("Transcripts", () => {
       const store = yield* Transcripts.make({ dir, historyLimit: 2, fsync: false })
       for (const text of ["one", "two", "three"]) yield* answer(store, "s", text)
       const state = yield* store.load("s")
-      assert.deepStrictEqual(state.turns.map((t) => [t.n, t.user, t.reply]), [[2, ["two"], "re: two"], [3, ["three"], "re: three"]])
+      assert.deepStrictEqual(state.turns.map((t) => [t.n, t.user, t.reply]), [[2, ["two"], "re: two"], [
+        3,
+        ["three"],
+        "re: three"
+      ]])
       assert.deepStrictEqual(Transcripts.toMessages(state, ["four"]).map((m) => `${m.role}:${m.content}`), [
         "user:two",
         "assistant:re: two",
@@ -87,10 +97,15 @@ describe("Transcripts", () => {
     Effect.gen(function*() {
       const dir = yield* tempDir
       const store = yield* Transcripts.make({ dir, fsync: false })
-      yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => `m${i}`), (t) => store.accept("s", [t]), { concurrency: "unbounded" })
+      yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => `m${i}`), (t) => store.accept("s", [t]), {
+        concurrency: "unbounded"
+      })
       const state = yield* store.load("s")
       assert.strictEqual(state.pending.length, 20)
-      assert.deepStrictEqual(state.pending.map((m) => m.seq).sort((a, b) => a - b), Array.from({ length: 20 }, (_, i) => i + 1))
+      assert.deepStrictEqual(
+        state.pending.map((m) => m.seq).sort((a, b) => a - b),
+        Array.from({ length: 20 }, (_, i) => i + 1)
+      )
     }))
 
   it.effect("a corrupt transcript fails with TranscriptError corrupt naming the file", () =>

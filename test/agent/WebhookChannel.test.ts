@@ -72,33 +72,43 @@ describe("WebhookChannel", () => {
       assert.deepStrictEqual(s.requests.map((r) => r.headers["idempotency-key"]), ["same", "same"])
     }))
 
-  it.effect.each([
-    [400, true],
-    [401, true],
-    [404, true],
-    [408, false],
-    [409, false],
-    [425, false],
-    [429, false],
-    [500, false],
-    [502, false],
-    [503, false]
-  ] as const)("an answer %s fails carrying the status (the default classify: permanent %s); the message names the status and what the server said", ([status, permanent]) =>
-    Effect.gen(function*() {
-      const s = yield* server((_req, res) => answer(res, status, { error: `reason ${status}` }))
-      const failure = yield* Effect.flip(WebhookChannel({ url: `${s.url}/hook` }).send(entry("x")))
-      assert.strictEqual(failure._tag, "DeliveryFailure")
-      assert.strictEqual(failure.status, status)
-      assert.strictEqual(failure.permanent, undefined, "the queue's classify decides")
-      assert.strictEqual(DeliveryQueue.defaultClassify(failure, entry("x")).permanent, permanent)
-      assert.match(failure.message, new RegExp(`^POST ${s.url}/hook answered ${status} .*: \\{"error":"reason ${status}"\\}$`))
-    }))
+  it.effect.each(
+    [
+      [400, true],
+      [401, true],
+      [404, true],
+      [408, false],
+      [409, false],
+      [425, false],
+      [429, false],
+      [500, false],
+      [502, false],
+      [503, false]
+    ] as const
+  )(
+    "an answer %s fails carrying the status (the default classify: permanent %s); the message names the status and what the server said",
+    ([status, permanent]) =>
+      Effect.gen(function*() {
+        const s = yield* server((_req, res) => answer(res, status, { error: `reason ${status}` }))
+        const failure = yield* Effect.flip(WebhookChannel({ url: `${s.url}/hook` }).send(entry("x")))
+        assert.strictEqual(failure._tag, "DeliveryFailure")
+        assert.strictEqual(failure.status, status)
+        assert.strictEqual(failure.permanent, undefined, "the queue's classify decides")
+        assert.strictEqual(DeliveryQueue.defaultClassify(failure, entry("x")).permanent, permanent)
+        assert.match(
+          failure.message,
+          new RegExp(`^POST ${s.url}/hook answered ${status} .*: \\{"error":"reason ${status}"\\}$`)
+        )
+      })
+  )
 
   it.effect("credentials in the URL are sent as Basic authorization; a given Authorization header wins; Content-Type and Idempotency-Key are ours", () =>
     Effect.gen(function*() {
       const s = yield* server((_req, res) => answer(res, 200))
       const url = s.url.replace("http://", "http://us%40er:pa55@") + "/hook"
-      yield* WebhookChannel({ url, headers: { "Content-Type": "text/plain", "Idempotency-Key": "mine" } }).send(entry("e-1"))
+      yield* WebhookChannel({ url, headers: { "Content-Type": "text/plain", "Idempotency-Key": "mine" } }).send(
+        entry("e-1")
+      )
       yield* WebhookChannel({ url, headers: { Authorization: "Bearer s3cret" } }).send(entry("e-2"))
       assert.strictEqual(s.requests[0].headers.authorization, `Basic ${Buffer.from("us@er:pa55").toString("base64")}`)
       assert.strictEqual(s.requests[0].headers["content-type"], "application/json")
@@ -112,7 +122,9 @@ describe("WebhookChannel", () => {
       const port = yield* Effect.promise(freePort)
       for (const base of [s.url, `http://127.0.0.1:${port}`]) {
         const url = base.replace("http://", "http://user:pa55@") + "/hook?token=t0ken"
-        const failure = yield* Effect.flip(WebhookChannel({ url, headers: { authorization: "Bearer s3cret" } }).send(entry("x")))
+        const failure = yield* Effect.flip(
+          WebhookChannel({ url, headers: { authorization: "Bearer s3cret" } }).send(entry("x"))
+        )
         assert.match(failure.message, new RegExp(`^POST ${base}/hook (answered 500|failed: ECONNREFUSED)`))
         for (const secret of ["pa55", "t0ken", "s3cret", "user"]) assert.notInclude(failure.message, secret)
       }
@@ -124,7 +136,10 @@ describe("WebhookChannel", () => {
       const failure = yield* Effect.flip(WebhookChannel({ url: s.url }).send(entry("x")))
       assert.strictEqual(failure.retryAfter, "7")
       assert.strictEqual(failure.retryAfterMs, 7_000)
-      assert.deepStrictEqual(DeliveryQueue.defaultClassify(failure, entry("x")), { permanent: false, retryAfterMs: 7_000 })
+      assert.deepStrictEqual(DeliveryQueue.defaultClassify(failure, entry("x")), {
+        permanent: false,
+        retryAfterMs: 7_000
+      })
       assert.include(failure.message, "answered 429 Too Many Requests (Retry-After: 7)")
     }))
 
@@ -170,18 +185,26 @@ describe("WebhookChannel", () => {
       const failure = yield* Effect.flip(WebhookChannel({ url: `http://127.0.0.1:${port}/hook` }).send(entry("x")))
       assert.strictEqual(failure.status, undefined)
       assert.strictEqual(DeliveryQueue.defaultClassify(failure, entry("x")).permanent, false)
-      assert.strictEqual(failure.message, `POST http://127.0.0.1:${port}/hook failed: ECONNREFUSED (connection refused)`)
+      assert.strictEqual(
+        failure.message,
+        `POST http://127.0.0.1:${port}/hook failed: ECONNREFUSED (connection refused)`
+      )
     }))
 
   it.live("a server process SIGKILLed while the request is in flight: a retryable connection error", () =>
     Effect.gen(function*() {
       // A real server in its own process that reads the request and never answers.
-      const child = spawn(process.execPath, ["-e", [
-        `const s = require("node:http").createServer((q) => { q.resume(); q.on("end", () => process.stdout.write("got\\n")) })`,
-        `s.listen(0, "127.0.0.1", () => process.stdout.write(s.address().port + "\\n"))`
-      ].join("\n")], { stdio: ["ignore", "pipe", "inherit"] })
+      const child = spawn(process.execPath, [
+        "-e",
+        [
+          `const s = require("node:http").createServer((q) => { q.resume(); q.on("end", () => process.stdout.write("got\\n")) })`,
+          `s.listen(0, "127.0.0.1", () => process.stdout.write(s.address().port + "\\n"))`
+        ].join("\n")
+      ], { stdio: ["ignore", "pipe", "inherit"] })
       yield* Effect.addFinalizer(() => Effect.sync(() => child.kill("SIGKILL")))
-      const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on("exit", (_code, signal) => resolve(signal)))
+      const exited = new Promise<NodeJS.Signals | null>((resolve) =>
+        child.on("exit", (_code, signal) => resolve(signal))
+      )
       let out = ""
       const line = (match: RegExp) =>
         new Promise<string>((resolve) => {
@@ -200,13 +223,18 @@ describe("WebhookChannel", () => {
           check()
         })
       const port = yield* Effect.promise(() => line(/^(\d+)\n/))
-      const sending = yield* Effect.forkChild(Effect.flip(WebhookChannel({ url: `http://127.0.0.1:${port}/hook` }).send(entry("x"))))
+      const sending = yield* Effect.forkChild(
+        Effect.flip(WebhookChannel({ url: `http://127.0.0.1:${port}/hook` }).send(entry("x")))
+      )
       yield* Effect.promise(() => line(/(got)\n/))
       child.kill("SIGKILL")
       assert.strictEqual(yield* Effect.promise(() => exited), "SIGKILL")
       const failure = yield* Fiber.join(sending)
       assert.strictEqual(DeliveryQueue.defaultClassify(failure, entry("x")).permanent, false)
-      assert.match(failure.message, new RegExp(`^POST http://127.0.0.1:${port}/hook failed: (UND_ERR_SOCKET|ECONNRESET)`))
+      assert.match(
+        failure.message,
+        new RegExp(`^POST http://127.0.0.1:${port}/hook failed: (UND_ERR_SOCKET|ECONNRESET)`)
+      )
     }))
 
   it.effect("a url that is not http(s), or a timeoutMs that is not above 0, throws AgentConfigInvalid naming it", () =>
@@ -236,7 +264,12 @@ describe("WebhookChannel under the delivery queue", () => {
       let calls = 0
       const s = yield* server((_req, res) => answer(res, ++calls === 1 ? 500 : 200))
       const log = makeMemoryLog()
-      const q = yield* DeliveryQueue.make({ log, deliver: WebhookChannel({ url: s.url }).send, backoffMs: [1_000], jitter: 0 })
+      const q = yield* DeliveryQueue.make({
+        log,
+        deliver: WebhookChannel({ url: s.url }).send,
+        backoffMs: [1_000],
+        jitter: 0
+      })
       const e = yield* q.enqueue({ channel: "webhook", to: "alice", body: { text: "hi" } })
       yield* q.idle
       const attempt = log.calls.find((c) => c.op === "attempt")
@@ -261,7 +294,9 @@ describe("WebhookChannel under the delivery queue", () => {
         seen.set(String(key), n)
         return n === 1 ? 409 : 200
       }
-      const s = yield* server((req, res) => answer(res, req.path === "/bad" ? 400 : conflictOnce(req.headers["idempotency-key"])))
+      const s = yield* server((req, res) =>
+        answer(res, req.path === "/bad" ? 400 : conflictOnce(req.headers["idempotency-key"]))
+      )
       const log = makeMemoryLog()
       const bad = WebhookChannel({ url: `${s.url}/bad` })
       const conflict = WebhookChannel({ url: `${s.url}/conflict` })
@@ -307,7 +342,8 @@ describe("WebhookChannel under the delivery queue", () => {
       const l = yield* q.enqueue({ channel: "webhook", to: "later", body: 2 })
       yield* q.idle
       const start = Date.parse("2026-12-01T10:00:00Z")
-      const next = (id: string) => log.calls.flatMap((c) => (c.op === "attempt" && c.id === id ? [c.nextAttemptAt - start] : []))
+      const next = (id: string) =>
+        log.calls.flatMap((c) => (c.op === "attempt" && c.id === id ? [c.nextAttemptAt - start] : []))
       assert.deepStrictEqual(next(b.id), [7_000])
       assert.deepStrictEqual(next(l.id), [45_000])
       yield* TestClock.adjust(6_999)

@@ -31,7 +31,9 @@ const canMount = (() => {
   }
 })()
 if (!canMount) {
-  if (process.env.CI === "true") throw new Error("full-disk agent tests need `mount -t tmpfs` (root); CI=true does not allow skipping them")
+  if (process.env.CI === "true") {
+    throw new Error("full-disk agent tests need `mount -t tmpfs` (root); CI=true does not allow skipping them")
+  }
   console.log("skipping the full-disk agent tests: `mount -t tmpfs` is not allowed here (needs root)")
 }
 
@@ -78,67 +80,83 @@ const tempFiles = (dir: string): Array<string> =>
 const failed = (e: AgentEvent): e is Extract<AgentEvent, { type: "turn-failed" }> => e.type === "turn-failed"
 
 describe("Agent on a real full disk", () => {
-  it.live.skipIf(!canMount)("state folder full during a turn: message kept, typed ENOSPC errors naming the file, no *.tmp; freed: answered without a restart", () =>
-    Effect.gen(function*() {
-      const stateDir = yield* tmpfs
-      const model = gated()
-      const { agent, delivered, events, waitFor } = yield* harness(model.service, { stateDir, fsync: "always", beforeClose: model.releaseAll })
-      yield* agent.send("local", "before")
-      yield* model.calls(1)
-      const filler = fill(stateDir)
-      yield* model.release(0)
-      yield* waitFor(failed)
-      const failure = events.find(failed)!
-      assert.isTrue(failure.kept)
-      assert.strictEqual(failure.messages, 1)
-      assert.include(failure.error, "ENOSPC")
-      assert.include(failure.error, path.join(stateDir, "sessions", "local.json"))
-      const refused = yield* Effect.flip(agent.send("local", "during"))
-      assert.strictEqual(refused._tag, "TranscriptError")
-      assert.include(refused.message, "ENOSPC")
-      assert.deepStrictEqual(tempFiles(stateDir), [])
-      assert.deepStrictEqual((yield* agent.unanswered).map((s) => s.messages), [1])
-      fs.rmSync(filler)
-      // No restart: the automatic retry (1 s, then 5 s) answers it.
-      yield* model.calls(2)
-      yield* model.release(1)
-      yield* waitFor(isDelivered)
-      const after = yield* agent.send("local", "after")
-      yield* model.calls(3)
-      yield* model.release(2)
-      yield* after.await
-      yield* waitFor(isDelivered, 2)
-      assert.deepStrictEqual(delivered.map((e) => bodyOf(e).text), ["You said: before", "You said: after"])
-      assert.deepStrictEqual(yield* agent.unanswered, [])
-      assert.deepStrictEqual(tempFiles(stateDir), [])
-    }), 30_000)
+  it.live.skipIf(!canMount)(
+    "state folder full during a turn: message kept, typed ENOSPC errors naming the file, no *.tmp; freed: answered without a restart",
+    () =>
+      Effect.gen(function*() {
+        const stateDir = yield* tmpfs
+        const model = gated()
+        const { agent, delivered, events, waitFor } = yield* harness(model.service, {
+          stateDir,
+          fsync: "always",
+          beforeClose: model.releaseAll
+        })
+        yield* agent.send("local", "before")
+        yield* model.calls(1)
+        const filler = fill(stateDir)
+        yield* model.release(0)
+        yield* waitFor(failed)
+        const failure = events.find(failed)!
+        assert.isTrue(failure.kept)
+        assert.strictEqual(failure.messages, 1)
+        assert.include(failure.error, "ENOSPC")
+        assert.include(failure.error, path.join(stateDir, "sessions", "local.json"))
+        const refused = yield* Effect.flip(agent.send("local", "during"))
+        assert.strictEqual(refused._tag, "TranscriptError")
+        assert.include(refused.message, "ENOSPC")
+        assert.deepStrictEqual(tempFiles(stateDir), [])
+        assert.deepStrictEqual((yield* agent.unanswered).map((s) => s.messages), [1])
+        fs.rmSync(filler)
+        // No restart: the automatic retry (1 s, then 5 s) answers it.
+        yield* model.calls(2)
+        yield* model.release(1)
+        yield* waitFor(isDelivered)
+        const after = yield* agent.send("local", "after")
+        yield* model.calls(3)
+        yield* model.release(2)
+        yield* after.await
+        yield* waitFor(isDelivered, 2)
+        assert.deepStrictEqual(delivered.map((e) => bodyOf(e).text), ["You said: before", "You said: after"])
+        assert.deepStrictEqual(yield* agent.unanswered, [])
+        assert.deepStrictEqual(tempFiles(stateDir), [])
+      }),
+    30_000
+  )
 
-  it.live.skipIf(!canMount)("delivery log's disk full: the turn fails on the log (health failing); freed: the log heals and the agent answers by itself", () =>
-    Effect.gen(function*() {
-      const logDir = yield* tmpfs
-      const stateDir = yield* tempDir
-      const log = yield* DeliveryLog.open({ dir: path.join(logDir, "deliveries") })
-      const model = gated()
-      const { agent, delivered, events, waitFor } = yield* harness(model.service, { stateDir, log, beforeClose: model.releaseAll })
-      yield* agent.send("local", "before")
-      yield* model.calls(1)
-      const filler = fill(logDir)
-      yield* model.release(0)
-      yield* waitFor(failed)
-      assert.include(events.find(failed)!.error, "ENOSPC")
-      const health = (yield* agent.snapshot).log
-      assert.strictEqual(health.status, "failing")
-      fs.rmSync(filler)
-      // The transcript holds the reply (unsent): the retried turn logs it without another model call.
-      yield* waitFor(isDelivered)
-      const after = yield* agent.send("local", "after")
-      yield* model.calls(2)
-      yield* model.release(1)
-      yield* after.await
-      yield* waitFor(isDelivered, 2)
-      assert.deepStrictEqual(delivered.map((e) => bodyOf(e).text), ["You said: before", "You said: after"])
-      assert.deepStrictEqual((yield* agent.snapshot).log, { status: "ok" })
-    }), 60_000)
+  it.live.skipIf(!canMount)(
+    "delivery log's disk full: the turn fails on the log (health failing); freed: the log heals and the agent answers by itself",
+    () =>
+      Effect.gen(function*() {
+        const logDir = yield* tmpfs
+        const stateDir = yield* tempDir
+        const log = yield* DeliveryLog.open({ dir: path.join(logDir, "deliveries") })
+        const model = gated()
+        const { agent, delivered, events, waitFor } = yield* harness(model.service, {
+          stateDir,
+          log,
+          beforeClose: model.releaseAll
+        })
+        yield* agent.send("local", "before")
+        yield* model.calls(1)
+        const filler = fill(logDir)
+        yield* model.release(0)
+        yield* waitFor(failed)
+        assert.include(events.find(failed)!.error, "ENOSPC")
+        const health = (yield* agent.snapshot).log
+        assert.strictEqual(health.status, "failing")
+        fs.rmSync(filler)
+        // The transcript holds the reply (unsent): the retried turn logs it without another model call.
+        yield* waitFor(isDelivered)
+        const after = yield* agent.send("local", "after")
+        yield* model.calls(2)
+        yield* model.release(1)
+        yield* after.await
+        yield* waitFor(isDelivered, 2)
+        assert.deepStrictEqual(delivered.map((e) => bodyOf(e).text), ["You said: before", "You said: after"])
+        assert.deepStrictEqual((yield* agent.snapshot).log, { status: "ok" })
+      }),
+    60_000
+  )
 })
 
 const fixture = path.join(path.dirname(fileURLToPath(import.meta.url)), "fixtures", "agentMain.ts")
@@ -155,7 +173,14 @@ interface Child {
 const startChild = (dir: string, latencyMs: number) =>
   Effect.promise(() =>
     new Promise<Child>((resolve, reject) => {
-      const child = spawn(process.execPath, ["--import", "tsx", fixture, path.join(dir, "state"), path.join(dir, "outbox.jsonl"), String(latencyMs)], {
+      const child = spawn(process.execPath, [
+        "--import",
+        "tsx",
+        fixture,
+        path.join(dir, "state"),
+        path.join(dir, "outbox.jsonl"),
+        String(latencyMs)
+      ], {
         stdio: ["ignore", "pipe", "pipe"]
       })
       let out = ""
@@ -175,21 +200,27 @@ const startChild = (dir: string, latencyMs: number) =>
   )
 
 describe("Agent main and signals", () => {
-  it.live("SIGHUP is a graceful shutdown: the turn in flight finishes, its reply is delivered, exit 0", () =>
-    Effect.gen(function*() {
-      const dir = yield* tempDir
-      const { child, out, exited, printed } = yield* startChild(dir, 1_500)
-      child.kill("SIGHUP")
-      yield* Effect.promise(() => printed("stopping SIGHUP"))
-      const code = yield* Effect.promise(() => exited)
-      assert.strictEqual(code, 0)
-      const stopped = JSON.parse(out().trim().split("\n").at(-1)!)
-      assert.strictEqual(stopped.reason, "SIGHUP")
-      assert.deepStrictEqual(stopped.report.drain, { completed: 1, canceled: 0, timedOut: false })
-      assert.strictEqual(stopped.report.unanswered, 0)
-      const lines = fs.readFileSync(path.join(dir, "outbox.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l))
-      assert.deepStrictEqual(lines.map((l) => l.body.text), ["You said: hello"])
-    }), 30_000)
+  it.live(
+    "SIGHUP is a graceful shutdown: the turn in flight finishes, its reply is delivered, exit 0",
+    () =>
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        const { child, out, exited, printed } = yield* startChild(dir, 1_500)
+        child.kill("SIGHUP")
+        yield* Effect.promise(() => printed("stopping SIGHUP"))
+        const code = yield* Effect.promise(() => exited)
+        assert.strictEqual(code, 0)
+        const stopped = JSON.parse(out().trim().split("\n").at(-1)!)
+        assert.strictEqual(stopped.reason, "SIGHUP")
+        assert.deepStrictEqual(stopped.report.drain, { completed: 1, canceled: 0, timedOut: false })
+        assert.strictEqual(stopped.report.unanswered, 0)
+        const lines = fs.readFileSync(path.join(dir, "outbox.jsonl"), "utf8").trim().split("\n").map((l) =>
+          JSON.parse(l)
+        )
+        assert.deepStrictEqual(lines.map((l) => l.body.text), ["You said: hello"])
+      }),
+    30_000
+  )
 
   it.live("a second SIGHUP during the drain exits at once with 129", () =>
     Effect.gen(function*() {
@@ -204,21 +235,29 @@ describe("Agent main and signals", () => {
 })
 
 describe("Agent state folder paths", () => {
-  it.live("a bad stateDir fails make at once with AgentConfigInvalid naming the path and the system's reason (no spin on /proc)", () =>
-    Effect.gen(function*() {
-      const dir = yield* tempDir
-      const file = path.join(dir, "a-file")
-      fs.writeFileSync(file, "")
-      const underFile = (yield* Effect.flip(Effect.scoped(harness(gated().service, { stateDir: path.join(file, "state") })))) as AgentConfigInvalid
-      assert.instanceOf(underFile, AgentConfigInvalid)
-      assert.include(underFile.message, "ENOTDIR")
-      assert.include(underFile.message, path.join(file, "state"))
-      assert.notInclude(underFile.message, "Error: ")
-      const t0 = Date.now()
-      const proc = (yield* Effect.flip(Effect.scoped(harness(gated().service, { stateDir: "/proc/forbidden/state" })))) as AgentConfigInvalid
-      assert.isBelow(Date.now() - t0, 1_000)
-      assert.strictEqual(proc.field, "stateDir")
-      assert.include(proc.message, "/proc/forbidden")
-      assert.notInclude(proc.message, "\n")
-    }), 10_000)
+  it.live(
+    "a bad stateDir fails make at once with AgentConfigInvalid naming the path and the system's reason (no spin on /proc)",
+    () =>
+      Effect.gen(function*() {
+        const dir = yield* tempDir
+        const file = path.join(dir, "a-file")
+        fs.writeFileSync(file, "")
+        const underFile = (yield* Effect.flip(
+          Effect.scoped(harness(gated().service, { stateDir: path.join(file, "state") }))
+        )) as AgentConfigInvalid
+        assert.instanceOf(underFile, AgentConfigInvalid)
+        assert.include(underFile.message, "ENOTDIR")
+        assert.include(underFile.message, path.join(file, "state"))
+        assert.notInclude(underFile.message, "Error: ")
+        const t0 = Date.now()
+        const proc = (yield* Effect.flip(
+          Effect.scoped(harness(gated().service, { stateDir: "/proc/forbidden/state" }))
+        )) as AgentConfigInvalid
+        assert.isBelow(Date.now() - t0, 1_000)
+        assert.strictEqual(proc.field, "stateDir")
+        assert.include(proc.message, "/proc/forbidden")
+        assert.notInclude(proc.message, "\n")
+      }),
+    10_000
+  )
 })

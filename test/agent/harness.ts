@@ -6,8 +6,8 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { Agent, Model, ScriptedModel } from "../../src/agent/index.js"
 import type { AgentEvent, AgentOptions, Channel, ModelRequest } from "../../src/agent/index.js"
-import type { DeliveryEntry } from "../../src/delivery/index.js"
 import { scriptedReply } from "../../src/agent/ScriptedModel.js"
+import type { DeliveryEntry } from "../../src/delivery/index.js"
 
 export const tempDir = Effect.acquireRelease(
   Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-agent-"))),
@@ -18,7 +18,9 @@ export const tempDir = Effect.acquireRelease(
 export const recording = (latencyMs = 0) => {
   const requests: Array<ModelRequest> = []
   const inner = ScriptedModel.make({ latencyMs })
-  const service: Model["Service"] = { reply: (request) => Effect.suspend(() => (requests.push(request), inner.reply(request))) }
+  const service: Model["Service"] = {
+    reply: (request) => Effect.suspend(() => (requests.push(request), inner.reply(request)))
+  }
   return { requests, service }
 }
 
@@ -50,7 +52,9 @@ export const gated = () => {
   /** Releases the call whose last message is `text`. */
   const releaseFor = (text: string) =>
     Effect.suspend(() => release(requests.findIndex((r) => r.transcript.at(-1)?.content === text)))
-  const releaseAll = Effect.suspend(() => Effect.forEach(gates, (g) => Deferred.succeed(g, undefined), { discard: true }))
+  const releaseAll = Effect.suspend(() =>
+    Effect.forEach(gates, (g) => Deferred.succeed(g, undefined), { discard: true })
+  )
   return { requests, service, calls, release, releaseFor, releaseAll }
 }
 
@@ -58,22 +62,29 @@ export const gated = () => {
 export const harness = (
   model: Model["Service"],
   options: Partial<AgentOptions> & { readonly stateDir?: string; readonly beforeClose?: Effect.Effect<unknown> } = {}
-): Effect.Effect<{
-  readonly agent: Agent.Agent
-  readonly stateDir: string
-  readonly delivered: Array<DeliveryEntry>
-  readonly events: Array<AgentEvent>
-  readonly waitFor: (match: (e: AgentEvent) => boolean, count?: number) => Effect.Effect<void>
-}, unknown, Scope.Scope> =>
+): Effect.Effect<
+  {
+    readonly agent: Agent.Agent
+    readonly stateDir: string
+    readonly delivered: Array<DeliveryEntry>
+    readonly events: Array<AgentEvent>
+    readonly waitFor: (match: (e: AgentEvent) => boolean, count?: number) => Effect.Effect<void>
+  },
+  unknown,
+  Scope.Scope
+> =>
   Effect.gen(function*() {
     const stateDir = options.stateDir ?? (yield* tempDir)
     const delivered: Array<DeliveryEntry> = []
     const events: Array<AgentEvent> = []
-    const waiters: Array<{ readonly match: (e: AgentEvent) => boolean; readonly count: number; readonly done: Deferred.Deferred<void> }> = []
+    const waiters: Array<
+      { readonly match: (e: AgentEvent) => boolean; readonly count: number; readonly done: Deferred.Deferred<void> }
+    > = []
     const check = () => {
       for (const w of waiters) if (events.filter(w.match).length >= w.count) Deferred.doneUnsafe(w.done, Exit.void)
     }
-    const channel: Channel = options.channel ?? { name: "test", send: (entry) => Effect.sync(() => void delivered.push(entry)) }
+    const channel: Channel = options.channel ??
+      { name: "test", send: (entry) => Effect.sync(() => void delivered.push(entry)) }
     const agent = yield* Agent.make({
       stateDir,
       fsync: "never",
@@ -101,4 +112,3 @@ export const started = (kind: string, n?: number) => (e: AgentEvent) =>
   e.type === "turn-started" && e.kind === kind && (n === undefined || e.turn === n)
 export const isDelivered = (e: AgentEvent) => e.type === "delivered"
 export const bodyOf = (entry: DeliveryEntry) => entry.message.body as Record<string, unknown>
-

@@ -23,7 +23,9 @@ const poisonLog = (stateDir: string, reason: "invalid" | "too-large") =>
     ...real,
     append: (m: Parameters<typeof real.append>[0]) =>
       String((m.body as { text?: string }).text).includes("POISON")
-        ? Effect.fail(new DeliveryLogError({ reason, message: `Expected a message the log accepts, got POISON (${reason})` }))
+        ? Effect.fail(
+          new DeliveryLogError({ reason, message: `Expected a message the log accepts, got POISON (${reason})` })
+        )
         : real.append(m)
   }))
 
@@ -55,7 +57,10 @@ describe("Agent limits", () => {
       assert.isAbove(parts, 1)
       yield* waitFor(isDelivered, parts)
       assert.deepStrictEqual(delivered.map((e) => e.id), result.ids)
-      assert.deepStrictEqual(delivered.map((e) => [bodyOf(e).part, bodyOf(e).parts, bodyOf(e).turn]), result.ids!.map((_, i) => [i + 1, parts, 1]))
+      assert.deepStrictEqual(
+        delivered.map((e) => [bodyOf(e).part, bodyOf(e).parts, bodyOf(e).turn]),
+        result.ids!.map((_, i) => [i + 1, parts, 1])
+      )
       assert.strictEqual(delivered.map((e) => bodyOf(e).text).join(""), `You said: ${text}`)
       for (const e of delivered) assert.notMatch(bodyOf(e).text as string, lone)
     }))
@@ -75,7 +80,12 @@ describe("Agent limits", () => {
       const future = yield* agent.send("s", "POISON")
       assert.isTrue(Exit.isFailure(yield* Effect.exit(future.await)))
       const failure = events.find((e): e is Extract<AgentEvent, { type: "turn-failed" }> => e.type === "turn-failed")!
-      assert.deepStrictEqual([failure.kept, failure.retryable, failure.retryInMs, failure.messages], [false, false, undefined, 0])
+      assert.deepStrictEqual([failure.kept, failure.retryable, failure.retryInMs, failure.messages], [
+        false,
+        false,
+        undefined,
+        0
+      ])
       assert.deepStrictEqual(yield* agent.unanswered, [])
       yield* Effect.flatMap(agent.send("s", "fine"), (f) => f.await)
       yield* TestClock.adjust(120_000)
@@ -97,13 +107,19 @@ describe("Agent limits", () => {
       yield* waitFor(isDelivered)
       assert.deepStrictEqual(delivered.map((e) => bodyOf(e).text), ["You said: after"])
       const state = yield* store.load("s")
-      assert.deepStrictEqual([state.unsent, state.pending, state.turns.map((t) => t.reply)], [undefined, [], ["You said: POISON", "You said: after"]])
+      assert.deepStrictEqual([state.unsent, state.pending, state.turns.map((t) => t.reply)], [undefined, [], [
+        "You said: POISON",
+        "You said: after"
+      ]])
     }))
 
   it.effect("maxMessagesPerTurn: 2 — five messages that wait are answered 2 + 2 + 1, each send's future is the turn that answers it", () =>
     Effect.gen(function*() {
       const model = gated()
-      const { agent, events, waitFor } = yield* harness(model.service, { maxMessagesPerTurn: 2, beforeClose: model.releaseAll })
+      const { agent, events, waitFor } = yield* harness(model.service, {
+        maxMessagesPerTurn: 2,
+        beforeClose: model.releaseAll
+      })
       yield* agent.send("s", "a")
       yield* model.calls(1)
       const futures = []

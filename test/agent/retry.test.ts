@@ -28,7 +28,11 @@ const flaky = (fail: (n: number) => ModelError | undefined) => {
   return { requests, service }
 }
 
-const network = new ModelError({ reason: "network", message: "Connection error: getaddrinfo ENOTFOUND api.anthropic.com", retryable: true })
+const network = new ModelError({
+  reason: "network",
+  message: "Connection error: getaddrinfo ENOTFOUND api.anthropic.com",
+  retryable: true
+})
 const auth = new ModelError({ reason: "auth", message: "Anthropic rejected the API key (401)", retryable: false })
 const failed = (e: AgentEvent): e is Extract<AgentEvent, { type: "turn-failed" }> => e.type === "turn-failed"
 
@@ -80,7 +84,11 @@ describe("Agent retries", () => {
       yield* settle
       assert.strictEqual(model.requests.length, 2)
       const owed = yield* agent.unanswered
-      assert.deepStrictEqual(owed.map((s) => [s.session, s.messages, s.failure?.retryAt]), [["a", 1, undefined], ["b", 1, undefined]])
+      assert.deepStrictEqual(owed.map((s) => [s.session, s.messages, s.failure?.retryAt]), [["a", 1, undefined], [
+        "b",
+        1,
+        undefined
+      ]])
       down = false
       // A new message: one turn answers both messages of that session.
       const result = yield* Effect.flatMap(agent.send("a", "two"), (f) => f.await)
@@ -88,7 +96,10 @@ describe("Agent retries", () => {
       // /retry for the other one.
       assert.strictEqual(yield* agent.retry(), 1)
       yield* waitFor(isDelivered, 2)
-      assert.deepStrictEqual(delivered.map((e) => [e.message.to, bodyOf(e).text]), [["a", "You said: one / two"], ["b", "You said: uno"]])
+      assert.deepStrictEqual(delivered.map((e) => [e.message.to, bodyOf(e).text]), [["a", "You said: one / two"], [
+        "b",
+        "You said: uno"
+      ]])
       assert.deepStrictEqual(yield* agent.unanswered, [])
     }))
 
@@ -116,11 +127,16 @@ describe("Agent retries", () => {
       const real = yield* DeliveryLog.open({ dir: path.join(stateDir, "deliveries"), fsync: "never" })
       const since = Date.now()
       let failing = true
-      const enospc = new DeliveryLogError({ reason: "io", message: `ENOSPC: no space left on device, write '${stateDir}/deliveries/00000001.seg'` })
+      const enospc = new DeliveryLogError({
+        reason: "io",
+        message: `ENOSPC: no space left on device, write '${stateDir}/deliveries/00000001.seg'`
+      })
       const log = {
         ...real,
         append: (m: Parameters<typeof real.append>[0]) => (failing ? Effect.fail(enospc) : real.append(m)),
-        health: Effect.sync(() => (failing ? { status: "failing" as const, since, error: enospc } : { status: "ok" as const }))
+        health: Effect.sync(
+          () => (failing ? { status: "failing" as const, since, error: enospc } : { status: "ok" as const })
+        )
       }
       const { agent, delivered, events, waitFor } = yield* harness(flaky(() => undefined).service, { stateDir, log })
       yield* agent.send("s", "kept")

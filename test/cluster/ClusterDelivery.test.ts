@@ -20,7 +20,11 @@ describe.skipIf(!up)("ClusterDelivery (Postgres)", () => {
     await db?.drop()
   })
   /** A deliverer with its own Postgres client, as a separate process would have. */
-  const deliverer = (table: string, owner: string, deliver: (e: DeliveryEntry) => Effect.Effect<void, DeliveryFailure>) =>
+  const deliverer = (
+    table: string,
+    owner: string,
+    deliver: (e: DeliveryEntry) => Effect.Effect<void, DeliveryFailure>
+  ) =>
     Effect.gen(function*() {
       // the client lives in the test's Scope, as long as the deliverer
       const client = yield* Layer.build(Postgres.layer(db.url, { maxConnections: 3 }))
@@ -58,7 +62,9 @@ describe.skipIf(!up)("ClusterDelivery (Postgres)", () => {
       const d = yield* deliverer(table, "a", (e) =>
         Effect.suspend(() => {
           calls++
-          if (e.message.body === "dead") return Effect.fail(new DeliveryFailure({ message: "no such user", permanent: true }))
+          if (e.message.body === "dead") {
+            return Effect.fail(new DeliveryFailure({ message: "no such user", permanent: true }))
+          }
           if (e.attempts === 0) return Effect.fail(new DeliveryFailure({ message: "flaky" }))
           Deferred.doneUnsafe(done, Effect.void)
           return Effect.void

@@ -4,13 +4,13 @@
  * that a later runner honours), and the runner prints its last line and exits 0 within
  * `--drain-timeout`, the deadline of the whole shutdown.
  */
+import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import { freshDatabase, postgresAvailable } from "./pg.js"
-import { Effect } from "effect"
 import * as Postgres from "../../src/cluster/Postgres.js"
+import { freshDatabase, postgresAvailable } from "./pg.js"
 import { killRunners, postMessage, shardsSettled, startRunner, status, terminate, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
@@ -32,13 +32,20 @@ describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
   beforeAll(async () => {
     db = await freshDatabase("restart")
     // Both at the same moment on the empty database.
-    runners.push(...await Promise.all([DRAIN_A, DRAIN_B].map((drain) =>
-      startRunner({
-        url: db!.url,
-        outbox: path.join(dir, "outbox.jsonl"),
-        args: ["--latency", String(LATENCY), "--drain-timeout", String(drain), "--delivery-timeout", "2000"]
-      }))))
-    await until("both runners to see each other", 20_000, async () => (await status(runners[0].port)).members.length === 2)
+    runners.push(
+      ...await Promise.all([DRAIN_A, DRAIN_B].map((drain) =>
+        startRunner({
+          url: db!.url,
+          outbox: path.join(dir, "outbox.jsonl"),
+          args: ["--latency", String(LATENCY), "--drain-timeout", String(drain), "--delivery-timeout", "2000"]
+        })
+      ))
+    )
+    await until(
+      "both runners to see each other",
+      20_000,
+      async () => (await status(runners[0].port)).members.length === 2
+    )
     await shardsSettled(runners.map((r) => r.port), 32)
   }, 90_000)
 
@@ -48,70 +55,97 @@ describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
     fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 
-  it("restartLane from one runner: runs of the older generation fail stale on every runner, none is left running when it returns, later messages are answered", async () => {
-    const [a, b] = runners
-    const pending = Array.from({ length: 12 }, (_, i) => postMessage(i % 2 === 0 ? a.port : b.port, `restart-${i}`, `hi ${i}`))
-    await until("turns to run on both runners", 20_000, async () => {
-      const [la, lb] = await Promise.all([mainLane(a.port), mainLane(b.port)])
-      return la.running + la.waiting > 0 && lb.running + lb.waiting > 0 && la.running + la.waiting + lb.running + lb.waiting === 12
-    })
-    const res = await fetch(`http://127.0.0.1:${b.port}/lanes/main/restart`, { method: "POST" })
-    expect(await res.json()).toEqual({ lane: "main", generation: 1 })
-    // When restartLane returned, no run of generation 0 is left anywhere.
-    for (const r of runners) {
-      const lane = await mainLane(r.port)
-      expect({ runner: r.name, running: lane.running, waiting: lane.waiting, generation: lane.generation })
-        .toEqual({ runner: r.name, running: 0, waiting: 0, generation: 1 })
-    }
-    const outcomes = await Promise.all(pending)
-    expect(outcomes.map((o) => `${o.status}:${o.body.reason}`)).toEqual(Array(12).fill("502:stale"))
-    const after = await postMessage(a.port, "restart-0", "after the restart")
-    expect(after.status).toBe(200)
-    expect(after.body.reply?.text).toBe("You said: after the restart")
-  }, 60_000)
-
-  it("SIGTERM while a client waits on a turn of the stopping runner, sent through it: the client gets the reply, the runner prints its shutdown line and exits 0 within --drain-timeout", async () => {
-    const [a, b] = runners
-    // A session whose turn runs on b, sent through b, waited on through b.
-    let waiting: ReturnType<typeof postMessage> | undefined
-    for (let i = 0; waiting === undefined && i < 40; i++) {
-      const pending = postMessage(b.port, `term-${i}`, "last words")
-      await until(`the turn of term-${i} to start`, 20_000, async () => {
+  it(
+    "restartLane from one runner: runs of the older generation fail stale on every runner, none is left running when it returns, later messages are answered",
+    async () => {
+      const [a, b] = runners
+      const pending = Array.from(
+        { length: 12 },
+        (_, i) => postMessage(i % 2 === 0 ? a.port : b.port, `restart-${i}`, `hi ${i}`)
+      )
+      await until("turns to run on both runners", 20_000, async () => {
         const [la, lb] = await Promise.all([mainLane(a.port), mainLane(b.port)])
-        return la.running + lb.running >= 1
+        return la.running + la.waiting > 0 && lb.running + lb.waiting > 0 &&
+          la.running + la.waiting + lb.running + lb.waiting === 12
       })
-      if ((await mainLane(b.port)).running > 0) waiting = pending
-      else await pending
-    }
-    expect(waiting).toBeDefined()
-    const stopped = await terminate(b)
-    const reply = await waiting!
-    expect(reply.status).toBe(200)
-    expect(reply.body.reply).toEqual(expect.objectContaining({ text: "You said: last words", runner: b.name }))
-    expect(stopped.code).toBe(0)
-    expect(stopped.ms).toBeLessThanOrEqual(DRAIN_B + EXIT_SLACK_MS)
-    const last = JSON.parse(b.stdout[b.stdout.length - 1])
-    expect(last).toEqual(expect.objectContaining({ type: "shutdown", name: b.name, pid: b.child.pid, signal: "SIGTERM" }))
-    expect(last.drain).toEqual({ completed: 1, canceled: 0, timedOut: false })
-  }, 90_000)
+      const res = await fetch(`http://127.0.0.1:${b.port}/lanes/main/restart`, { method: "POST" })
+      expect(await res.json()).toEqual({ lane: "main", generation: 1 })
+      // When restartLane returned, no run of generation 0 is left anywhere.
+      for (const r of runners) {
+        const lane = await mainLane(r.port)
+        expect({ runner: r.name, running: lane.running, waiting: lane.waiting, generation: lane.generation })
+          .toEqual({ runner: r.name, running: 0, waiting: 0, generation: 1 })
+      }
+      const outcomes = await Promise.all(pending)
+      expect(outcomes.map((o) => `${o.status}:${o.body.reason}`)).toEqual(Array(12).fill("502:stale"))
+      const after = await postMessage(a.port, "restart-0", "after the restart")
+      expect(after.status).toBe(200)
+      expect(after.body.reply?.text).toBe("You said: after the restart")
+    },
+    60_000
+  )
 
-  it("SIGTERM while a client waits on a turn longer than the deadline: the client gets 202 pending in time, the runner exits 0 within --drain-timeout, and the next runner answers the message", async () => {
-    const [a] = runners
-    await shardsSettled([a.port], 32)
-    const waiting = postMessage(a.port, "longer-than-the-deadline", "still there?")
-    await until("the turn to start on a", 20_000, async () => (await mainLane(a.port)).running === 1)
-    const stopped = await terminate(a)
-    const reply = await waiting
-    expect({ status: reply.status, pending: reply.body.pending }).toEqual({ status: 202, pending: true })
-    expect(stopped.code).toBe(0)
-    expect(stopped.ms).toBeLessThanOrEqual(DRAIN_A + EXIT_SLACK_MS)
-    expect(JSON.parse(a.stdout[a.stdout.length - 1])).toEqual(expect.objectContaining({ type: "shutdown", name: a.name, signal: "SIGTERM" }))
-    // The message was durable: a runner started afterwards answers it into the outbox.
-    runners.push(await startRunner({ url: db!.url, outbox: path.join(dir, "outbox.jsonl"), args: ["--latency", "0"] }))
-    await until("the pending message to be answered", 30_000, async () => {
-      const rows = await Effect.runPromise(Postgres.withClient(db!.url, (sql) =>
-        sql.unsafe<{ n: number }>(`SELECT count(*)::float8 AS n FROM switchyard_outbox WHERE idempotency_key = $1`, [`reply:${reply.body.runId}`])))
-      return Number(rows[0].n) === 1
-    })
-  }, 90_000)
+  it(
+    "SIGTERM while a client waits on a turn of the stopping runner, sent through it: the client gets the reply, the runner prints its shutdown line and exits 0 within --drain-timeout",
+    async () => {
+      const [a, b] = runners
+      // A session whose turn runs on b, sent through b, waited on through b.
+      let waiting: ReturnType<typeof postMessage> | undefined
+      for (let i = 0; waiting === undefined && i < 40; i++) {
+        const pending = postMessage(b.port, `term-${i}`, "last words")
+        await until(`the turn of term-${i} to start`, 20_000, async () => {
+          const [la, lb] = await Promise.all([mainLane(a.port), mainLane(b.port)])
+          return la.running + lb.running >= 1
+        })
+        if ((await mainLane(b.port)).running > 0) waiting = pending
+        else await pending
+      }
+      expect(waiting).toBeDefined()
+      const stopped = await terminate(b)
+      const reply = await waiting!
+      expect(reply.status).toBe(200)
+      expect(reply.body.reply).toEqual(expect.objectContaining({ text: "You said: last words", runner: b.name }))
+      expect(stopped.code).toBe(0)
+      expect(stopped.ms).toBeLessThanOrEqual(DRAIN_B + EXIT_SLACK_MS)
+      const last = JSON.parse(b.stdout[b.stdout.length - 1])
+      expect(last).toEqual(
+        expect.objectContaining({ type: "shutdown", name: b.name, pid: b.child.pid, signal: "SIGTERM" })
+      )
+      expect(last.drain).toEqual({ completed: 1, canceled: 0, timedOut: false })
+    },
+    90_000
+  )
+
+  it(
+    "SIGTERM while a client waits on a turn longer than the deadline: the client gets 202 pending in time, the runner exits 0 within --drain-timeout, and the next runner answers the message",
+    async () => {
+      const [a] = runners
+      await shardsSettled([a.port], 32)
+      const waiting = postMessage(a.port, "longer-than-the-deadline", "still there?")
+      await until("the turn to start on a", 20_000, async () => (await mainLane(a.port)).running === 1)
+      const stopped = await terminate(a)
+      const reply = await waiting
+      expect({ status: reply.status, pending: reply.body.pending }).toEqual({ status: 202, pending: true })
+      expect(stopped.code).toBe(0)
+      expect(stopped.ms).toBeLessThanOrEqual(DRAIN_A + EXIT_SLACK_MS)
+      expect(JSON.parse(a.stdout[a.stdout.length - 1])).toEqual(
+        expect.objectContaining({ type: "shutdown", name: a.name, signal: "SIGTERM" })
+      )
+      // The message was durable: a runner started afterwards answers it into the outbox.
+      runners.push(
+        await startRunner({ url: db!.url, outbox: path.join(dir, "outbox.jsonl"), args: ["--latency", "0"] })
+      )
+      await until("the pending message to be answered", 30_000, async () => {
+        const rows = await Effect.runPromise(
+          Postgres.withClient(db!.url, (sql) =>
+            sql.unsafe<{ n: number }>(
+              `SELECT count(*)::float8 AS n FROM switchyard_outbox WHERE idempotency_key = $1`,
+              [`reply:${reply.body.runId}`]
+            ))
+        )
+        return Number(rows[0].n) === 1
+      })
+    },
+    90_000
+  )
 })

@@ -22,7 +22,10 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
   })
   let n = 0
   /** A log on a table of its own, in its own Scope and client. */
-  const withLog = <A, E>(f: (log: PgDeliveryLog.PgDeliveryLog, table: string) => Effect.Effect<A, E>, table?: string) => {
+  const withLog = <A, E>(
+    f: (log: PgDeliveryLog.PgDeliveryLog, table: string) => Effect.Effect<A, E>,
+    table?: string
+  ) => {
     const name = table ?? `outbox_${++n}`
     return Effect.scoped(Effect.flatMap(PgDeliveryLog.make({ table: name }), (log) => f(log, name))).pipe(
       Effect.provide(Postgres.layer(db.url, { maxConnections: 4 }))
@@ -46,7 +49,9 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
           seq bigserial PRIMARY KEY, id text NOT NULL UNIQUE, channel text NOT NULL, recipient text NOT NULL,
           body text NOT NULL, idempotency_key text, enqueued_at bigint NOT NULL, attempts integer NOT NULL DEFAULT 0,
           last_error text, next_attempt_at bigint, status text NOT NULL, acked_at bigint, lease_owner text, lease_until bigint)`)
-        yield* sql.unsafe(`INSERT INTO ${table} (id, channel, recipient, body, enqueued_at, status) VALUES ('old-1', 'c', 'x', '1', 5, 'pending')`)
+        yield* sql.unsafe(
+          `INSERT INTO ${table} (id, channel, recipient, body, enqueued_at, status) VALUES ('old-1', 'c', 'x', '1', 5, 'pending')`
+        )
       })).pipe(Effect.provide(Postgres.layer(db.url, { maxConnections: 1 })))
       const old = yield* withLog((log) =>
         Effect.gen(function*() {
@@ -69,7 +74,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         const c = yield* log.append({ channel: "c", to: "x", body: 3 })
         assert.isTrue(a.seq < b.seq && b.seq < c.seq)
         assert.deepStrictEqual((yield* log.pending).map((e) => e.id), [a.id, b.id, c.id])
-      })))
+      })
+    ))
 
   it.live("claim hands out only the head of each recipient: per-recipient order is kept", () =>
     withLog((log) =>
@@ -83,8 +89,11 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         yield* log.attempt(x1.id, { error: "boom", nextAttemptAt: Date.now() + 60_000 })
         assert.deepStrictEqual((yield* log.claim({ owner: "p2", limit: 10, leaseMs: 60_000 })).map((e) => e.id), [])
         yield* log.ack(x1.id)
-        assert.deepStrictEqual((yield* log.claim({ owner: "p2", limit: 10, leaseMs: 60_000 })).map((e) => e.id), [x2.id])
-      })))
+        assert.deepStrictEqual((yield* log.claim({ owner: "p2", limit: 10, leaseMs: 60_000 })).map((e) => e.id), [
+          x2.id
+        ])
+      })
+    ))
 
   it.live("a dead-lettered head lets the next entry of its recipient through", () =>
     withLog((log) =>
@@ -94,7 +103,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         yield* log.deadLetter(x1.id, "permanent")
         assert.deepStrictEqual((yield* log.claim({ owner: "p", limit: 10, leaseMs: 1000 })).map((e) => e.id), [x2.id])
         assert.deepStrictEqual((yield* log.dead).map((e) => e.id), [x1.id])
-      })))
+      })
+    ))
 
   it.live("none delivers an entry twice while both live: concurrent claims never share an entry", () =>
     withLog((log) =>
@@ -116,7 +126,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         yield* Effect.all([worker("a"), worker("b"), worker("c")], { concurrency: "unbounded" })
         assert.strictEqual(seen.size, 60)
         assert.strictEqual((yield* log.stats).pending, 0)
-      })))
+      })
+    ))
 
   it.live("a lease that ran out is claimable again; release gives it back at once", () =>
     withLog((log) =>
@@ -129,7 +140,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         assert.strictEqual((yield* log.claim({ owner: "a", limit: 1, leaseMs: 60_000 })).length, 0)
         yield* log.release(e.id, "b")
         assert.strictEqual((yield* log.claim({ owner: "a", limit: 1, leaseMs: 60_000 })).length, 1)
-      })))
+      })
+    ))
 
   it.live("idempotency: an append with a known key returns that entry and writes nothing", () =>
     withLog((log) =>
@@ -141,7 +153,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         const c = yield* log.append({ channel: "c", to: "x", body: 3, idempotencyKey: "k" })
         assert.strictEqual(c.id, a.id) // acked within the window
         assert.strictEqual((yield* log.stats).pending, 0)
-      })))
+      })
+    ))
 
   it.live("bad input fails with its reason and writes nothing; unknown ids fail unknown-id; ack is idempotent", () =>
     withLog((log) =>
@@ -162,7 +175,8 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
         yield* log.ack(e.id)
         yield* log.ack(e.id)
         assert.isTrue(Option.isNone(yield* log.get(e.id)))
-      })))
+      })
+    ))
 
   it.live("after its Scope closes every call fails closed", () =>
     Effect.gen(function*() {

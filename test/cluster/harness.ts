@@ -35,14 +35,19 @@ export const handler = (task: ClusterTask) =>
         return yield* Effect.die(new Error("boom"))
       case "block":
         if (c.started) yield* Deferred.succeed(gate(c.started), undefined)
-        yield* Deferred.await(gate(c.gate)).pipe(Effect.onInterrupt(() => Effect.sync(() => events.push(`interrupted:${task.runId}`))))
+        yield* Deferred.await(gate(c.gate)).pipe(
+          Effect.onInterrupt(() => Effect.sync(() => events.push(`interrupted:${task.runId}`)))
+        )
         return c.value ?? "unblocked"
     }
   }).pipe(Effect.ensuring(Effect.sync(() => events.push(`end:${task.key}:${task.runId}`))))
 
-
 /** Runs `f` with a cluster queue on a runner of this process (lanes: main 2 + 8, drain 2 s). */
-export const withClusterQueue = <A, E>(url: string, port: number, f: (q: ClusterQueue.ClusterQueue) => Effect.Effect<A, E>) =>
+export const withClusterQueue = <A, E>(
+  url: string,
+  port: number,
+  f: (q: ClusterQueue.ClusterQueue) => Effect.Effect<A, E>
+) =>
   Effect.scoped(Effect.gen(function*() {
     const ctx = yield* runnerContext(url, port)
     const q = yield* ClusterQueue.make({

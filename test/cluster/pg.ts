@@ -31,7 +31,9 @@ export const postgresAvailable = async (file: string): Promise<boolean> => {
     up ? Effect.runPromise(Postgres.withClient(ADMIN_URL, (sql) => sql`SELECT 1`)).then(() => true, () => false) : false
   )
   if (ok) return true
-  const line = `Postgres not reachable at ${Postgres.redactUrl(ADMIN_URL)}: the cluster tests (test/cluster) are skipped`
+  const line = `Postgres not reachable at ${
+    Postgres.redactUrl(ADMIN_URL)
+  }: the cluster tests (test/cluster) are skipped`
   if (process.env.CI === "true") throw new Error(`[${file}] ${line} (CI=true: a skip is a failure)`)
   // One line per test run, not per file: the first file of this vitest run (the workers' parent) says it.
   try {
@@ -44,7 +46,9 @@ export const postgresAvailable = async (file: string): Promise<boolean> => {
 }
 
 /** Creates a database of its own; returns its URL and a drop function (which ends its sessions first). */
-export const freshDatabase = async (tag: string): Promise<{ readonly url: string; readonly drop: () => Promise<void> }> => {
+export const freshDatabase = async (
+  tag: string
+): Promise<{ readonly url: string; readonly drop: () => Promise<void> }> => {
   const name = `sy_${tag}_${process.pid}_${Math.floor(Math.random() * 1e9)}`.toLowerCase().replace(/[^a-z0-9_]/g, "_")
   await Effect.runPromise(Postgres.withClient(ADMIN_URL, (sql) => sql.unsafe(`CREATE DATABASE ${name}`)))
   const u = new URL(ADMIN_URL)
@@ -53,11 +57,13 @@ export const freshDatabase = async (tag: string): Promise<{ readonly url: string
     url: u.toString(),
     drop: async () => {
       // A backend can connect between the terminate and the drop (a runner reconnecting): try again.
-      for (let attempt = 1; ; attempt++) {
+      for (let attempt = 1;; attempt++) {
         try {
           await Effect.runPromise(Postgres.withClient(ADMIN_URL, (sql) =>
             Effect.gen(function*() {
-              yield* sql.unsafe(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '${name}' AND pid <> pg_backend_pid()`)
+              yield* sql.unsafe(
+                `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '${name}' AND pid <> pg_backend_pid()`
+              )
               yield* sql.unsafe(`DROP DATABASE IF EXISTS ${name}`)
             })))
           return

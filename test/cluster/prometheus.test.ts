@@ -5,7 +5,11 @@ import { parsePrometheus } from "./prometheus.js"
 describe("parsePrometheus", () => {
   it("reads families with HELP, TYPE and labelled samples", () => {
     const f = parsePrometheus(`# HELP a_total Things.\n# TYPE a_total counter\na_total{x="1",r="q\\"uote"} 3\n`)
-    expect(f.get("a_total")).toEqual({ help: "Things.", type: "counter", samples: new Map([[`{r="q\\"uote",x="1"}`, 3]]) })
+    expect(f.get("a_total")).toEqual({
+      help: "Things.",
+      type: "counter",
+      samples: new Map([[`{r="q\\"uote",x="1"}`, 3]])
+    })
   })
   it.each([
     ["a sample without HELP and TYPE", "a 1\n"],

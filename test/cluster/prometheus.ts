@@ -15,7 +15,11 @@ const SAMPLE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: -?\d+)?$/
 const LABEL = /^([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"(?:,|$)/
 
 export const parsePrometheus = (text: string): Map<string, Family> => {
-  interface Partial { help?: string; type?: Family["type"]; samples: Map<string, number> }
+  interface Partial {
+    help?: string
+    type?: Family["type"]
+    samples: Map<string, number>
+  }
   const families = new Map<string, Partial>()
   const lines = text.split("\n")
   if (lines.pop() !== "") throw new Error("Expected the text to end with a line feed")
@@ -32,13 +36,17 @@ export const parsePrometheus = (text: string): Map<string, Family> => {
       } else {
         const type = rest.join(" ")
         if (f.type !== undefined) throw new Error(`${where}: second TYPE`)
-        if (!["counter", "gauge", "histogram", "summary", "untyped"].includes(type)) throw new Error(`${where}: bad type`)
+        if (!["counter", "gauge", "histogram", "summary", "untyped"].includes(type)) {
+          throw new Error(`${where}: bad type`)
+        }
         f.type = type as Family["type"]
       }
       families.set(name, f)
       return
     }
-    if (line.startsWith("#") || line === "") throw new Error(`${where}: comments other than HELP and TYPE, or blank lines, are not expected here`)
+    if (line.startsWith("#") || line === "") {
+      throw new Error(`${where}: comments other than HELP and TYPE, or blank lines, are not expected here`)
+    }
     const m = SAMPLE.exec(line)
     if (m === null) throw new Error(`${where}: not a sample`)
     const [, name, rawLabels = "", rawValue] = m
@@ -60,7 +68,9 @@ export const parsePrometheus = (text: string): Map<string, Family> => {
   })
   const out = new Map<string, Family>()
   for (const [name, f] of families) {
-    if (f.help === undefined || f.type === undefined) throw new Error(`${name}: HELP and TYPE expected, got ${f.help === undefined ? "no HELP" : "no TYPE"}`)
+    if (f.help === undefined || f.type === undefined) {
+      throw new Error(`${name}: HELP and TYPE expected, got ${f.help === undefined ? "no HELP" : "no TYPE"}`)
+    }
     out.set(name, { help: f.help, type: f.type, samples: f.samples })
   }
   return out

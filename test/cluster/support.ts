@@ -1,6 +1,7 @@
 /** Shared helpers of the cluster tests: free ports, one in-process runner. */
-import { Effect, Layer } from "effect"
-import type { Scope } from "effect"
+import { Layer } from "effect"
+import type { Effect, Scope } from "effect"
+import type { ChildProcess } from "node:child_process"
 import * as net from "node:net"
 import * as ClusterLayer from "../../src/cluster/ClusterLayer.js"
 
@@ -27,7 +28,7 @@ export const runnerContext = (url: string, port: number) =>
 export interface RunnerProcess {
   readonly name: string
   readonly port: number
-  readonly child: import("node:child_process").ChildProcess
+  readonly child: ChildProcess
   alive: boolean
   readonly log: Array<string>
   /** Its standard output, line by line (the ready line first, the shutdown line last). */
@@ -51,13 +52,32 @@ export const startRunner = async (options: {
   const root = path.resolve(import.meta.dirname, "../..")
   const name = `r${port}`
   const child = spawn(process.execPath, [
-    "--import", "tsx", "src/cluster/runner-main.ts",
-    "--postgres", options.url, "--port", String(port), "--cluster-port", String(clusterPort), "--name", name,
-    "--outbox", options.outbox, "--shards", "32", ...(options.args ?? [])
-  ], { cwd: root, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ANTHROPIC_API_KEY: "", SWITCHYARD_EXIT_WITH_PARENT: "1" } })
+    "--import",
+    "tsx",
+    "src/cluster/runner-main.ts",
+    "--postgres",
+    options.url,
+    "--port",
+    String(port),
+    "--cluster-port",
+    String(clusterPort),
+    "--name",
+    name,
+    "--outbox",
+    options.outbox,
+    "--shards",
+    "32",
+    ...(options.args ?? [])
+  ], {
+    cwd: root,
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ANTHROPIC_API_KEY: "", SWITCHYARD_EXIT_WITH_PARENT: "1" }
+  })
   const log: Array<string> = []
   const stdout: Array<string> = []
-  const exited = new Promise<number | string>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal ?? -1)))
+  const exited = new Promise<number | string>((resolve) =>
+    child.once("exit", (code, signal) => resolve(code ?? signal ?? -1))
+  )
   const runner: RunnerProcess = { name, port, child, alive: true, log, stdout, ready: undefined, exited }
   let partial = ""
   void exited.then(() => {
@@ -85,7 +105,9 @@ export const startRunner = async (options: {
 }
 
 /** Sends SIGTERM; resolves with the exit code and how long the runner took to exit after the signal. */
-export const terminate = async (runner: RunnerProcess): Promise<{ readonly code: number | string; readonly ms: number }> => {
+export const terminate = async (
+  runner: RunnerProcess
+): Promise<{ readonly code: number | string; readonly ms: number }> => {
   const at = Date.now()
   runner.child.kill("SIGTERM")
   const code = await runner.exited
@@ -100,7 +122,13 @@ export const postMessage = (port: number, session: string, text: string, waitMs 
     body: JSON.stringify({ text })
   }).then(async (r) => ({
     status: r.status,
-    body: (await r.json()) as { runId: string; pending?: boolean; reason?: string; error?: string; reply?: { text: string; runner: string } }
+    body: (await r.json()) as {
+      runId: string
+      pending?: boolean
+      reason?: string
+      error?: string
+      reply?: { text: string; runner: string }
+    }
   }))
 
 /** Polls `check` until it returns true or `ms` pass (a deadline on a condition, not a hopeful sleep). */
@@ -115,7 +143,9 @@ export const until = async (what: string, ms: number, check: () => Promise<boole
 /** `GET /status` of a runner. */
 export const status = async (port: number): Promise<{
   readonly cluster: { readonly shards: number; readonly entities: number }
-  readonly lanes: ReadonlyArray<{ readonly lane: string; readonly running: number; readonly waiting: number; readonly generation: number }>
+  readonly lanes: ReadonlyArray<
+    { readonly lane: string; readonly running: number; readonly waiting: number; readonly generation: number }
+  >
   readonly members: ReadonlyArray<{ readonly member: string }>
 }> => (await fetch(`http://127.0.0.1:${port}/status`)).json() as any
 
@@ -138,7 +168,11 @@ export const killRunners = async (runners: ReadonlyArray<RunnerProcess>): Promis
 }
 
 /** Waits until one of `runners` runs a turn on `lane` and returns it. */
-export const runningOn = async (runners: ReadonlyArray<RunnerProcess>, lane = "main", ms = 10_000): Promise<RunnerProcess> => {
+export const runningOn = async (
+  runners: ReadonlyArray<RunnerProcess>,
+  lane = "main",
+  ms = 10_000
+): Promise<RunnerProcess> => {
   let found: RunnerProcess | undefined
   await until(`a turn of lane ${lane} to run on one runner`, ms, async () => {
     for (const r of runners) {

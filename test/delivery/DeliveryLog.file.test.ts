@@ -2,14 +2,14 @@
  * What is specific to the file log: options, modes, the lock (with a real killed holder), group commit
  * and the handling of a failed sync, segment rolling, automatic compaction, closing.
  */
+import { afterAll, assert, describe, it } from "@effect/vitest"
+import { Effect, Exit, Fiber, Option, Scope } from "effect"
 import { spawn } from "node:child_process"
 import * as fs from "node:fs"
 import fsDefault from "node:fs"
 import { syncBuiltinESMExports } from "node:module"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { afterAll, assert, describe, it } from "@effect/vitest"
-import { Effect, Exit, Fiber, Option, Scope } from "effect"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import { failure, tempRoot } from "./fixtures/files.js"
 
@@ -40,7 +40,7 @@ const withFdatasync = <A, E, R>(
 
 describe("DeliveryLog file store", () => {
   it.effect("options are validated: each bad option is reason invalid, naming the option", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       const cases: Array<[Record<string, unknown>, string]> = [
         [{ segmentBytes: 0 }, "segmentBytes"],
@@ -63,10 +63,10 @@ describe("DeliveryLog file store", () => {
     }))
 
   it.effect("files are created 0600 and a missing dir (recursively) 0700", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = join(tmp.next(), "a", "b")
       yield* Effect.scoped(
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const log = yield* DeliveryLog.open({ dir, segmentBytes: 100 })
           yield* Effect.forEach([1, 2, 3, 4], (i) => log.append(msg(i)))
           yield* log.compact
@@ -79,7 +79,7 @@ describe("DeliveryLog file store", () => {
     }))
 
   it.effect("single writer: a second open while the first holds the lock fails locked; closing releases it", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       const scope = yield* Scope.make()
       yield* Scope.provide(scope)(DeliveryLog.open({ dir }))
@@ -92,7 +92,7 @@ describe("DeliveryLog file store", () => {
     }))
 
   it.live("single writer: a lock held by a live child fails locked; once the child is SIGKILLed its lock is taken over", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       const fixture = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "holdLock.ts")
       const child = spawn(process.execPath, ["--import", "tsx", fixture, dir], { stdio: ["ignore", "pipe", "inherit"] })
@@ -109,9 +109,13 @@ describe("DeliveryLog file store", () => {
       const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()))
       child.kill("SIGKILL")
       yield* Effect.promise(() => exited)
-      assert.strictEqual(fs.readFileSync(join(dir, "LOCK"), "utf8").split(" ")[0], String(child.pid), "the dead holder's lock is still there")
+      assert.strictEqual(
+        fs.readFileSync(join(dir, "LOCK"), "utf8").split(" ")[0],
+        String(child.pid),
+        "the dead holder's lock is still there"
+      )
       yield* Effect.scoped(
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const log = yield* DeliveryLog.open({ dir })
           assert.strictEqual(fs.readFileSync(join(dir, "LOCK"), "utf8").split(" ")[0], String(process.pid))
           yield* log.append(msg(1))
@@ -120,7 +124,7 @@ describe("DeliveryLog file store", () => {
     }))
 
   it.effect("single writer: an old lock file without a pid (a crash between create and write) is taken over", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       fs.mkdirSync(dir, { recursive: true })
       fs.writeFileSync(join(dir, "LOCK"), "")
@@ -130,27 +134,29 @@ describe("DeliveryLog file store", () => {
     }))
 
   it.effect("append returns its message as replay will see it: a copy equal to JSON.parse of what was written (-0, own __proto__, toJSON)", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       const bodies: Array<unknown> = [
         { a: -0, b: [1, "x", { c: null, d: [true, -0] }], e: "é\u2028" },
-        JSON.parse('{"__proto__": {"p": 1}, "q": [[]]}'),
+        JSON.parse("{\"__proto__\": {\"p\": 1}, \"q\": [[]]}"),
         { when: new Date(0), n: 1 },
         "plain text",
         -0
       ]
       const expected = bodies.map((b) => JSON.parse(JSON.stringify(b)))
       const appended = yield* Effect.scoped(
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const log = yield* DeliveryLog.open({ dir, fsync: "never" })
-          const es = yield* Effect.forEach(bodies, (body, i) => log.append({ channel: "c", to: `r${i}`, body }))
-          // The caller changing its body afterwards changes neither the returned entry nor the log.
+          const es = yield* Effect.forEach(bodies, (body, i) => log.append({ channel: "c", to: `r${i}`, body })) // The caller changing its body afterwards changes neither the returned entry nor the log.
           ;(bodies[0] as { a: number }).a = 99
           for (let i = 0; i < es.length; i++) {
             assert.deepStrictEqual(es[i]!.message.body, expected[i], `body ${i}`)
             assert.deepStrictEqual(yield* log.get(es[i]!.id), Option.some(es[i]!))
           }
-          assert.isTrue(Object.prototype.hasOwnProperty.call(es[1]!.message.body, "__proto__"), "own __proto__ stays data")
+          assert.isTrue(
+            Object.prototype.hasOwnProperty.call(es[1]!.message.body, "__proto__"),
+            "own __proto__ stays data"
+          )
           assert.isTrue(Object.is((es[0]!.message.body as { a: number }).a, 0), "-0 becomes 0, as in JSON")
           return es
         })
@@ -160,7 +166,7 @@ describe("DeliveryLog file store", () => {
     }))
 
   it.effect("group commit: 64 overlapping appends share few fdatasyncs, and none returns before a sync covering it completed", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       const events: Array<string> = []
       let syncs = 0
@@ -174,7 +180,7 @@ describe("DeliveryLog file store", () => {
             })
           }) as typeof fsDefault.fdatasync,
         Effect.scoped(
-          Effect.gen(function* () {
+          Effect.gen(function*() {
             const log = yield* DeliveryLog.open({ dir })
             yield* Effect.forEach(
               Array.from({ length: 64 }, (_, i) => i),
@@ -190,7 +196,7 @@ describe("DeliveryLog file store", () => {
     }))
 
   it.effect("a failed sync fails every call it covered with io, the log then refuses writes, and a re-open recovers", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       yield* Effect.scoped(Effect.flatMap(DeliveryLog.open({ dir }), (log) => log.append(msg(0))))
       const results = yield* withFdatasync(
@@ -201,11 +207,15 @@ describe("DeliveryLog file store", () => {
             setImmediate(() => cb(err))
           }) as typeof fsDefault.fdatasync,
         Effect.scoped(
-          Effect.gen(function* () {
+          Effect.gen(function*() {
             const log = yield* DeliveryLog.open({ dir })
-            const covered = yield* Effect.forEach(Array.from({ length: 10 }, (_, i) => i + 1), (i) => failure(log.append(msg(i))), {
-              concurrency: "unbounded"
-            })
+            const covered = yield* Effect.forEach(
+              Array.from({ length: 10 }, (_, i) => i + 1),
+              (i) => failure(log.append(msg(i))),
+              {
+                concurrency: "unbounded"
+              }
+            )
             const later = yield* failure(log.append(msg(99)))
             const ack = yield* failure(log.ack("whatever"))
             return { covered, later, ack }
@@ -220,7 +230,7 @@ describe("DeliveryLog file store", () => {
       assert.strictEqual(results.ack.reason, "io")
       // The sync failed but the bytes may be in the file: they come back or not, the first entry stays.
       yield* Effect.scoped(
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const log = yield* DeliveryLog.open({ dir })
           const pending = yield* log.pending
           assert.deepStrictEqual(pending[0]!.message.body, { i: 0 })
@@ -230,10 +240,10 @@ describe("DeliveryLog file store", () => {
     }))
 
   it.effect("segments roll at segmentBytes and a record larger than a segment gets one of its own", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       yield* Effect.scoped(
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const log = yield* DeliveryLog.open({ dir, fsync: "never", segmentBytes: 256 })
           for (let i = 0; i < 10; i++) yield* log.append(msg(i))
           yield* log.append({ channel: "c", to: "big", body: "x".repeat(1000) })
@@ -246,12 +256,14 @@ describe("DeliveryLog file store", () => {
         const big = fs.readFileSync(join(dir, f)).includes("xxxxxxxx")
         if (!big) assert.isAtMost(size, 256, f)
       }
-      const pending = yield* Effect.scoped(Effect.flatMap(DeliveryLog.open({ dir, fsync: "never", segmentBytes: 256 }), (l) => l.pending))
+      const pending = yield* Effect.scoped(
+        Effect.flatMap(DeliveryLog.open({ dir, fsync: "never", segmentBytes: 256 }), (l) => l.pending)
+      )
       assert.strictEqual(pending.length, 11)
     }))
 
   it.effect("a new segment is synced, and its directory too, before the first record is written into it", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       const events: Array<string> = []
       const realWrite = fsDefault.write
@@ -261,11 +273,13 @@ describe("DeliveryLog file store", () => {
         Effect.sync(() => {
           fsDefault.openSync = ((path: fs.PathLike, flags: fs.OpenMode, mode?: fs.Mode) => {
             const fd = realOpenSync(path, flags, mode)
-            if (typeof flags === "number" && (flags & fs.constants.O_EXCL) !== 0 && String(path).endsWith(".log")) events.push(`create:${fd}`)
+            if (typeof flags === "number" && (flags & fs.constants.O_EXCL) !== 0 && String(path).endsWith(".log")) {
+              events.push(`create:${fd}`)
+            }
             return fd
           }) as typeof fsDefault.openSync
           fsDefault.write = ((...args: Array<unknown>) => {
-            events.push(`write:${args[0]}`)
+            events.push(`write:${String(args[0])}`)
             return (realWrite as (...a: Array<unknown>) => void)(...args)
           }) as typeof fsDefault.write
           fsDefault.fsyncSync = (fd: number) => {
@@ -276,7 +290,7 @@ describe("DeliveryLog file store", () => {
         }),
         () =>
           Effect.scoped(
-            Effect.gen(function* () {
+            Effect.gen(function*() {
               const log = yield* DeliveryLog.open({ dir, segmentBytes: 200 })
               for (let i = 0; i < 6; i++) yield* log.append(msg(i))
             })
@@ -300,17 +314,20 @@ describe("DeliveryLog file store", () => {
         const before = rest.slice(0, firstWrite)
         const own = before.indexOf(`fsync:${fd}`)
         assert.isAtLeast(own, 0, `segment fd ${fd} was synced before its first write`)
-        assert.isTrue(before.slice(own + 1).some((x) => x.startsWith("fsync:") && x !== `fsync:${fd}`), "then the directory")
+        assert.isTrue(
+          before.slice(own + 1).some((x) => x.startsWith("fsync:") && x !== `fsync:${fd}`),
+          "then the directory"
+        )
         checked++
       })
       assert.isAbove(checked, 2, "several segments were created")
     }))
 
   it.effect("idempotency keys acked within the window survive compaction and a re-open", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       const id = yield* Effect.scoped(
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const log = yield* DeliveryLog.open({ dir, fsync: "never" })
           const e = yield* log.append({ channel: "c", to: "r", body: 1, idempotencyKey: "order-42" })
           yield* log.ack(e.id)
@@ -319,7 +336,7 @@ describe("DeliveryLog file store", () => {
         })
       )
       yield* Effect.scoped(
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const log = yield* DeliveryLog.open({ dir, fsync: "never" })
           const again = yield* log.append({ channel: "c", to: "r", body: 1, idempotencyKey: "order-42" })
           assert.strictEqual(again.id, id)
@@ -329,11 +346,11 @@ describe("DeliveryLog file store", () => {
     }))
 
   it.effect("compaction runs by itself when dead weight passes the threshold and removes whole segments", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       let written = 0
       const keep = yield* Effect.scoped(
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const log = yield* DeliveryLog.open({ dir, fsync: "never", segmentBytes: 2048 })
           const keep = yield* log.append(msg(-1))
           for (let i = 0; i < 400; i++) {
@@ -358,10 +375,10 @@ describe("DeliveryLog file store", () => {
     }))
 
   it.effect("ack of an entry acked before a compaction and a re-open still succeeds (within the dedupe window)", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       const id = yield* Effect.scoped(
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const log = yield* DeliveryLog.open({ dir, fsync: "never" })
           const e = yield* log.append(msg(1))
           yield* log.ack(e.id)
@@ -373,11 +390,14 @@ describe("DeliveryLog file store", () => {
     }))
 
   it.effect("closing the Scope flushes: appends already handed to the log are durable after close", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       const scope = yield* Scope.make()
       const log = yield* Scope.provide(scope)(DeliveryLog.open({ dir }))
-      const fibers = yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => i), (i) => Effect.forkChild(log.append(msg(i))))
+      const fibers = yield* Effect.forEach(
+        Array.from({ length: 20 }, (_, i) => i),
+        (i) => Effect.forkChild(log.append(msg(i)))
+      )
       yield* Effect.yieldNow
       yield* Scope.close(scope, Exit.void)
       const done = yield* Effect.forEach(fibers, (f) => Effect.exit(Fiber.join(f)))

@@ -3,11 +3,11 @@
  * `dead: true`; replay dead-letters entries past the queue's maxAttempts; `ack` of a dead entry fails
  * `not-pending` and leaves it (file log and memory log alike).
  */
-import * as fs from "node:fs"
-import { join } from "node:path"
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Effect, Option } from "effect"
 import { TestClock } from "effect/testing"
+import * as fs from "node:fs"
+import { join } from "node:path"
 import { DeliveryFailure, DeliveryLog, DeliveryQueue } from "../../src/delivery/index.js"
 import type { DeliveryLog as Log } from "../../src/delivery/types.js"
 import { failure, recordBoundaries, tempRoot } from "./fixtures/files.js"
@@ -36,7 +36,8 @@ const ackOfDead = (log: Log) =>
   })
 
 describe("finishing is one record", () => {
-  it.effect("memory log: ack of a dead entry fails not-pending and leaves it", () => Effect.asVoid(ackOfDead(makeMemoryLog())))
+  it.effect("memory log: ack of a dead entry fails not-pending and leaves it", () =>
+    Effect.asVoid(ackOfDead(makeMemoryLog())))
 
   it.effect("file log: the final attempt is one record; ack of a dead entry fails not-pending and writes nothing; a re-open agrees", () =>
     Effect.gen(function*() {
@@ -78,7 +79,11 @@ describe("finishing is one record", () => {
       yield* Effect.scoped(
         Effect.gen(function*() {
           const log = yield* DeliveryLog.open({ dir, fsync: "never" })
-          const q = yield* DeliveryQueue.make({ log, maxAttempts: 2, deliver: (e) => Effect.sync(() => void delivered.push(e.id)) })
+          const q = yield* DeliveryQueue.make({
+            log,
+            maxAttempts: 2,
+            deliver: (e) => Effect.sync(() => void delivered.push(e.id))
+          })
           yield* TestClock.adjust(0)
           yield* q.idle
           assert.deepStrictEqual(delivered, [ids.fresh], "the entry that used maxAttempts is not delivered again")
@@ -101,7 +106,11 @@ describe("finishing is one record", () => {
       const e = yield* q.enqueue(msg)
       yield* q.idle
       const ops = log.calls.filter((c) => "id" in c && (c.id === e.id || c.op === "append")).map((c) => c.op)
-      assert.deepStrictEqual(ops, ["append", "markStarted", "attempt"], "the mark, then one record: no separate dead-letter")
+      assert.deepStrictEqual(
+        ops,
+        ["append", "markStarted", "attempt"],
+        "the mark, then one record: no separate dead-letter"
+      )
       assert.deepStrictEqual((yield* log.dead).map((x) => x.id), [e.id])
     }))
 })

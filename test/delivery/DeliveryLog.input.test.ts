@@ -38,7 +38,7 @@ describe("DeliveryLog input checks", () => {
 
   it.effect("a key, channel or to with a lone surrogate is invalid, named with its index, and nothing is written", () =>
     Effect.scoped(
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const dir = tmp.next()
         const log = yield* open(dir)
         yield* log.flush
@@ -62,14 +62,17 @@ describe("DeliveryLog input checks", () => {
     ))
 
   it.effect("a key with a surrogate pair comes back exactly after a reopen and still dedupes", () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       const key = "order-\uD83D\uDE00"
       const first = yield* Effect.scoped(
-        Effect.flatMap(open(dir), (log) => log.append({ channel: "c\uD83D\uDE00", to: "a", body: 1, idempotencyKey: key }))
+        Effect.flatMap(
+          open(dir),
+          (log) => log.append({ channel: "c\uD83D\uDE00", to: "a", body: 1, idempotencyKey: key })
+        )
       )
       yield* Effect.scoped(
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const log = yield* open(dir)
           const got = yield* log.get(first.id)
           assert.isTrue(Option.isSome(got))
@@ -85,11 +88,11 @@ describe("DeliveryLog input checks", () => {
     }))
 
   it.effect(`a body nested ${MAX_BODY_DEPTH} deep is kept across a reopen; deeper (and 3,000 deep) is invalid naming the limit`, () =>
-    Effect.gen(function* () {
+    Effect.gen(function*() {
       const dir = tmp.next()
       const deepest = nested(MAX_BODY_DEPTH)
       const kept = yield* Effect.scoped(
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const log = yield* open(dir)
           for (const depth of [MAX_BODY_DEPTH + 1, 3_000]) {
             const e = yield* failure(log.append({ channel: "c", to: "a", body: nested(depth) }))

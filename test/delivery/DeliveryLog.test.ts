@@ -1,8 +1,8 @@
 /** The file log against the store-independent contract (test/delivery/contract.ts). */
+import { afterAll } from "@effect/vitest"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { afterAll } from "@effect/vitest"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import { deliveryLogContract } from "./contract.js"
 

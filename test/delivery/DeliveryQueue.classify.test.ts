@@ -9,7 +9,14 @@ import { DeliveryFailure, DeliveryQueue } from "../../src/delivery/index.js"
 import type { DeliveryEntry } from "../../src/delivery/types.js"
 import { makeMemoryLog } from "./memoryLog.js"
 
-const entry: DeliveryEntry = { id: "e", seq: 1, message: { channel: "c", to: "t", body: 1 }, enqueuedAt: 0, attempts: 0, status: "pending" }
+const entry: DeliveryEntry = {
+  id: "e",
+  seq: 1,
+  message: { channel: "c", to: "t", body: 1 },
+  enqueuedAt: 0,
+  attempts: 0,
+  status: "pending"
+}
 const classify = (e: unknown, now = 0) => DeliveryQueue.defaultClassify(e, entry, now)
 
 describe("DeliveryQueue.defaultClassify", () => {
@@ -35,22 +42,45 @@ describe("DeliveryQueue.defaultClassify", () => {
   it("reads status and Retry-After from any error shape (statusCode, response, headers)", () => {
     assert.isTrue(classify({ statusCode: 404 }).permanent)
     assert.isTrue(classify({ response: { status: 403 } }).permanent)
-    assert.deepStrictEqual(classify({ status: 429, headers: new Headers({ "Retry-After": "3" }) }), { permanent: false, retryAfterMs: 3000 })
-    assert.deepStrictEqual(classify({ status: 503, headers: { "retry-after": "2" } }), { permanent: false, retryAfterMs: 2000 })
-    assert.deepStrictEqual(classify({ response: { status: 429, headers: { "Retry-After": "1" } } }), { permanent: false, retryAfterMs: 1000 })
+    assert.deepStrictEqual(classify({ status: 429, headers: new Headers({ "Retry-After": "3" }) }), {
+      permanent: false,
+      retryAfterMs: 3000
+    })
+    assert.deepStrictEqual(classify({ status: 503, headers: { "retry-after": "2" } }), {
+      permanent: false,
+      retryAfterMs: 2000
+    })
+    assert.deepStrictEqual(classify({ response: { status: 429, headers: { "Retry-After": "1" } } }), {
+      permanent: false,
+      retryAfterMs: 1000
+    })
   })
 
   it("Retry-After: retryAfterMs, delay-seconds or an HTTP date counted from now; garbage is ignored", () => {
-    assert.strictEqual(classify(new DeliveryFailure({ message: "x", status: 429, retryAfterMs: 1234 })).retryAfterMs, 1234)
-    assert.strictEqual(classify(new DeliveryFailure({ message: "x", status: 429, retryAfter: "120" })).retryAfterMs, 120_000)
+    assert.strictEqual(
+      classify(new DeliveryFailure({ message: "x", status: 429, retryAfterMs: 1234 })).retryAfterMs,
+      1234
+    )
+    assert.strictEqual(
+      classify(new DeliveryFailure({ message: "x", status: 429, retryAfter: "120" })).retryAfterMs,
+      120_000
+    )
     const now = Date.UTC(2026, 0, 1, 12, 0, 0)
     const date = new Date(now + 9_000).toUTCString()
-    assert.strictEqual(classify(new DeliveryFailure({ message: "x", status: 503, retryAfter: date }), now).retryAfterMs, 9_000)
+    assert.strictEqual(
+      classify(new DeliveryFailure({ message: "x", status: 503, retryAfter: date }), now).retryAfterMs,
+      9_000
+    )
     const past = new Date(now - 60_000).toUTCString()
-    assert.strictEqual(classify(new DeliveryFailure({ message: "x", status: 503, retryAfter: past }), now).retryAfterMs, 0)
+    assert.strictEqual(
+      classify(new DeliveryFailure({ message: "x", status: 503, retryAfter: past }), now).retryAfterMs,
+      0
+    )
     assert.isUndefined(classify(new DeliveryFailure({ message: "x", status: 503, retryAfter: "soon" })).retryAfterMs)
     assert.isUndefined(classify(new DeliveryFailure({ message: "x", status: 503, retryAfter: "-5" })).retryAfterMs)
-    assert.isUndefined(classify(new DeliveryFailure({ message: "x", status: 503, retryAfterMs: Number.NaN })).retryAfterMs)
+    assert.isUndefined(
+      classify(new DeliveryFailure({ message: "x", status: 503, retryAfterMs: Number.NaN })).retryAfterMs
+    )
   })
 })
 
@@ -121,7 +151,9 @@ describe("DeliveryQueue classify", () => {
     Effect.gen(function*() {
       const now = Date.UTC(2026, 5, 1, 8, 0, 0)
       yield* TestClock.setTime(now)
-      const r = yield* firstRetry(new DeliveryFailure({ message: "x", status: 503, retryAfter: new Date(now + 15_000).toUTCString() }))
+      const r = yield* firstRetry(
+        new DeliveryFailure({ message: "x", status: 503, retryAfter: new Date(now + 15_000).toUTCString() })
+      )
       assert.strictEqual(r.attempt.nextAttemptAt - now, 15_000)
     }))
 
@@ -162,7 +194,8 @@ describe("DeliveryQueue classify", () => {
           seen.push([error, e.id])
           return { permanent: false, retryAfterMs: 1 }
         },
-        deliver: () => (++calls === 1 ? Effect.fail(new DeliveryFailure({ message: "nope", status: 400 })) : Effect.void)
+        deliver:
+          () => (++calls === 1 ? Effect.fail(new DeliveryFailure({ message: "nope", status: 400 })) : Effect.void)
       })
       const e = yield* q.enqueue({ channel: "c", to: "t", body: 1 })
       yield* q.idle
@@ -193,7 +226,9 @@ describe("DeliveryQueue classify", () => {
 
   it.effect("classify that is not a function is a defect naming it", () =>
     Effect.gen(function*() {
-      const exit = yield* Effect.exit(Effect.scoped(DeliveryQueue.make({ log: makeMemoryLog(), deliver: () => Effect.void, classify: 5 as never })))
+      const exit = yield* Effect.exit(
+        Effect.scoped(DeliveryQueue.make({ log: makeMemoryLog(), deliver: () => Effect.void, classify: 5 as never }))
+      )
       assert.isTrue(Exit.isFailure(exit))
       assert.include(Exit.isFailure(exit) ? String(exit.cause) : "", "classify")
     }))

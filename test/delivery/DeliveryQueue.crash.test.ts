@@ -5,10 +5,10 @@
  * was the last one delivered to its recipient before a kill (its ack had not reached the disk).
  * The long version: `npm run crash:queue` (scripts/crash-delivery-queue.ts).
  */
+import { afterAll, assert, describe, it } from "@effect/vitest"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { afterAll, assert, describe, it } from "@effect/vitest"
 import { campaign } from "./fixtures/queueCrashHarness.js"
 
 const root = mkdtempSync(join(tmpdir(), "switchyard-queue-crash-"))

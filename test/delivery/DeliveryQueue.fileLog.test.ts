@@ -3,12 +3,12 @@
  * failed entry in backoff), re-open the log in the same directory, and a new queue replays and
  * delivers everything, in order per recipient, each entry exactly once (the close was clean).
  */
-import { mkdtempSync, rmSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import { TestClock } from "effect/testing"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { DeliveryFailure, DeliveryLog, DeliveryQueue } from "../../src/delivery/index.js"
 import type { DeliveryEntry } from "../../src/delivery/types.js"
 
@@ -22,7 +22,8 @@ describe("DeliveryQueue over the file log", () => {
   it.effect("after a close mid-way, a new queue on the re-opened log replays and delivers everything in order per recipient", () =>
     Effect.gen(function*() {
       const dir = join(root, "restart")
-      const delivered: Array<{ readonly id: string; readonly to: string; readonly seq: number; readonly run: number }> = []
+      const delivered: Array<{ readonly id: string; readonly to: string; readonly seq: number; readonly run: number }> =
+        []
       const record = (entry: DeliveryEntry, run: number) =>
         Effect.sync(() => delivered.push({ id: entry.id, to: entry.message.to, seq: entry.seq, run }))
 
@@ -40,9 +41,18 @@ describe("DeliveryQueue over the file log", () => {
           }
           if (calls < 6) return record(entry, 1)
           // From the 6th call on, attempts hang until the gate opens (during the close).
-          return Deferred.succeed(reached, undefined).pipe(Effect.andThen(Deferred.await(gate)), Effect.andThen(record(entry, 1)))
+          return Deferred.succeed(reached, undefined).pipe(
+            Effect.andThen(Deferred.await(gate)),
+            Effect.andThen(record(entry, 1))
+          )
         })
-      const q1 = yield* DeliveryQueue.make({ log: log1, deliver: deliver1, concurrency: 2, backoffMs: [10_000], jitter: 0 }).pipe(
+      const q1 = yield* DeliveryQueue.make({
+        log: log1,
+        deliver: deliver1,
+        concurrency: 2,
+        backoffMs: [10_000],
+        jitter: 0
+      }).pipe(
         Scope.provide(scope1)
       )
       const all: Array<DeliveryEntry> = []

@@ -5,8 +5,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Cause, Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import { TestClock } from "effect/testing"
-import { DeliveryQueue } from "../../src/delivery/index.js"
 import { DeliveryFailure } from "../../src/delivery/errors.js"
+import { DeliveryQueue } from "../../src/delivery/index.js"
 import type { DeliveryEntry, OutboundMessage } from "../../src/delivery/types.js"
 import { withWarnings } from "./fixtures/files.js"
 import { makeMemoryLog } from "./memoryLog.js"
@@ -19,7 +19,6 @@ const waitFor = (cond: () => boolean, rounds?: number) =>
     for (let i = 0; i < (rounds ?? 10_000) && !cond(); i++) yield* Effect.yieldNow
     if (rounds === undefined) assert.isTrue(cond(), "condition reached")
   })
-
 
 describe("DeliveryQueue lifecycle", () => {
   it.effect("idle waits for due and in-flight work only", () =>
@@ -107,33 +106,43 @@ describe("DeliveryQueue lifecycle", () => {
       yield* TestClock.adjust(1)
       yield* Fiber.join(closing)
       const pending = yield* log.pending
-      assert.deepStrictEqual(pending.map((e) => [e.id, e.attempts, e.lastError]), [[entry.id, 1, "deliver timed out after 5000 ms"]])
+      assert.deepStrictEqual(pending.map((e) => [e.id, e.attempts, e.lastError]), [[
+        entry.id,
+        1,
+        "deliver timed out after 5000 ms"
+      ]])
     }))
 
   it.effect("a failing ack does not lose or reorder the entry", () =>
-    withWarnings((warnings) => Effect.gen(function*() {
-      const log = makeMemoryLog()
-      const seen: Array<unknown> = []
-      const q = yield* DeliveryQueue.make({ log, deliver: (e) => Effect.sync(() => seen.push(e.message.body)) })
-      log.failNext("ack")
-      const first = yield* q.enqueue(msg("a", 1))
-      const second = yield* q.enqueue(msg("a", 2))
-      const other = yield* q.enqueue(msg("b", 3))
-      yield* q.idle
-      assert.deepStrictEqual(seen, [1, 3], "b goes on; a's second entry waits for the first one's ack")
-      assert.deepStrictEqual(log.acked, [other.id])
-      assert.deepStrictEqual((yield* log.pending).map((e) => e.id), [first.id, second.id])
-      log.failNext("ack")
-      yield* TestClock.adjust(1_000) // first log retry: fails again
-      yield* q.idle
-      assert.deepStrictEqual(log.acked, [other.id])
-      yield* TestClock.adjust(5_000) // second log retry: succeeds
-      yield* q.idle
-      assert.deepStrictEqual(seen, [1, 3, 2], "the entry was delivered once and not again")
-      assert.deepStrictEqual(log.acked, [other.id, first.id, second.id])
-      assert.deepStrictEqual(yield* q.stats, { pending: 0, dead: 0, inFlight: 0, delivered: 3 })
-      assert.strictEqual(warnings.filter((w) => w.includes(`ack of entry ${first.id} failed (io`)).length, 2, warnings.join("\n"))
-    })))
+    withWarnings((warnings) =>
+      Effect.gen(function*() {
+        const log = makeMemoryLog()
+        const seen: Array<unknown> = []
+        const q = yield* DeliveryQueue.make({ log, deliver: (e) => Effect.sync(() => seen.push(e.message.body)) })
+        log.failNext("ack")
+        const first = yield* q.enqueue(msg("a", 1))
+        const second = yield* q.enqueue(msg("a", 2))
+        const other = yield* q.enqueue(msg("b", 3))
+        yield* q.idle
+        assert.deepStrictEqual(seen, [1, 3], "b goes on; a's second entry waits for the first one's ack")
+        assert.deepStrictEqual(log.acked, [other.id])
+        assert.deepStrictEqual((yield* log.pending).map((e) => e.id), [first.id, second.id])
+        log.failNext("ack")
+        yield* TestClock.adjust(1_000) // first log retry: fails again
+        yield* q.idle
+        assert.deepStrictEqual(log.acked, [other.id])
+        yield* TestClock.adjust(5_000) // second log retry: succeeds
+        yield* q.idle
+        assert.deepStrictEqual(seen, [1, 3, 2], "the entry was delivered once and not again")
+        assert.deepStrictEqual(log.acked, [other.id, first.id, second.id])
+        assert.deepStrictEqual(yield* q.stats, { pending: 0, dead: 0, inFlight: 0, delivered: 3 })
+        assert.strictEqual(
+          warnings.filter((w) => w.includes(`ack of entry ${first.id} failed (io`)).length,
+          2,
+          warnings.join("\n")
+        )
+      })
+    ))
 
   it.effect("a failing attempt record keeps the entry and records it later", () =>
     Effect.gen(function*() {
@@ -141,7 +150,8 @@ describe("DeliveryQueue lifecycle", () => {
       let calls = 0
       const q = yield* DeliveryQueue.make({
         log,
-        deliver: () => Effect.suspend(() => ++calls === 1 ? Effect.fail(new DeliveryFailure({ message: "down" })) : Effect.void),
+        deliver: () =>
+          Effect.suspend(() => ++calls === 1 ? Effect.fail(new DeliveryFailure({ message: "down" })) : Effect.void),
         backoffMs: [100],
         jitter: 0
       })
@@ -291,7 +301,10 @@ describe("DeliveryQueue lifecycle", () => {
       const cases: Array<[Partial<DeliveryQueue.Options>, string]> = [
         [{ concurrency: 0 }, "Expected `concurrency` to be an integer from 1 and up, got `0`"],
         [{ concurrency: 1.5 }, "Expected `concurrency` to be an integer from 1 and up, got `1.5`"],
-        [{ attemptTimeoutMs: -1 }, "Expected `attemptTimeoutMs` to be a number above 0 (Infinity for no bound), got `-1`"],
+        [
+          { attemptTimeoutMs: -1 },
+          "Expected `attemptTimeoutMs` to be a number above 0 (Infinity for no bound), got `-1`"
+        ],
         [{ backoffMs: [] }, "Expected `backoffMs` to be a non-empty array of delays in ms, got `array`"],
         [{ backoffMs: [10, Number.NaN] }, "Expected `backoffMs[1]` to be a finite number from 0 and up, got `NaN`"],
         [{ jitter: 1.5 }, "Expected `jitter` to be a number from 0 through 1, got `1.5`"],

@@ -3,14 +3,14 @@
  * mark, a log without one) and for real: a child process SIGKILLed mid-delivery over the file log,
  * restarted, its channel (a file outside the process) reconciling by `entry.id`.
  */
+import { afterAll, assert, describe, it } from "@effect/vitest"
+import { Deferred, Effect, Option } from "effect"
+import { TestClock } from "effect/testing"
 import { spawn } from "node:child_process"
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
-import { afterAll, assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect, Option } from "effect"
-import { TestClock } from "effect/testing"
 import { DeliveryQueue } from "../../src/delivery/index.js"
 import type { DeliveryEntry, DeliveryLog } from "../../src/delivery/types.js"
 import { makeMemoryLog } from "./memoryLog.js"
@@ -49,11 +49,16 @@ describe("DeliveryQueue attempt-started mark (memory log)", () => {
       const second = yield* q.enqueue(msg("a", 2))
       yield* Deferred.await(hold.reached)
       // The first ack is parked: the second entry's mark was issued at the same time, not after it.
-      for (let i = 0; i < 100 && !log.calls.some((c) => c.op === "markStarted" && c.id === second.id); i++) yield* Effect.yieldNow
+      for (let i = 0; i < 100 && !log.calls.some((c) => c.op === "markStarted" && c.id === second.id); i++) {
+        yield* Effect.yieldNow
+      }
       const early = log.calls.map((c) => [c.op, "id" in c ? c.id : ""])
       yield* hold.release
       yield* q.idle
-      assert.deepStrictEqual(early, [["append", first.id], ["append", second.id], ["markStarted", first.id], ["markStarted", second.id]])
+      assert.deepStrictEqual(early, [["append", first.id], ["append", second.id], ["markStarted", first.id], [
+        "markStarted",
+        second.id
+      ]])
       const marks = log.calls.filter((c) => c.op === "markStarted").map((c) => "id" in c && c.id)
       assert.deepStrictEqual(marks, [first.id, second.id], "one mark each")
       assert.deepStrictEqual(log.acked, [first.id, second.id])
@@ -65,7 +70,10 @@ describe("DeliveryQueue attempt-started mark (memory log)", () => {
       const crashed = log.seed({ message: msg("a", "crashed"), enqueuedAt: 0, attempts: 0, maybeSent: true })
       const fresh = log.seed({ message: msg("b", "fresh"), enqueuedAt: 0, attempts: 0 })
       const seen = new Map<string, boolean | undefined>()
-      const q = yield* DeliveryQueue.make({ log, deliver: (entry: DeliveryEntry) => Effect.sync(() => void seen.set(entry.id, entry.maybeSent)) })
+      const q = yield* DeliveryQueue.make({
+        log,
+        deliver: (entry: DeliveryEntry) => Effect.sync(() => void seen.set(entry.id, entry.maybeSent))
+      })
       yield* q.idle
       assert.deepStrictEqual([...seen], [[crashed.id, true], [fresh.id, undefined]])
       assert.deepStrictEqual(log.acked, [crashed.id, fresh.id])
@@ -87,7 +95,10 @@ describe("DeliveryQueue attempt-started mark (memory log)", () => {
       yield* TestClock.adjust(1)
       yield* q.idle
       assert.strictEqual(delivered, 1)
-      assert.deepStrictEqual(log.calls.map((c) => [c.op, c.failed]), [["append", false], ["markStarted", true], ["markStarted", false], ["ack", false]])
+      assert.deepStrictEqual(log.calls.map((c) => [c.op, c.failed]), [["append", false], ["markStarted", true], [
+        "markStarted",
+        false
+      ], ["ack", false]])
     }))
 
   it.effect("a log without markStarted delivers as before", () =>
@@ -115,7 +126,16 @@ interface Run {
 /** Runs the child; SIGKILLs it as soon as it prints `HANG` (it hangs inside deliver). */
 const run = (dir: string, remote: string, hang: string, reconcile: boolean, enqueue: boolean) =>
   new Promise<Run>((resolve, reject) => {
-    const proc = spawn(process.execPath, ["--import", "tsx", child, dir, remote, hang, reconcile ? "1" : "0", enqueue ? "1" : "0"], {
+    const proc = spawn(process.execPath, [
+      "--import",
+      "tsx",
+      child,
+      dir,
+      remote,
+      hang,
+      reconcile ? "1" : "0",
+      enqueue ? "1" : "0"
+    ], {
       stdio: ["ignore", "pipe", "pipe"]
     })
     const lines: Array<string> = []
@@ -139,7 +159,8 @@ const run = (dir: string, remote: string, hang: string, reconcile: boolean, enqu
     })
   })
 
-const ids = (lines: ReadonlyArray<string>, kind: string) => lines.filter((l) => l.startsWith(`${kind} `)).map((l) => l.split(" ")[1]!)
+const ids = (lines: ReadonlyArray<string>, kind: string) =>
+  lines.filter((l) => l.startsWith(`${kind} `)).map((l) => l.split(" ")[1]!)
 
 /** Round 0 enqueues and is killed inside the 3rd send (`before` or `after` it reached the remote); round 1 replays. */
 const crashAndRestart = async (name: string, where: "before" | "after", reconcile: boolean) => {
@@ -156,20 +177,24 @@ const crashAndRestart = async (name: string, where: "before" | "after", reconcil
 }
 
 describe("DeliveryQueue maybeSent after a real SIGKILL (file log)", () => {
-  it("killed after the send reached the remote: the replayed entry is maybeSent, reconciled, not sent twice", async () => {
-    const { first, second, hung, sent } = await crashAndRestart("after", "after", true)
-    assert.include(ids(first.lines, "S"), hung, "it was sent before the kill")
-    assert.include(second.lines, `A ${hung} 1`, "replayed with maybeSent")
-    assert.include(ids(second.lines, "R"), hung, "reconciled")
-    assert.notInclude(ids(second.lines, "S"), hung)
-    assert.strictEqual(new Set(sent).size, sent.length, `no id sent twice: ${sent.join(", ")}`)
-    for (const id of ids(first.lines, "E")) assert.include(sent, id, "every enqueued entry reached the remote")
-    // Entries acked before the kill are not replayed; only ones in flight at the kill come back maybeSent.
-    const acked = ids(first.lines, "S").filter((id) => id !== hung)
-    for (const line of second.lines.filter((l) => l.startsWith("A ") && l.endsWith(" 0"))) {
-      assert.notInclude(acked, line.split(" ")[1], "an entry that was not in flight is not maybeSent")
-    }
-  }, 60_000)
+  it(
+    "killed after the send reached the remote: the replayed entry is maybeSent, reconciled, not sent twice",
+    async () => {
+      const { first, second, hung, sent } = await crashAndRestart("after", "after", true)
+      assert.include(ids(first.lines, "S"), hung, "it was sent before the kill")
+      assert.include(second.lines, `A ${hung} 1`, "replayed with maybeSent")
+      assert.include(ids(second.lines, "R"), hung, "reconciled")
+      assert.notInclude(ids(second.lines, "S"), hung)
+      assert.strictEqual(new Set(sent).size, sent.length, `no id sent twice: ${sent.join(", ")}`)
+      for (const id of ids(first.lines, "E")) assert.include(sent, id, "every enqueued entry reached the remote")
+      // Entries acked before the kill are not replayed; only ones in flight at the kill come back maybeSent.
+      const acked = ids(first.lines, "S").filter((id) => id !== hung)
+      for (const line of second.lines.filter((l) => l.startsWith("A ") && l.endsWith(" 0"))) {
+        assert.notInclude(acked, line.split(" ")[1], "an entry that was not in flight is not maybeSent")
+      }
+    },
+    60_000
+  )
 
   it("killed after the mark but before the send: maybeSent, not in the remote, sent once", async () => {
     const { first, second, hung, sent } = await crashAndRestart("before", "before", true)

@@ -27,7 +27,13 @@ describe("DeliveryQueue maxAgeMs", () => {
     Effect.gen(function*() {
       yield* TestClock.setTime(100_000)
       const log = makeMemoryLog()
-      const old = log.seed({ message: msg("a", "old"), enqueuedAt: 40_000, attempts: 2, lastError: "down", nextAttemptAt: 90_000 })
+      const old = log.seed({
+        message: msg("a", "old"),
+        enqueuedAt: 40_000,
+        attempts: 2,
+        lastError: "down",
+        nextAttemptAt: 90_000
+      })
       const young = log.seed({ message: msg("b", "young"), enqueuedAt: 60_000, attempts: 0 })
       const rec = recorder()
       const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver, maxAgeMs: 50_000 })
@@ -42,7 +48,13 @@ describe("DeliveryQueue maxAgeMs", () => {
     Effect.gen(function*() {
       const log = makeMemoryLog()
       const rec = recorder(() => true)
-      const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver, backoffMs: [10_000], jitter: 0, maxAgeMs: 15_000 })
+      const q = yield* DeliveryQueue.make({
+        log,
+        deliver: rec.deliver,
+        backoffMs: [10_000],
+        jitter: 0,
+        maxAgeMs: 15_000
+      })
       const e = yield* q.enqueue(msg("a", 1))
       yield* q.idle
       yield* TestClock.adjust(10_000)
@@ -53,14 +65,23 @@ describe("DeliveryQueue maxAgeMs", () => {
       yield* q.idle
       assert.strictEqual(rec.attempts.length, 2, "age 20 s: no third attempt")
       assert.deepStrictEqual((yield* log.dead).map((d) => [d.id, d.lastError, d.attempts]), [[e.id, "expired", 2]])
-      assert.deepStrictEqual(log.calls.filter((c) => c.op === "deadLetter").map((c) => c.op === "deadLetter" && c.reason), ["expired"])
+      assert.deepStrictEqual(
+        log.calls.filter((c) => c.op === "deadLetter").map((c) => c.op === "deadLetter" && c.reason),
+        ["expired"]
+      )
     }))
 
   it.effect("an expired head lets the entry behind it go", () =>
     Effect.gen(function*() {
       const log = makeMemoryLog()
       const rec = recorder((e) => e.message.body === "first")
-      const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver, backoffMs: [30_000], jitter: 0, maxAgeMs: 20_000 })
+      const q = yield* DeliveryQueue.make({
+        log,
+        deliver: rec.deliver,
+        backoffMs: [30_000],
+        jitter: 0,
+        maxAgeMs: 20_000
+      })
       yield* q.enqueue(msg("a", "first"))
       yield* TestClock.adjust(5_000)
       yield* q.enqueue(msg("a", "second"))
@@ -70,7 +91,10 @@ describe("DeliveryQueue maxAgeMs", () => {
       yield* q.idle
       // At 30 s the head is 30 s old: expired. The second is 25 s old: expired too, never attempted.
       assert.deepStrictEqual(rec.attempts.map((a) => a[2]), ["first"])
-      assert.deepStrictEqual((yield* log.dead).map((d) => [d.message.body, d.lastError]), [["first", "expired"], ["second", "expired"]])
+      assert.deepStrictEqual((yield* log.dead).map((d) => [d.message.body, d.lastError]), [["first", "expired"], [
+        "second",
+        "expired"
+      ]])
     }))
 })
 
@@ -149,7 +173,11 @@ describe("DeliveryQueue replay pacing", () => {
       const log = makeMemoryLog()
       seedTen(log)
       const rec = recorder()
-      const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver, replay: { maxPerSecond: 2, maxRecoveryMs: 2_500 } })
+      const q = yield* DeliveryQueue.make({
+        log,
+        deliver: rec.deliver,
+        replay: { maxPerSecond: 2, maxRecoveryMs: 2_500 }
+      })
       for (let t = 0; t <= 10_000; t += 500) {
         yield* TestClock.setTime(t)
         yield* q.idle
@@ -159,7 +187,11 @@ describe("DeliveryQueue replay pacing", () => {
       assert.strictEqual((yield* q.stats).pending, 4, "the rest stay pending")
       yield* q.enqueue(msg("r7", "r7-new"))
       yield* q.idle
-      assert.deepStrictEqual(rec.attempts.slice(6).map((a) => a[2]), [7, "r7-new"], "the old one first, then the new one")
+      assert.deepStrictEqual(
+        rec.attempts.slice(6).map((a) => a[2]),
+        [7, "r7-new"],
+        "the old one first, then the new one"
+      )
       assert.strictEqual(yield* q.retryNow(), 3)
       yield* q.idle
       assert.deepStrictEqual(rec.attempts.slice(8).map((a) => a[2]), [6, 8, 9])
@@ -184,14 +216,18 @@ describe("DeliveryQueue replay pacing", () => {
 
   it.effect("bad replay options are a defect naming them", () =>
     Effect.gen(function*() {
-      for (const [bad, field] of [
-        [{ replay: { maxPerSecond: 0 } }, "replay.maxPerSecond"],
-        [{ replay: { maxPerSecond: 1.5 } }, "replay.maxPerSecond"],
-        [{ replay: { maxRecoveryMs: -1 } }, "replay.maxRecoveryMs"],
-        [{ replay: 3 }, "replay"],
-        [{ maxAgeMs: 0 }, "maxAgeMs"]
-      ] as const) {
-        const exit = yield* Effect.exit(Effect.scoped(DeliveryQueue.make({ log: makeMemoryLog(), deliver: () => Effect.void, ...(bad as object) })))
+      for (
+        const [bad, field] of [
+          [{ replay: { maxPerSecond: 0 } }, "replay.maxPerSecond"],
+          [{ replay: { maxPerSecond: 1.5 } }, "replay.maxPerSecond"],
+          [{ replay: { maxRecoveryMs: -1 } }, "replay.maxRecoveryMs"],
+          [{ replay: 3 }, "replay"],
+          [{ maxAgeMs: 0 }, "maxAgeMs"]
+        ] as const
+      ) {
+        const exit = yield* Effect.exit(
+          Effect.scoped(DeliveryQueue.make({ log: makeMemoryLog(), deliver: () => Effect.void, ...(bad as object) }))
+        )
         assert.strictEqual(exit._tag, "Failure")
         assert.include(exit._tag === "Failure" ? String(exit.cause) : "", `\`${field}\``)
       }

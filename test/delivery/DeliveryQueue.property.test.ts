@@ -8,10 +8,10 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, References } from "effect"
 import { TestClock } from "effect/testing"
 import fc from "fast-check"
-import { DeliveryQueue } from "../../src/delivery/index.js"
 import { DeliveryFailure } from "../../src/delivery/errors.js"
-import type { DeliveryEntry } from "../../src/delivery/types.js"
+import { DeliveryQueue } from "../../src/delivery/index.js"
 import { AppendOrder } from "../../src/delivery/recipients.js"
+import type { DeliveryEntry } from "../../src/delivery/types.js"
 import { makeMemoryLog } from "./memoryLog.js"
 
 type Outcome = "ok" | "fail" | "permanent" | "die"
@@ -43,7 +43,10 @@ const planArb: fc.Arbitrary<Plan> = fc.record({
 })
 
 /** What the model expects for one entry: how many attempts, and whether it ends acked or dead. */
-const expected = (script: ReadonlyArray<Outcome>, maxAttempts: number): { readonly attempts: number; readonly acked: boolean } => {
+const expected = (
+  script: ReadonlyArray<Outcome>,
+  maxAttempts: number
+): { readonly attempts: number; readonly acked: boolean } => {
   for (let k = 1;; k++) {
     const outcome = script[k - 1] ?? "ok"
     if (outcome === "ok") return { attempts: k, acked: true }
@@ -99,7 +102,12 @@ const run = (plan: Plan) =>
       assert.strictEqual(dead.has(entry.id), !want.acked, `entry ${i} dead`)
       if (want.acked) ackedCount++
     }
-    assert.deepStrictEqual(yield* q.stats, { pending: 0, dead: entries.length - ackedCount, inFlight: 0, delivered: ackedCount })
+    assert.deepStrictEqual(yield* q.stats, {
+      pending: 0,
+      dead: entries.length - ackedCount,
+      inFlight: 0,
+      delivered: ackedCount
+    })
     // Order per recipient: every attempt of an entry comes before any attempt of a later entry of that recipient.
     const last = new Map<string, number>()
     for (const a of attempts) {
@@ -163,4 +171,3 @@ describe("AppendOrder: property", () => {
     )
   })
 })
-

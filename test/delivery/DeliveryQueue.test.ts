@@ -5,8 +5,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber } from "effect"
 import { TestClock } from "effect/testing"
-import { DeliveryQueue } from "../../src/delivery/index.js"
 import { DeliveryFailure } from "../../src/delivery/errors.js"
+import { DeliveryQueue } from "../../src/delivery/index.js"
 import type { DeliveryEntry, OutboundMessage } from "../../src/delivery/types.js"
 import { makeMemoryLog } from "./memoryLog.js"
 
@@ -17,7 +17,8 @@ type Behaviour = (entry: DeliveryEntry, attempt: number) => Effect.Effect<void, 
 /** A `deliver` that records every attempt (and successes) and behaves as `behave` says. */
 const recorder = (behave: Behaviour = () => Effect.void) => {
   const attempts: Array<{ readonly id: string; readonly seq: number; readonly to: string; readonly body: unknown }> = []
-  const succeeded: Array<{ readonly id: string; readonly seq: number; readonly to: string; readonly body: unknown }> = []
+  const succeeded: Array<{ readonly id: string; readonly seq: number; readonly to: string; readonly body: unknown }> =
+    []
   const counts = new Map<string, number>()
   const deliver = (entry: DeliveryEntry) =>
     Effect.suspend(() => {
@@ -61,7 +62,13 @@ describe("DeliveryQueue", () => {
       const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver, concurrency: 1 })
       yield* q.idle
       // One slot: recipients are served in the order of their oldest entry; a's two entries in seq order.
-      assert.deepStrictEqual(rec.succeeded.map((r) => r.id), [seeded[0].id, later.id, seeded[1].id, seeded[2].id, seeded[3].id])
+      assert.deepStrictEqual(rec.succeeded.map((r) => r.id), [
+        seeded[0].id,
+        later.id,
+        seeded[1].id,
+        seeded[2].id,
+        seeded[3].id
+      ])
       assert.deepStrictEqual((yield* log.pending).length, 0)
     }))
 
@@ -89,7 +96,13 @@ describe("DeliveryQueue", () => {
       // Entry i fails (transiently) (i * 7) % 3 times; the others of "a" must wait for it each time.
       const failures = (body: number) => (body * 7) % 3
       const rec = recorder((entry, n) => n <= failures(entry.message.body as number) ? fail(`no ${n}`) : Effect.void)
-      const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver, backoffMs: [100, 200], jitter: 0, maxAttempts: 10 })
+      const q = yield* DeliveryQueue.make({
+        log,
+        deliver: rec.deliver,
+        backoffMs: [100, 200],
+        jitter: 0,
+        maxAttempts: 10
+      })
       const entries: Array<DeliveryEntry> = []
       for (let i = 0; i < 8; i++) entries.push(yield* q.enqueue(msg("a", i)))
       for (let round = 0; round < 40 && rec.succeeded.length < 8; round++) {
@@ -163,14 +176,23 @@ describe("DeliveryQueue", () => {
       const order = rec.succeeded.map((r) => r.id)
       assert.strictEqual(order.length, 41)
       assert.strictEqual(order.indexOf(other.id), 32, "after 32 in a row, the waiting recipient goes next")
-      assert.deepStrictEqual(rec.succeeded.filter((r) => r.to === "busy").map((r) => r.body), Array.from({ length: 40 }, (_, i) => i))
+      assert.deepStrictEqual(
+        rec.succeeded.filter((r) => r.to === "busy").map((r) => r.body),
+        Array.from({ length: 40 }, (_, i) => i)
+      )
     }))
 
   it.effect("backoff follows backoffMs with the last value repeating", () =>
     Effect.gen(function*() {
       const log = makeMemoryLog()
       const rec = recorder(() => fail("down"))
-      const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver, backoffMs: [100, 200, 300], jitter: 0, maxAttempts: 6 })
+      const q = yield* DeliveryQueue.make({
+        log,
+        deliver: rec.deliver,
+        backoffMs: [100, 200, 300],
+        jitter: 0,
+        maxAttempts: 6
+      })
       const entry = yield* q.enqueue(msg("a", 1))
       for (let i = 0; i < 10; i++) {
         yield* q.idle
@@ -188,13 +210,21 @@ describe("DeliveryQueue", () => {
     Effect.gen(function*() {
       const log = makeMemoryLog()
       const rec = recorder(() => fail("down"))
-      const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver, backoffMs: [1_000], jitter: 0.5, maxAttempts: 60 })
+      const q = yield* DeliveryQueue.make({
+        log,
+        deliver: rec.deliver,
+        backoffMs: [1_000],
+        jitter: 0.5,
+        maxAttempts: 60
+      })
       yield* q.enqueue(msg("a", 1))
       for (let i = 0; i < 70; i++) {
         yield* q.idle
         yield* TestClock.adjust(1_500)
       }
-      const delays = log.calls.flatMap((c) => c.op === "attempt" && !c.failed && c.nextAttemptAt > c.at ? [c.nextAttemptAt - c.at] : [])
+      const delays = log.calls.flatMap((c) =>
+        c.op === "attempt" && !c.failed && c.nextAttemptAt > c.at ? [c.nextAttemptAt - c.at] : []
+      )
       assert.strictEqual(delays.length, 59)
       for (const d of delays) assert.isTrue(d >= 500 && d <= 1_500, `delay ${d} outside 1000 ms ± 50 %`)
       assert.isAbove(new Set(delays).size, 10, "delays are actually jittered")
@@ -212,7 +242,12 @@ describe("DeliveryQueue", () => {
       yield* q.idle
       assert.deepStrictEqual(rec.attempts.map((r) => r.id), [first.id, second.id])
       const dead = yield* log.dead
-      assert.deepStrictEqual(dead.map((e) => [e.id, e.status, e.attempts, e.lastError]), [[first.id, "dead", 1, "no such chat"]])
+      assert.deepStrictEqual(dead.map((e) => [e.id, e.status, e.attempts, e.lastError]), [[
+        first.id,
+        "dead",
+        1,
+        "no such chat"
+      ]])
       assert.deepStrictEqual(yield* q.stats, { pending: 0, dead: 1, inFlight: 0, delivered: 1 })
     }))
 
@@ -237,8 +272,16 @@ describe("DeliveryQueue", () => {
     Effect.gen(function*() {
       const log = makeMemoryLog()
       let interrupted = 0
-      const rec = recorder((_, n) => n === 1 ? Effect.onInterrupt(Effect.never, () => Effect.sync(() => interrupted++)) : Effect.void)
-      const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver, attemptTimeoutMs: 1_000, backoffMs: [50], jitter: 0 })
+      const rec = recorder((_, n) =>
+        n === 1 ? Effect.onInterrupt(Effect.never, () => Effect.sync(() => interrupted++)) : Effect.void
+      )
+      const q = yield* DeliveryQueue.make({
+        log,
+        deliver: rec.deliver,
+        attemptTimeoutMs: 1_000,
+        backoffMs: [50],
+        jitter: 0
+      })
       const entry = yield* q.enqueue(msg("a", 1))
       while (rec.attempts.length < 1) yield* Effect.yieldNow
       yield* TestClock.adjust(999)
@@ -331,7 +374,11 @@ describe("DeliveryQueue", () => {
       const log = makeMemoryLog()
       let accept = false
       const rec = recorder((entry, n) =>
-        entry.message.body === 1 ? (accept ? Effect.void : fail("blocked", true)) : n === 1 ? fail("later") : Effect.void
+        entry.message.body === 1
+          ? (accept ? Effect.void : fail("blocked", true))
+          : n === 1
+          ? fail("later")
+          : Effect.void
       )
       const q = yield* DeliveryQueue.make({ log, deliver: rec.deliver, backoffMs: [1_000], jitter: 0 })
       const first = yield* q.enqueue(msg("a", 1))

@@ -23,14 +23,14 @@ const msg = (to: string, body: unknown, extra: Partial<OutboundMessage> = {}): O
 
 /** The failure of `self`, which must fail. */
 const failure = <A>(self: Effect.Effect<A, DeliveryLogError>) =>
-  Effect.gen(function* () {
+  Effect.gen(function*() {
     const r = yield* Effect.result(self)
     if (Result.isSuccess(r)) return assert.fail("expected a DeliveryLogError, got success")
     return r.failure
   })
 
 const expectReason = <A>(self: Effect.Effect<A, DeliveryLogError>, reason: DeliveryLogError["reason"]) =>
-  Effect.gen(function* () {
+  Effect.gen(function*() {
     const e = yield* failure(self)
     assert.strictEqual(e._tag, "DeliveryLogError")
     assert.strictEqual(e.reason, reason, e.message)
@@ -46,7 +46,7 @@ const expectReason = <A>(self: Effect.Effect<A, DeliveryLogError>, reason: Deliv
 export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenable?: () => MakeLog): void => {
   describe(`DeliveryLog contract: ${name}`, () => {
     it.effect("append returns a pending entry (attempts 0, enqueuedAt now) that get finds", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         yield* TestClock.setTime(1_000_000)
         const log = yield* makeLog()
         const e = yield* log.append(msg("alice", { text: "hi" }))
@@ -60,7 +60,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("seq increases with every append and pending lists oldest first", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const a = yield* log.append(msg("a", 1))
         const b = yield* log.append(msg("b", 2))
@@ -71,11 +71,15 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("concurrent appends get distinct ids and distinct seqs, all pending in seq order", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
-        const entries = yield* Effect.forEach(Array.from({ length: 50 }, (_, i) => i), (i) => log.append(msg(`r${i % 5}`, { i })), {
-          concurrency: "unbounded"
-        })
+        const entries = yield* Effect.forEach(
+          Array.from({ length: 50 }, (_, i) => i),
+          (i) => log.append(msg(`r${i % 5}`, { i })),
+          {
+            concurrency: "unbounded"
+          }
+        )
         assert.strictEqual(new Set(entries.map((e) => e.id)).size, 50)
         assert.strictEqual(new Set(entries.map((e) => e.seq)).size, 50)
         const seqs = (yield* log.pending).map((e) => e.seq)
@@ -84,7 +88,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("attempt records attempts + 1, lastError and nextAttemptAt", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const e = yield* log.append(msg("a", 1))
         const one = yield* log.attempt(e.id, { error: "timeout", nextAttemptAt: 5_000 })
@@ -98,7 +102,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("ack removes the entry; acking it again succeeds (idempotent)", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const e = yield* log.append(msg("a", 1))
         const f = yield* log.append(msg("a", 2))
@@ -110,7 +114,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("unknown-id: ack, attempt, deadLetter and requeue of an id never appended", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         yield* expectReason(log.ack("nope"), "unknown-id")
         yield* expectReason(log.attempt("nope", { error: "x", nextAttemptAt: 1 }), "unknown-id")
@@ -119,7 +123,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("deadLetter moves an entry to dead; requeue brings it back pending with attempts 0", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const e = yield* log.append(msg("a", 1))
         yield* log.attempt(e.id, { error: "boom", nextAttemptAt: 100 })
@@ -142,7 +146,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("idempotency: a key of a pending or dead entry returns that entry and adds nothing", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const e = yield* log.append(msg("a", 1, { idempotencyKey: "k1" }))
         const again = yield* log.append(msg("a", "different body", { idempotencyKey: "k1" }))
@@ -158,7 +162,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("idempotency: a key acked within dedupeWindowMs (24 h) returns the entry; after the window it appends anew", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const e = yield* log.append(msg("a", 1, { idempotencyKey: "once" }))
         yield* log.ack(e.id)
@@ -173,7 +177,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("bad input: empty channel or to is invalid and nothing is written", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const e1 = yield* expectReason(log.append({ channel: "", to: "a", body: 1 }), "invalid")
         assert.include(e1.message, "channel")
@@ -184,7 +188,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("bad input: a body that is not JSON (cycle, BigInt, function, undefined) is invalid and nothing is written", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const cyclic: Record<string, unknown> = { a: 1 }
         cyclic.self = cyclic
@@ -196,7 +200,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("bad input: a message over the record limit is too-large and nothing is written", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const e = yield* expectReason(log.append(msg("a", "x".repeat(2 * 1024 * 1024))), "too-large")
         assert.include(e.message, "maxRecordBytes")
@@ -206,7 +210,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("closed: every call after the Scope closed fails with reason closed", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const scope = yield* Scope.make()
         const log = yield* Scope.provide(scope)(makeLog())
         const e = yield* log.append(msg("a", 1))
@@ -221,7 +225,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("stats count pending and dead; flush succeeds", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const a = yield* log.append(msg("a", 1))
         yield* log.append(msg("b", 2))
@@ -233,7 +237,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("compact keeps pending, dead, attempts and acked keys in their window", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const a = yield* log.append(msg("a", 1, { idempotencyKey: "ka" }))
         const b = yield* log.append(msg("b", 2))
@@ -250,7 +254,7 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("markStarted: the entry reads maybeSent until an outcome (attempt, requeue) is recorded", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
         const markStarted = log.markStarted
         assert.isDefined(markStarted, "the store writes the attempt-started mark")
@@ -277,9 +281,11 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
       }))
 
     it.effect("markStarted: concurrent marks all succeed; compact keeps maybeSent", () =>
-      Effect.gen(function* () {
+      Effect.gen(function*() {
         const log = yield* makeLog()
-        const entries = yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => msg(`r${i}`, i)), log.append, { concurrency: "unbounded" })
+        const entries = yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => msg(`r${i}`, i)), log.append, {
+          concurrency: "unbounded"
+        })
         const chosen = new Set(entries.filter((_, i) => i % 2 === 0).map((e) => e.id))
         yield* Effect.forEach(chosen, (id) => log.markStarted!(id), { concurrency: "unbounded" })
         const marked = (yield* log.pending).map((e) => [e.id, e.maybeSent === true])
@@ -291,10 +297,10 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
 
     if (makeReopenable !== undefined) {
       it.effect("reopen keeps pending (with attempts), dead, seq order; acked stays gone; keys still dedupe", () =>
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const open = makeReopenable()
           const ids = yield* Effect.scoped(
-            Effect.gen(function* () {
+            Effect.gen(function*() {
               const log = yield* open()
               const a = yield* log.append(msg("a", { n: 1 }, { idempotencyKey: "ka" }))
               const b = yield* log.append(msg("b", { n: 2 }))
@@ -318,10 +324,10 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
         }))
 
       it.effect("reopen: an entry marked started without an outcome comes back maybeSent (also through compact)", () =>
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const open = makeReopenable()
           const ids = yield* Effect.scoped(
-            Effect.gen(function* () {
+            Effect.gen(function*() {
               const log = yield* open()
               const a = yield* log.append(msg("a", 1))
               const b = yield* log.append(msg("b", 2))
@@ -337,16 +343,19 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
           )
           const log = yield* open()
           const pending = yield* log.pending
-          assert.deepStrictEqual(pending.map((e) => [e.id, e.maybeSent === true]), [[ids.a.id, true], [ids.b.id, false]])
+          assert.deepStrictEqual(pending.map((e) => [e.id, e.maybeSent === true]), [[ids.a.id, true], [
+            ids.b.id,
+            false
+          ]])
           yield* log.attempt(ids.a.id, { error: "after restart", nextAttemptAt: 1 })
           assert.isUndefined(Option.getOrThrow(yield* log.get(ids.a.id)).maybeSent)
         }))
 
       it.effect("reopen after compact keeps the same state and seq keeps increasing", () =>
-        Effect.gen(function* () {
+        Effect.gen(function*() {
           const open = makeReopenable()
           const before = yield* Effect.scoped(
-            Effect.gen(function* () {
+            Effect.gen(function*() {
               const log = yield* open()
               const all = []
               for (let i = 0; i < 20; i++) all.push(yield* log.append(msg(`r${i % 3}`, { i })))

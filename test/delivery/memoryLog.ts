@@ -15,7 +15,13 @@ export type LogOpName = "append" | "attempt" | "ack" | "deadLetter" | "requeue" 
 
 export type LogCall =
   | { readonly op: "append"; readonly id: string; readonly message: OutboundMessage }
-  | { readonly op: "attempt"; readonly id: string; readonly error: string; readonly nextAttemptAt: number; readonly at: number }
+  | {
+    readonly op: "attempt"
+    readonly id: string
+    readonly error: string
+    readonly nextAttemptAt: number
+    readonly at: number
+  }
   | { readonly op: "ack" | "requeue" | "markStarted"; readonly id: string }
   | { readonly op: "deadLetter"; readonly id: string; readonly reason: string }
   | { readonly op: "flush" | "compact" }
@@ -66,7 +72,9 @@ const check = (message: OutboundMessage): DeliveryLogError | number => {
   if (typeof message.channel !== "string" || message.channel.length === 0) {
     return invalid("Expected `channel` to be a non-empty string, got `\"\"`")
   }
-  if (typeof message.to !== "string" || message.to.length === 0) return invalid("Expected `to` to be a non-empty string, got `\"\"`")
+  if (typeof message.to !== "string" || message.to.length === 0) {
+    return invalid("Expected `to` to be a non-empty string, got `\"\"`")
+  }
   const why = notJson(message.body, new Set())
   if (why !== undefined) return invalid(`Expected \`body\` to be a JSON value, got ${why}`)
   const bytes = Buffer.byteLength(JSON.stringify(message))
@@ -112,7 +120,9 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
         Deferred.doneUnsafe(held.reached, Effect.void)
         yield* Deferred.await(held.gate)
       }
-      if (closed) return yield* new DeliveryLogError({ reason: "closed", message: "The memory log is closed; make a new one" })
+      if (closed) {
+        return yield* new DeliveryLogError({ reason: "closed", message: "The memory log is closed; make a new one" })
+      }
       if (health.status === "failing") {
         if (call) calls.push({ ...call, failed: true })
         return yield* health.error
@@ -163,7 +173,11 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
     health: Effect.sync(() => health),
     append: (message) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) => {
-        if (closed) return Effect.fail(new DeliveryLogError({ reason: "closed", message: "The memory log is closed; make a new one" }))
+        if (closed) {
+          return Effect.fail(
+            new DeliveryLogError({ reason: "closed", message: "The memory log is closed; make a new one" })
+          )
+        }
         if (health.status === "failing") return Effect.fail(health.error)
         if (message.idempotencyKey !== undefined) {
           const existing = keys.get(message.idempotencyKey)
@@ -180,14 +194,18 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
         if (typeof checked !== "number") return Effect.fail(checked)
         // Like the file log, seq is taken when the call is made (in call order), even if it completes later.
         const early = options.seqAt === "completion" ? undefined : ++seq
-        return lift("append", { op: "append", id: early === undefined ? "(at completion)" : `m-${early}`, message }, () => {
-          const s = early ?? ++seq
-          const id = `m-${s}`
-          const entry: DeliveryEntry = { id, seq: s, message, enqueuedAt: now, attempts: 0, status: "pending" }
-          live.set(entry.id, entry)
-          if (message.idempotencyKey !== undefined) keys.set(message.idempotencyKey, entry)
-          return entry
-        })
+        return lift(
+          "append",
+          { op: "append", id: early === undefined ? "(at completion)" : `m-${early}`, message },
+          () => {
+            const s = early ?? ++seq
+            const id = `m-${s}`
+            const entry: DeliveryEntry = { id, seq: s, message, enqueuedAt: now, attempts: 0, status: "pending" }
+            live.set(entry.id, entry)
+            if (message.idempotencyKey !== undefined) keys.set(message.idempotencyKey, entry)
+            return entry
+          }
+        )
       }),
     attempt: (id, failure) =>
       Effect.flatMap(Clock.currentTimeMillis, (at) =>
@@ -199,7 +217,12 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
             live.set(id, next)
             return next
           }
-          const next: DeliveryEntry = { ...e, attempts: e.attempts + 1, lastError: failure.error, nextAttemptAt: failure.nextAttemptAt }
+          const next: DeliveryEntry = {
+            ...e,
+            attempts: e.attempts + 1,
+            lastError: failure.error,
+            nextAttemptAt: failure.nextAttemptAt
+          }
           live.set(id, next)
           return next
         })),
@@ -209,7 +232,10 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
           if (acked.includes(id) && !live.has(id)) return
           const e = mustGet(id)
           if (e.status === "dead") {
-            throw new DeliveryLogError({ reason: "not-pending", message: `Expected a pending entry to ack, got dead entry \`${id}\`` })
+            throw new DeliveryLogError({
+              reason: "not-pending",
+              message: `Expected a pending entry to ack, got dead entry \`${id}\``
+            })
           }
           live.delete(id)
           acked.push(id)
@@ -230,7 +256,10 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
       lift("markStarted", { op: "markStarted", id }, () => {
         const e = mustGet(id)
         if (e.status === "dead") {
-          throw new DeliveryLogError({ reason: "not-pending", message: `Expected a pending entry to start an attempt of, got dead entry \`${id}\`` })
+          throw new DeliveryLogError({
+            reason: "not-pending",
+            message: `Expected a pending entry to start an attempt of, got dead entry \`${id}\``
+          })
         }
         if (e.maybeSent !== true) live.set(id, { ...e, maybeSent: true })
       }),
@@ -240,7 +269,10 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
     stats: Effect.sync(() => {
       let pending = 0
       let dead = 0
-      for (const e of live.values()) e.status === "pending" ? pending++ : dead++
+      for (const e of live.values()) {
+        if (e.status === "pending") pending++
+        else dead++
+      }
       return { pending, dead, segments: 0, bytes: 0 }
     }),
     flush: lift("flush", { op: "flush" }, () => undefined),

@@ -4,8 +4,8 @@
  * stdout this fails on a loaded machine (the lines past what the kernel holds wait in the child's
  * memory and die with it), which made the crash model see an append without the ack that followed.
  */
-import { join } from "node:path"
 import { assert, describe, it } from "@effect/vitest"
+import { join } from "node:path"
 import { spawnReporting, stall } from "./fixtures/reportLine.js"
 
 const burst = join(import.meta.dirname, "fixtures", "reportBurst.ts")

@@ -5,7 +5,14 @@
  * nothing, cannot pass), and one that imports from every entry point (so each mapping resolves).
  */
 import { describe, expect, it } from "vitest"
-import { checkBlocks, describeError, documentationBlocks, documentationFiles, extractBlocks, readmeSection } from "./codeBlocks.js"
+import {
+  checkBlocks,
+  describeError,
+  documentationBlocks,
+  documentationFiles,
+  extractBlocks,
+  readmeSection
+} from "./codeBlocks.js"
 import type { CodeBlock } from "./codeBlocks.js"
 
 const WRONG: CodeBlock = {

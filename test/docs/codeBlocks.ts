@@ -86,7 +86,9 @@ export const extractBlocks = (file: string, markdown: string): Array<CodeBlock> 
 /** README.md and every docs/*.md of the repository, in a stable order. */
 export const documentationFiles = (root: string = ROOT): Array<string> => {
   const docs = fs.existsSync(path.join(root, "docs"))
-    ? fs.readdirSync(path.join(root, "docs")).filter((name) => name.endsWith(".md")).sort().map((name) => `docs/${name}`)
+    ? fs.readdirSync(path.join(root, "docs")).filter((name) => name.endsWith(".md")).sort().map((name) =>
+      `docs/${name}`
+    )
     : []
   return ["README.md", ...docs]
 }
@@ -143,8 +145,9 @@ export interface CheckResult {
 }
 
 /**
- * Type-checks the blocks in one run of the native `tsc` (node_modules/.bin/tsc; TypeScript 7 has no
- * JavaScript API) and returns each error placed in its Markdown file and line.
+ * Type-checks the blocks in one run of the native `tsc` (TypeScript 7, installed as `typescript-native`;
+ * `typescript` is 5.9, for the lint tools, and which of the two `node_modules/.bin/tsc` links to is not
+ * fixed) and returns each error placed in its Markdown file and line.
  */
 export const checkBlocks = (blocks: ReadonlyArray<CodeBlock>, root: string = ROOT): CheckResult => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-doc-blocks-"))
@@ -163,8 +166,17 @@ export const checkBlocks = (blocks: ReadonlyArray<CodeBlock>, root: string = ROO
       byModule.set(name, block)
       fs.writeFileSync(path.join(dir, "blocks", name), block.source)
     }
-    fs.writeFileSync(path.join(dir, "tsconfig.json"), JSON.stringify(tsconfigFor(root, [...byModule.keys()].map((name) => `blocks/${name}`)), null, 2))
-    const run = spawnSync(path.join(root, "node_modules", ".bin", "tsc"), ["-p", path.join(dir, "tsconfig.json"), "--pretty", "false"], {
+    fs.writeFileSync(
+      path.join(dir, "tsconfig.json"),
+      JSON.stringify(tsconfigFor(root, [...byModule.keys()].map((name) => `blocks/${name}`)), null, 2)
+    )
+    const run = spawnSync(process.execPath, [
+      path.join(root, "node_modules", "typescript-native", "bin", "tsc"),
+      "-p",
+      path.join(dir, "tsconfig.json"),
+      "--pretty",
+      "false"
+    ], {
       cwd: dir,
       encoding: "utf8"
     })
@@ -177,8 +189,9 @@ export const checkBlocks = (blocks: ReadonlyArray<CodeBlock>, root: string = ROO
       if (match === null) {
         // tsc continues a long message on indented lines; anything else (a config error) is kept.
         const last = errors.at(-1)
-        if (last !== undefined && /^\s+\S/.test(line)) errors[errors.length - 1] = { ...last, message: `${last.message}\n${line.trim()}` }
-        else if (line.trim() !== "") unparsed.push(line)
+        if (last !== undefined && /^\s+\S/.test(line)) {
+          errors[errors.length - 1] = { ...last, message: `${last.message}\n${line.trim()}` }
+        } else if (line.trim() !== "") unparsed.push(line)
         continue
       }
       const [, file, lineText, , code, message] = match as unknown as [string, string, string, string, string, string]
@@ -187,7 +200,13 @@ export const checkBlocks = (blocks: ReadonlyArray<CodeBlock>, root: string = ROO
       errors.push(
         block !== undefined && path.resolve(dir, file) === path.join(dir, "blocks", path.basename(file))
           ? { where: `${block.file}:${block.fenceLine + blockLine}`, block, blockLine, code, message }
-          : { where: `${path.relative(root, path.resolve(dir, file))}:${lineText}`, block: undefined, blockLine: undefined, code, message }
+          : {
+            where: `${path.relative(root, path.resolve(dir, file))}:${lineText}`,
+            block: undefined,
+            blockLine: undefined,
+            code,
+            message
+          }
       )
     }
     // In the order of the blocks given, then by line: a file's errors read top to bottom.

@@ -16,7 +16,10 @@ const readJson = (file: string): any => JSON.parse(fs.readFileSync(file, "utf8")
 const ourRange = (): string => readJson(path.join(ROOT, "package.json")).engines.node
 
 /** `{ package, declares }` for every installed package whose `engines.node` does not admit `version`. */
-const packagesExcluding = (version: string, root: string = ROOT): Array<{ readonly name: string; readonly declares: string }> => {
+const packagesExcluding = (
+  version: string,
+  root: string = ROOT
+): Array<{ readonly name: string; readonly declares: string }> => {
   const lock = readJson(path.join(root, "package-lock.json"))
   const found = new Map<string, string>()
   for (const location of Object.keys(lock.packages)) {
@@ -25,7 +28,9 @@ const packagesExcluding = (version: string, root: string = ROOT): Array<{ readon
     if (!fs.existsSync(manifest)) continue // an optional package for another platform
     const { name, engines } = readJson(manifest)
     const declares = engines?.node
-    if (typeof declares === "string" && !semver.satisfies(version, declares, { includePrerelease: true })) found.set(name, declares)
+    if (typeof declares === "string" && !semver.satisfies(version, declares, { includePrerelease: true })) {
+      found.set(name, declares)
+    }
   }
   return [...found].map(([name, declares]) => ({ name, declares })).sort((a, b) => a.name.localeCompare(b.name))
 }

@@ -37,15 +37,21 @@ beforeAll(() => {
   project = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-package-"))
   const pkg = path.join(project, "node_modules", "switchyard")
   fs.mkdirSync(pkg, { recursive: true })
-  for (const name of LINKED) fs.symlinkSync(path.join(ROOT, "node_modules", name), path.join(project, "node_modules", name), "dir")
+  for (const name of LINKED) {
+    fs.symlinkSync(path.join(ROOT, "node_modules", name), path.join(project, "node_modules", name), "dir")
+  }
   fs.copyFileSync(path.join(ROOT, "package.json"), path.join(pkg, "package.json"))
   fs.writeFileSync(path.join(project, "package.json"), JSON.stringify({ private: true, type: "module" }))
   const build = run(process.execPath, [
-    path.join(ROOT, "node_modules", "typescript", "bin", "tsc"),
-    "-p", path.join(ROOT, "tsconfig.build.json"),
-    "--outDir", path.join(pkg, "dist"),
-    "--declarationMap", "false",
-    "--sourceMap", "false"
+    path.join(ROOT, "node_modules", "typescript-native", "bin", "tsc"),
+    "-p",
+    path.join(ROOT, "tsconfig.build.json"),
+    "--outDir",
+    path.join(pkg, "dist"),
+    "--declarationMap",
+    "false",
+    "--sourceMap",
+    "false"
   ])
   expect(build.status, `${build.stdout}${build.stderr}`).toBe(0)
 }, 120_000)
@@ -61,7 +67,9 @@ describe("the built package", () => {
       [
         `import { createRequire } from "node:module"`,
         `const exports = {}`,
-        `for (const entry of ${JSON.stringify(Object.keys(ENTRY_POINTS))}) exports[entry] = Object.keys(await import(entry))`,
+        `for (const entry of ${
+          JSON.stringify(Object.keys(ENTRY_POINTS))
+        }) exports[entry] = Object.keys(await import(entry))`,
         `const loaded = Object.keys(createRequire(import.meta.url).cache)`,
         `console.log(JSON.stringify({ node: process.version, exports, undici: loaded.filter((file) => /[\\\\/]undici[\\\\/]/.test(file)) }))`
       ].join("\n")
@@ -70,45 +78,57 @@ describe("the built package", () => {
     expect(probe.status, probe.stderr).toBe(0)
     const report = JSON.parse(probe.stdout)
     expect(report.node).toBe(process.version)
-    for (const [entry, names] of Object.entries(EXPECTED)) expect(report.exports[entry], entry).toEqual(expect.arrayContaining([...names]))
+    for (const [entry, names] of Object.entries(EXPECTED)) {
+      expect(report.exports[entry], entry).toEqual(expect.arrayContaining([...names]))
+    }
     expect(report.undici).toEqual([])
   })
 
-  it("a user's TypeScript file type-checks against it through exports (types), in one tsc run", { timeout: 60_000 }, () => {
-    fs.writeFileSync(
-      path.join(project, "main.ts"),
-      [
-        `import { Effect } from "effect"`,
-        `import { CommandQueue, createCommandQueue } from "switchyard/queue"`,
-        `import { DeliveryLog } from "switchyard/delivery"`,
-        `import { ScriptedModel } from "switchyard/agent"`,
-        `import { ClusterQueue } from "switchyard/cluster"`,
-        `import * as Root from "switchyard"`,
-        `const made: Effect.Effect<CommandQueue.CommandQueue, unknown, unknown> = CommandQueue.make()`,
-        `export const all = [made, createCommandQueue, DeliveryLog.open, ScriptedModel.layer, ClusterQueue.make, Root.Agent.make]`,
-        `// @ts-expect-error a wrong type must be an error (the declarations are real, not any)`,
-        `export const wrong: number = Root.CommandQueue.make`,
-        ``
-      ].join("\n")
-    )
-    fs.writeFileSync(
-      path.join(project, "tsconfig.json"),
-      JSON.stringify({
-        compilerOptions: {
-          target: "ES2022",
-          module: "NodeNext",
-          moduleResolution: "NodeNext",
-          strict: true,
-          exactOptionalPropertyTypes: true,
-          skipLibCheck: true,
-          types: ["node"],
-          noEmit: true
-        },
-        files: ["main.ts"]
-      })
-    )
-    const check = run(path.join(ROOT, "node_modules", ".bin", "tsc"), ["-p", "tsconfig.json", "--pretty", "false"])
-    expect(`${check.stdout}${check.stderr}`).toBe("")
-    expect(check.status).toBe(0)
-  })
+  it(
+    "a user's TypeScript file type-checks against it through exports (types), in one tsc run",
+    { timeout: 60_000 },
+    () => {
+      fs.writeFileSync(
+        path.join(project, "main.ts"),
+        [
+          `import { Effect } from "effect"`,
+          `import { CommandQueue, createCommandQueue } from "switchyard/queue"`,
+          `import { DeliveryLog } from "switchyard/delivery"`,
+          `import { ScriptedModel } from "switchyard/agent"`,
+          `import { ClusterQueue } from "switchyard/cluster"`,
+          `import * as Root from "switchyard"`,
+          `const made: Effect.Effect<CommandQueue.CommandQueue, unknown, unknown> = CommandQueue.make()`,
+          `export const all = [made, createCommandQueue, DeliveryLog.open, ScriptedModel.layer, ClusterQueue.make, Root.Agent.make]`,
+          `// @ts-expect-error a wrong type must be an error (the declarations are real, not any)`,
+          `export const wrong: number = Root.CommandQueue.make`,
+          ``
+        ].join("\n")
+      )
+      fs.writeFileSync(
+        path.join(project, "tsconfig.json"),
+        JSON.stringify({
+          compilerOptions: {
+            target: "ES2022",
+            module: "NodeNext",
+            moduleResolution: "NodeNext",
+            strict: true,
+            exactOptionalPropertyTypes: true,
+            skipLibCheck: true,
+            types: ["node"],
+            noEmit: true
+          },
+          files: ["main.ts"]
+        })
+      )
+      const check = run(process.execPath, [
+        path.join(ROOT, "node_modules", "typescript-native", "bin", "tsc"),
+        "-p",
+        "tsconfig.json",
+        "--pretty",
+        "false"
+      ])
+      expect(`${check.stdout}${check.stderr}`).toBe("")
+      expect(check.status).toBe(0)
+    }
+  )
 })

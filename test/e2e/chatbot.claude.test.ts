@@ -7,8 +7,8 @@
 import { spawn, spawnSync } from "node:child_process"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
+import { ROOT, startChatbot, untilMainRuns, useTempDirs } from "../support/chatbot.js"
 import * as FakeAnthropic from "../support/fakeAnthropic.js"
-import { ROOT, runChatbot, startChatbot, untilMainRuns, useTempDirs } from "../support/chatbot.js"
 
 const fresh = useTempDirs()
 
@@ -25,13 +25,21 @@ describe("chatbot with Claude (fake Messages API)", () => {
       })
       await bot.waitForEvent((e) => e.type === "ready", "ready")
       bot.write("first\n")
-      await bot.waitForStderr(/^error: no reply for local: Anthropic API 400 .*; 1 message is kept and will be answered/)
+      await bot.waitForStderr(
+        /^error: no reply for local: Anthropic API 400 .*; 1 message is kept and will be answered/
+      )
       bot.end("second\n")
       expect((await bot.waitForExit()).code).toBe(0)
       const replies = bot.events.filter((e) => e.type === "reply")
       // One model call saw both messages (the SDK layer joins consecutive user messages).
       expect(replies).toEqual([
-        { type: "reply", session: "local", id: expect.any(String), text: expect.stringMatching(/^Fake Claude heard: first\s+second$/), messages: 2 }
+        {
+          type: "reply",
+          session: "local",
+          id: expect.any(String),
+          text: expect.stringMatching(/^Fake Claude heard: first\s+second$/),
+          messages: 2
+        }
       ])
       expect(fake.requests).toHaveLength(2)
       expect([...bot.stdout, ...bot.stderr].join("\n")).not.toContain(KEY)
@@ -55,7 +63,11 @@ describe("chatbot with Claude (fake Messages API)", () => {
       bot.kill("SIGTERM")
       expect((await bot.waitForExit()).code).toBe(0)
       await fake.waitForAborts(1)
-      expect(bot.events.at(-1)).toMatchObject({ type: "shutdown", signal: "SIGTERM", drain: { canceled: 1, timedOut: true } })
+      expect(bot.events.at(-1)).toMatchObject({
+        type: "shutdown",
+        signal: "SIGTERM",
+        drain: { canceled: 1, timedOut: true }
+      })
     } finally {
       await fake.close()
     }
@@ -80,7 +92,10 @@ describe("chatbot with Claude (fake Messages API)", () => {
 
 /** Runs `command` under `script` (a pseudo-terminal) and collects what the terminal shows. */
 const startScript = (command: string) => {
-  const child = spawn("script", ["-qfec", command, "/dev/null"], { cwd: ROOT, env: { ...process.env, ANTHROPIC_API_KEY: "" } })
+  const child = spawn("script", ["-qfec", command, "/dev/null"], {
+    cwd: ROOT,
+    env: { ...process.env, ANTHROPIC_API_KEY: "" }
+  })
   let text = ""
   const listeners = new Set<() => void>()
   child.stdout.on("data", (chunk: Buffer) => {
@@ -94,7 +109,10 @@ const startScript = (command: string) => {
     exited,
     until: (pattern: RegExp) =>
       new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`timed out waiting for ${pattern}; terminal:\n${text}`)), 20_000)
+        const timer = setTimeout(
+          () => reject(new Error(`timed out waiting for ${pattern}; terminal:\n${text}`)),
+          20_000
+        )
         const check = () => {
           if (pattern.test(text)) {
             clearTimeout(timer)

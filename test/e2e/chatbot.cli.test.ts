@@ -49,10 +49,30 @@ describe("chatbot command line", () => {
   })
 
   it.each([
-    ["a state folder under a file", (d: string) => ["--state-dir", path.join(d, "file", "state")], "ENOTDIR", "is a file, not a folder"],
-    ["a state folder that is a file", (d: string) => ["--state-dir", path.join(d, "file")], "ENOTDIR", "is a file, not a folder"],
-    ["an outbox that is a folder", (d: string) => ["--state-dir", path.join(d, "state"), "--outbox", d], "EISDIR", "is a folder, not a file"],
-    ["an outbox under /proc", (d: string) => ["--state-dir", path.join(d, "state"), "--outbox", "/proc/x/out.jsonl"], "ENOENT", "does not take new folders"]
+    [
+      "a state folder under a file",
+      (d: string) => ["--state-dir", path.join(d, "file", "state")],
+      "ENOTDIR",
+      "is a file, not a folder"
+    ],
+    [
+      "a state folder that is a file",
+      (d: string) => ["--state-dir", path.join(d, "file")],
+      "ENOTDIR",
+      "is a file, not a folder"
+    ],
+    [
+      "an outbox that is a folder",
+      (d: string) => ["--state-dir", path.join(d, "state"), "--outbox", d],
+      "EISDIR",
+      "is a folder, not a file"
+    ],
+    [
+      "an outbox under /proc",
+      (d: string) => ["--state-dir", path.join(d, "state"), "--outbox", "/proc/x/out.jsonl"],
+      "ENOENT",
+      "does not take new folders"
+    ]
   ])("%s: one line with the path and the cause, exit 1, no banner, nothing written", async (_what, args, code, why) => {
     const dir = fresh()
     fs.writeFileSync(path.join(dir, "file"), "")
@@ -67,30 +87,40 @@ describe("chatbot command line", () => {
     expect(tree(dir)).toEqual(["file"])
   })
 
-  it.runIf(process.getuid?.() === 0)("a read-only file system (a real ro tmpfs): EROFS, exit 1, nothing written", async () => {
-    const dir = fresh()
-    const mnt = path.join(dir, "ro")
-    fs.mkdirSync(mnt)
-    expect(spawnSync("mount", ["-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", mnt]).status).toBe(0)
-    try {
-      const { exit, bot } = await runChatbot(["--state-dir", path.join(mnt, "state")], "hello\n")
-      expect(exit.code).toBe(1)
-      expect(bot.stderr.filter((l) => l !== "")).toEqual([
-        `error: --state-dir ${path.join(mnt, "state")}: cannot create ${path.join(mnt, "state")}: EROFS (read-only file system)`
-      ])
-    } finally {
-      spawnSync("umount", [mnt])
+  it.runIf(process.getuid?.() === 0)(
+    "a read-only file system (a real ro tmpfs): EROFS, exit 1, nothing written",
+    async () => {
+      const dir = fresh()
+      const mnt = path.join(dir, "ro")
+      fs.mkdirSync(mnt)
+      expect(spawnSync("mount", ["-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", mnt]).status).toBe(0)
+      try {
+        const { exit, bot } = await runChatbot(["--state-dir", path.join(mnt, "state")], "hello\n")
+        expect(exit.code).toBe(1)
+        expect(bot.stderr.filter((l) => l !== "")).toEqual([
+          `error: --state-dir ${path.join(mnt, "state")}: cannot create ${
+            path.join(mnt, "state")
+          }: EROFS (read-only file system)`
+        ])
+      } finally {
+        spawnSync("umount", [mnt])
+      }
     }
-  })
+  )
 
   it("--outbox /dev/full: the failed delivery is one line with the reason; the reply stays in the log", async () => {
     const dir = fresh()
     const stateDir = path.join(dir, "state")
-    const { exit, bot } = await runChatbot(["--state-dir", stateDir, "--latency", "10", "--outbox", "/dev/full"], "hello\n")
+    const { exit, bot } = await runChatbot(
+      ["--state-dir", stateDir, "--latency", "10", "--outbox", "/dev/full"],
+      "hello\n"
+    )
     expect(exit.code).toBe(0)
     const failed = bot.stderr.filter((l) => l.includes("not delivered"))
     expect(failed).toHaveLength(1)
-    expect(failed[0]).toMatch(/^error: the reply \S+ to local was not delivered: append to \/dev\/full failed: ENOSPC.*; it stays in the delivery log/)
+    expect(failed[0]).toMatch(
+      /^error: the reply \S+ to local was not delivered: append to \/dev\/full failed: ENOSPC.*; it stays in the delivery log/
+    )
     expect(bot.stderr.at(-1)).toMatch(/1 delivery\(ies\) left for the next start$/)
     const listed = await runChatbot(["deliveries", "--state-dir", stateDir])
     expect(listed.bot.stdout.join("\n")).toMatch(/attempts 1 {2}last error: append to \/dev\/full failed: ENOSPC/)
@@ -98,41 +128,60 @@ describe("chatbot command line", () => {
 
   it("/quit with an argument is an error line and does not quit; /help lists the commands", async () => {
     const dir = fresh()
-    const { exit, bot } = await runChatbot(["--state-dir", path.join(dir, "state"), "--latency", "10"], "/quit now\n/help\nhello\n/quit\n")
+    const { exit, bot } = await runChatbot(
+      ["--state-dir", path.join(dir, "state"), "--latency", "10"],
+      "/quit now\n/help\nhello\n/quit\n"
+    )
     expect(exit.code).toBe(0)
-    expect(bot.stderr.filter((l) => l.startsWith("error:"))).toEqual(["error: /quit takes no argument, got `now` (usage: /quit)"])
+    expect(bot.stderr.filter((l) => l.startsWith("error:"))).toEqual([
+      "error: /quit takes no argument, got `now` (usage: /quit)"
+    ])
     const out = bot.stdout.join("\n")
     for (const command of ["/help", "/status", "/restart <lane>", "/quit"]) expect(out).toContain(`${command} `)
     expect(bot.stdout).toContain("bot> You said: hello")
   })
 
-  it("--log-level none: the queue's warning is not printed, /status counts it; by default (no terminal) it is printed", async () => {
-    for (const level of ["none", undefined] as const) {
-      const dir = fresh()
-      const bot = startChatbot([
-        "--state-dir",
-        path.join(dir, "state"),
-        "--json",
-        "--latency",
-        "2300",
-        ...(level === undefined ? [] : ["--log-level", level])
-      ])
-      bot.write("first\n")
-      await untilMainRuns(bot)
-      bot.write("second\n") // waits for the first turn longer than lane main's warnAfterMs (2 s)
-      await bot.waitForEvent((e) => e.type === "reply" && e.messages === 1, "the first reply")
-      const status = await untilWarned(bot)
-      expect(status.warnings).toBe(1)
-      bot.end()
-      expect((await bot.waitForExit()).code).toBe(0)
-      const warned = bot.stderr.filter((l) => /^WARN switchyard: task \S+ waited \d+ ms/.test(l))
-      expect(warned).toHaveLength(level === "none" ? 0 : 1)
-    }
-  }, 60_000)
+  it(
+    "--log-level none: the queue's warning is not printed, /status counts it; by default (no terminal) it is printed",
+    async () => {
+      for (const level of ["none", undefined] as const) {
+        const dir = fresh()
+        const bot = startChatbot([
+          "--state-dir",
+          path.join(dir, "state"),
+          "--json",
+          "--latency",
+          "2300",
+          ...(level === undefined ? [] : ["--log-level", level])
+        ])
+        bot.write("first\n")
+        await untilMainRuns(bot)
+        bot.write("second\n") // waits for the first turn longer than lane main's warnAfterMs (2 s)
+        await bot.waitForEvent((e) => e.type === "reply" && e.messages === 1, "the first reply")
+        const status = await untilWarned(bot)
+        expect(status.warnings).toBe(1)
+        bot.end()
+        expect((await bot.waitForExit()).code).toBe(0)
+        const warned = bot.stderr.filter((l) => /^WARN switchyard: task \S+ waited \d+ ms/.test(l))
+        expect(warned).toHaveLength(level === "none" ? 0 : 1)
+      }
+    },
+    60_000
+  )
 
   it("`npm run --silent chat -- --json`: standard output has only JSON lines", async () => {
     const dir = fresh()
-    const child = execFile("npm", ["run", "--silent", "chat", "--", "--json", "--latency", "10", "--state-dir", path.join(dir, "state")], {
+    const child = execFile("npm", [
+      "run",
+      "--silent",
+      "chat",
+      "--",
+      "--json",
+      "--latency",
+      "10",
+      "--state-dir",
+      path.join(dir, "state")
+    ], {
       cwd: ROOT,
       env: { ...process.env, ANTHROPIC_API_KEY: "" }
     })
@@ -155,4 +204,3 @@ const untilWarned = async (bot: ReturnType<typeof startChatbot>) => {
     if (status.warnings > 0) return status
   }
 }
-

@@ -6,7 +6,7 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
-import { readJsonLines, runChatbot, startChatbot, untilMainRuns, waitForFile, useTempDirs } from "../support/chatbot.js"
+import { readJsonLines, runChatbot, startChatbot, untilMainRuns, useTempDirs, waitForFile } from "../support/chatbot.js"
 
 const fresh = useTempDirs()
 
@@ -72,7 +72,17 @@ describe("chatbot under signals", () => {
     const dir = fresh()
     const stateDir = path.join(dir, "state")
     const outbox = path.join(dir, "outbox.jsonl")
-    const bot = startChatbot(["--state-dir", stateDir, "--json", "--latency", "20000", "--drain-timeout", "300", "--outbox", outbox])
+    const bot = startChatbot([
+      "--state-dir",
+      stateDir,
+      "--json",
+      "--latency",
+      "20000",
+      "--drain-timeout",
+      "300",
+      "--outbox",
+      outbox
+    ])
     await bot.waitForEvent((e) => e.type === "ready", "ready")
     bot.write("too slow\n")
     await untilMainRuns(bot)

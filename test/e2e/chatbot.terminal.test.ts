@@ -36,49 +36,61 @@ describe("chatbot in a terminal", () => {
     return
   }
 
-  ttyIt("echoes what is typed after `you> `; a line typed during a turn is shown and answered with the others; the thinking sign goes; warnings stay off the screen, in /status; /help; Ctrl+D exits 0", async () => {
-    await withTerminal(["--latency", "2500"], async (t) => {
-      await t.waitFor(promptLast, "the prompt")
-      await t.type("first")
-      // Before Enter: the text is on the prompt line.
-      await t.waitFor((s) => linesOf(s).at(-1) === "you> first", "`you> first` echoed before Enter")
-      await t.keys("Enter")
-      await t.waitFor((s) => s.includes("…thinking") && promptLast(s), "the thinking sign above a fresh prompt")
-      await t.type("second")
-      const typing = await t.waitFor((s) => linesOf(s).at(-1) === "you> second", "`you> second` echoed while the turn runs")
-      expect(linesOf(typing).at(-2)).toBe("…thinking")
-      await t.keys("Enter")
-      await t.type("third")
-      await t.keys("Enter")
-      const done = await t.waitFor((s) => s.includes("bot> You said: second / third") && promptLast(s), "the answer to second and third")
-      const lines = linesOf(done)
-      const at = (line: string) => lines.indexOf(line)
-      expect(at("you> first")).toBeGreaterThan(-1)
-      expect(at("you> first")).toBeLessThan(at("you> second"))
-      expect(at("you> second")).toBeLessThan(at("you> third"))
-      expect(at("bot> You said: first")).toBeGreaterThan(at("you> first"))
-      expect(at("bot> You said: second / third")).toBeGreaterThan(at("bot> You said: first"))
-      // Nothing was printed into the thinking sign, and it is gone; the queue's warning is not on screen.
-      expect(done).not.toContain("…thinking")
-      expect(done).not.toMatch(/WARN|waited \d+ ms/)
+  ttyIt(
+    "echoes what is typed after `you> `; a line typed during a turn is shown and answered with the others; the thinking sign goes; warnings stay off the screen, in /status; /help; Ctrl+D exits 0",
+    async () => {
+      await withTerminal(["--latency", "2500"], async (t) => {
+        await t.waitFor(promptLast, "the prompt")
+        await t.type("first")
+        // Before Enter: the text is on the prompt line.
+        await t.waitFor((s) => linesOf(s).at(-1) === "you> first", "`you> first` echoed before Enter")
+        await t.keys("Enter")
+        await t.waitFor((s) => s.includes("…thinking") && promptLast(s), "the thinking sign above a fresh prompt")
+        await t.type("second")
+        const typing = await t.waitFor(
+          (s) => linesOf(s).at(-1) === "you> second",
+          "`you> second` echoed while the turn runs"
+        )
+        expect(linesOf(typing).at(-2)).toBe("…thinking")
+        await t.keys("Enter")
+        await t.type("third")
+        await t.keys("Enter")
+        const done = await t.waitFor(
+          (s) => s.includes("bot> You said: second / third") && promptLast(s),
+          "the answer to second and third"
+        )
+        const lines = linesOf(done)
+        const at = (line: string) => lines.indexOf(line)
+        expect(at("you> first")).toBeGreaterThan(-1)
+        expect(at("you> first")).toBeLessThan(at("you> second"))
+        expect(at("you> second")).toBeLessThan(at("you> third"))
+        expect(at("bot> You said: first")).toBeGreaterThan(at("you> first"))
+        expect(at("bot> You said: second / third")).toBeGreaterThan(at("bot> You said: first"))
+        // Nothing was printed into the thinking sign, and it is gone; the queue's warning is not on screen.
+        expect(done).not.toContain("…thinking")
+        expect(done).not.toMatch(/WARN|waited \d+ ms/)
 
-      const status = await statusUntil(t, /^deliveries: pending 0, dead 0, in flight 0, delivered 2$/m)
-      expect(status).toMatch(/^lane main: running 0, waiting 0/m)
-      // The second turn waited for the first longer than lane main's warnAfterMs (2 s): the warning is here.
-      expect(status).toMatch(/^warnings: 1, the last 1 \(--log-level warn prints them as they come\):$/m)
-      expect(status).toMatch(/WARN switchyard: task \S+ waited \d+ ms to start in lane `main`/)
+        const status = await statusUntil(t, /^deliveries: pending 0, dead 0, in flight 0, delivered 2$/m)
+        expect(status).toMatch(/^lane main: running 0, waiting 0/m)
+        // The second turn waited for the first longer than lane main's warnAfterMs (2 s): the warning is here.
+        expect(status).toMatch(/^warnings: 1, the last 1 \(--log-level warn prints them as they come\):$/m)
+        expect(status).toMatch(/WARN switchyard: task \S+ waited \d+ ms to start in lane `main`/)
 
-      await t.type("/help")
-      await t.keys("Enter")
-      const help = await t.waitFor((s) => s.includes("/quit ") && promptLast(s), "the help")
-      for (const command of ["/help", "/status", "/restart <lane>", "/quit"]) expect(help).toMatch(new RegExp(`^${command.replace(/[/<>]/g, "\\$&")} `, "m"))
+        await t.type("/help")
+        await t.keys("Enter")
+        const help = await t.waitFor((s) => s.includes("/quit ") && promptLast(s), "the help")
+        for (const command of ["/help", "/status", "/restart <lane>", "/quit"]) {
+          expect(help).toMatch(new RegExp(`^${command.replace(/[/<>]/g, "\\$&")} `, "m"))
+        }
 
-      await t.keys("C-d")
-      expect(await t.waitForExit()).toEqual({ code: 0, signal: undefined })
-      const last = await t.screen()
-      expect(last).toMatch(/^bye \(eof\): /m)
-    })
-  }, 90_000)
+        await t.keys("C-d")
+        expect(await t.waitForExit()).toEqual({ code: 0, signal: undefined })
+        const last = await t.screen()
+        expect(last).toMatch(/^bye \(eof\): /m)
+      })
+    },
+    90_000
+  )
 
   ttyIt("commands with a wrong argument are one line each: /quit now, /restart bogus, /nope", async () => {
     await withTerminal(["--latency", "10"], async (t) => {
@@ -104,23 +116,32 @@ describe("chatbot in a terminal", () => {
     })
   }, 60_000)
 
-  ttyIt("a line printed while the thinking sign shows (a lane restart) is a line of its own; the reply comes after it", async () => {
-    await withTerminal(["--latency", "2000"], async (t) => {
-      await t.waitFor(promptLast, "the prompt")
-      await t.type("restart me")
-      await t.keys("Enter")
-      await t.waitFor((s) => s.includes("…thinking"), "the thinking sign")
-      await t.type("/restart main")
-      await t.keys("Enter")
-      const s = await t.waitFor((s) => s.includes("bot> You said: restart me") && promptLast(s), "the reply after the restart")
-      const lines = linesOf(s)
-      expect(lines.indexOf("lane main restarted (generation 1)")).toBeGreaterThan(lines.indexOf("you> /restart main"))
-      expect(lines.indexOf("bot> You said: restart me")).toBeGreaterThan(lines.indexOf("lane main restarted (generation 1)"))
-      expect(s).not.toContain("…thinking")
-      await t.keys("C-d")
-      expect((await t.waitForExit()).code).toBe(0)
-    })
-  }, 60_000)
+  ttyIt(
+    "a line printed while the thinking sign shows (a lane restart) is a line of its own; the reply comes after it",
+    async () => {
+      await withTerminal(["--latency", "2000"], async (t) => {
+        await t.waitFor(promptLast, "the prompt")
+        await t.type("restart me")
+        await t.keys("Enter")
+        await t.waitFor((s) => s.includes("…thinking"), "the thinking sign")
+        await t.type("/restart main")
+        await t.keys("Enter")
+        const s = await t.waitFor(
+          (s) => s.includes("bot> You said: restart me") && promptLast(s),
+          "the reply after the restart"
+        )
+        const lines = linesOf(s)
+        expect(lines.indexOf("lane main restarted (generation 1)")).toBeGreaterThan(lines.indexOf("you> /restart main"))
+        expect(lines.indexOf("bot> You said: restart me")).toBeGreaterThan(
+          lines.indexOf("lane main restarted (generation 1)")
+        )
+        expect(s).not.toContain("…thinking")
+        await t.keys("C-d")
+        expect((await t.waitForExit()).code).toBe(0)
+      })
+    },
+    60_000
+  )
 
   ttyIt("Ctrl+C during a turn: the turn finishes and its reply is shown, then exit 0", async () => {
     await withTerminal(["--latency", "2000"], async (t) => {

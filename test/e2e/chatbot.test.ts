@@ -7,8 +7,8 @@ import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 import { DeliveryLog } from "../../src/delivery/index.js"
-import * as FakeAnthropic from "../support/fakeAnthropic.js"
 import { readJsonLines, runChatbot, startChatbot, untilMainRuns, useTempDirs } from "../support/chatbot.js"
+import * as FakeAnthropic from "../support/fakeAnthropic.js"
 
 const fresh = useTempDirs()
 
@@ -84,16 +84,19 @@ describe("chatbot", () => {
     [["--bogus"], "--bogus"],
     [["--drain-timeout", "-5"], "--drain-timeout"],
     [["--cron", "61 * * * *|hello"], "--cron"]
-  ])("a bad option or value (%j) gives one line naming it, a non-zero exit, and nothing written", async (args, name) => {
-    const dir = fresh()
-    const stateDir = path.join(dir, "state")
-    const { exit, bot } = await runChatbot(["--state-dir", stateDir, ...args], "hello\n")
-    expect(exit.code).not.toBe(0)
-    expect(bot.stderr.filter((l) => l !== "")).toHaveLength(1)
-    expect(bot.stderr[0]).toContain(name)
-    expect(bot.stdout.filter((l) => l !== "")).toEqual([])
-    expect(fs.existsSync(stateDir)).toBe(false)
-  })
+  ])(
+    "a bad option or value (%j) gives one line naming it, a non-zero exit, and nothing written",
+    async (args, name) => {
+      const dir = fresh()
+      const stateDir = path.join(dir, "state")
+      const { exit, bot } = await runChatbot(["--state-dir", stateDir, ...args], "hello\n")
+      expect(exit.code).not.toBe(0)
+      expect(bot.stderr.filter((l) => l !== "")).toHaveLength(1)
+      expect(bot.stderr[0]).toContain(name)
+      expect(bot.stdout.filter((l) => l !== "")).toEqual([])
+      expect(fs.existsSync(stateDir)).toBe(false)
+    }
+  )
 
   it("cron and heartbeat turns print their events; HEARTBEAT_OK is suppressed", async () => {
     const dir = fresh()
@@ -193,7 +196,9 @@ describe("chatbot", () => {
       expect(fake.requests).toHaveLength(1)
       expect(fake.requests[0]!.body.model).toBe("claude-test-1")
       const headers = fake.requests[0]!.headers
-      expect([headers["x-api-key"], headers.authorization]).toContain(headers["x-api-key"] === key ? key : `Bearer ${key}`)
+      expect([headers["x-api-key"], headers.authorization]).toContain(
+        headers["x-api-key"] === key ? key : `Bearer ${key}`
+      )
       expect([...bot.stdout, ...bot.stderr].join("\n")).not.toContain(key)
     } finally {
       await fake.close()

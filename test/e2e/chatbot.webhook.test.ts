@@ -41,7 +41,10 @@ describe("chatbot --webhook", () => {
 
   it("a 503 leaves the reply in the log with one line saying so; the next start delivers it with the same Idempotency-Key", async () => {
     let up = false
-    const server = await startServer((_req, res) => (up ? answer(res, 200) : answer(res, 503, { error: "down" }, { "retry-after": "1" })))
+    const server = await startServer((
+      _req,
+      res
+    ) => (up ? answer(res, 200) : answer(res, 503, { error: "down" }, { "retry-after": "1" })))
     try {
       const stateDir = path.join(fresh(), "state")
       const args = ["--state-dir", stateDir, "--json", "--latency", "0", "--webhook", server.url]
@@ -49,7 +52,9 @@ describe("chatbot --webhook", () => {
       expect(first.exit.code).toBe(0)
       const failed = first.bot.stderr.filter((l) => l.includes("was not delivered"))
       expect(failed).toHaveLength(1)
-      expect(failed[0]).toMatch(/answered 503 Service Unavailable \(Retry-After: 1\): \{"error":"down"\}; it stays in the delivery log/)
+      expect(failed[0]).toMatch(
+        /answered 503 Service Unavailable \(Retry-After: 1\): \{"error":"down"\}; it stays in the delivery log/
+      )
       expect(first.bot.events.filter((e) => e.type === "reply")).toEqual([])
       expect(first.bot.events.at(-1)).toMatchObject({ type: "shutdown", pendingDeliveries: 1 })
 

@@ -7,12 +7,12 @@
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { afterEach, describe, expect, it } from "vitest"
+import { splitMessage } from "../../examples/telegram/split.js"
 import { runChatbot, startChatbot, useTempDirs } from "../support/chatbot.js"
 import type { Chatbot } from "../support/chatbot.js"
 import { FAKE_TOKEN, startFakeTelegram } from "../support/fakeTelegram.js"
 import type { FakeTelegram } from "../support/fakeTelegram.js"
 import { startServer } from "../support/httpServer.js"
-import { splitMessage } from "../../examples/telegram/split.js"
 
 const fresh = useTempDirs()
 const SCRIPT = "examples/telegram/main.ts"
@@ -33,11 +33,18 @@ const fake = async () => {
   return f
 }
 
-const env = (f: FakeTelegram, extra: Record<string, string> = {}) => ({ TELEGRAM_BOT_TOKEN: FAKE_TOKEN, TELEGRAM_API_BASE: f.url, ...extra })
+const env = (f: FakeTelegram, extra: Record<string, string> = {}) => ({
+  TELEGRAM_BOT_TOKEN: FAKE_TOKEN,
+  TELEGRAM_API_BASE: f.url,
+  ...extra
+})
 
 /** Starts the bot and waits until it polls. */
 const startBot = async (f: FakeTelegram, stateDir: string, extra: Record<string, string> = {}) => {
-  const bot = startChatbot(["--state-dir", stateDir, "--offline", "--latency", "0", "--poll-timeout", "1"], { script: SCRIPT, env: env(f, extra) })
+  const bot = startChatbot(["--state-dir", stateDir, "--offline", "--latency", "0", "--poll-timeout", "1"], {
+    script: SCRIPT,
+    env: env(f, extra)
+  })
   bots.push(bot)
   await bot.waitForStdout(/^switchyard telegram: @fake_switchyard_bot is listening/)
   return bot
@@ -74,7 +81,9 @@ describe("npm run telegram", () => {
     const telegramDir = path.join(stateDir, "telegram")
     expect(fs.statSync(telegramDir).mode & 0o777).toBe(0o700)
     expect(fs.statSync(path.join(telegramDir, "state.json")).mode & 0o777).toBe(0o600)
-    expect(JSON.parse(fs.readFileSync(path.join(telegramDir, "state.json"), "utf8"))).toEqual({ offset: f.polls.at(-1) })
+    expect(JSON.parse(fs.readFileSync(path.join(telegramDir, "state.json"), "utf8"))).toEqual({
+      offset: f.polls.at(-1)
+    })
     const exit = await stop(bot)
     expect(exit.code).toBe(0)
     expect(bot.stdout.at(-1)).toMatch(/^bye \(SIGTERM\): /)
@@ -116,7 +125,9 @@ describe("npm run telegram", () => {
     const bot = await startBot(f, stateDir)
     f.block(4)
     f.pushText(4, "are you there?")
-    await bot.waitForStderr(/^error: the reply \S+ to 4 was not delivered: sendMessage answered 403: Forbidden: bot was blocked by the user; given up: the user blocked the bot/)
+    await bot.waitForStderr(
+      /^error: the reply \S+ to 4 was not delivered: sendMessage answered 403: Forbidden: bot was blocked by the user; given up: the user blocked the bot/
+    )
     f.pushText(5, "me too")
     await f.until((sent) => (sent.some((m) => m.chat === "5") ? true : undefined), "the other chat's reply")
     expect((await stop(bot)).code).toBe(0)
@@ -132,14 +143,25 @@ describe("npm run telegram", () => {
   it("a photo and a sticker get a polite reply; nothing crashes, the next text is answered", async () => {
     const f = await fake()
     const bot = await startBot(f, path.join(fresh(), "state"))
-    f.pushUpdate({ message: { message_id: 1, date: 0, chat: { id: 6, type: "private" }, photo: [{ file_id: "x", width: 1, height: 1 }] } })
+    f.pushUpdate({
+      message: {
+        message_id: 1,
+        date: 0,
+        chat: { id: 6, type: "private" },
+        photo: [{ file_id: "x", width: 1, height: 1 }]
+      }
+    })
     f.pushUpdate({ message: { message_id: 2, date: 0, chat: { id: 6, type: "private" }, sticker: { file_id: "y" } } })
     f.pushUpdate({ edited_message: { message_id: 3, date: 0, chat: { id: 6 }, text: "edited" } })
     f.pushText(6, "and text")
     await f.until((sent) => (sent.filter((m) => m.chat === "6").length >= 3 ? true : undefined), "three replies")
     const replies = texts(f, 6)
-    expect(replies).toContain("I can only read text messages for now, so I cannot answer this photo. Please write it as text.")
-    expect(replies).toContain("I can only read text messages for now, so I cannot answer this sticker. Please write it as text.")
+    expect(replies).toContain(
+      "I can only read text messages for now, so I cannot answer this photo. Please write it as text."
+    )
+    expect(replies).toContain(
+      "I can only read text messages for now, so I cannot answer this sticker. Please write it as text."
+    )
     expect(replies).toContain("You said: and text")
     expect(bot.stdout.some((l) => /ignored \(edited_message, not a message\)/.test(l))).toBe(true)
     expect((await stop(bot)).code).toBe(0)
@@ -158,8 +180,18 @@ describe("npm run telegram", () => {
 
     const second = await startBot(f, stateDir)
     // The reply was in flight at the kill: the log says it may have gone out, and the bot says it sends it again.
-    await second.waitForStdout(/^the reply \S+ to 8 may have gone out before the restart; Telegram cannot be asked, so it is sent again$/)
-    await f.until((sent) => (sent.filter((m) => m.chat === "8").map((m) => m.text).join(" ").includes("two") && sent.some((m) => m.chat === "9") ? true : undefined), "every reply")
+    await second.waitForStdout(
+      /^the reply \S+ to 8 may have gone out before the restart; Telegram cannot be asked, so it is sent again$/
+    )
+    await f.until(
+      (
+        sent
+      ) => (sent.filter((m) => m.chat === "8").map((m) => m.text).join(" ").includes("two") &&
+          sent.some((m) => m.chat === "9")
+        ? true
+        : undefined),
+      "every reply"
+    )
     await f.confirmed()
     expect((await stop(second)).code).toBe(0)
     // Each user message is in exactly one reply, and no reply went out twice.
@@ -183,7 +215,9 @@ describe("npm run telegram", () => {
     expect(Object.values(progress)).toEqual([1])
 
     const second = await startBot(f, stateDir)
-    await second.waitForStdout(/^the reply \S+ to 12 may have gone out before the restart \(1 part\(s\) are known sent\); Telegram cannot be asked/)
+    await second.waitForStdout(
+      /^the reply \S+ to 12 may have gone out before the restart \(1 part\(s\) are known sent\); Telegram cannot be asked/
+    )
     const reply = `You said: ${text}`
     const parts = await f.until((sent) => {
       const mine = sent.filter((m) => m.chat === "12").map((m) => m.text)
@@ -225,10 +259,15 @@ describe("npm run telegram", () => {
     await f.until((sent) => (sent.some((m) => m.chat === "11") ? true : undefined), "the reply after the outage")
     f.failPolls(1, 409)
     f.pushText(11, "after the conflict")
-    await f.until((sent) => (sent.filter((m) => m.chat === "11").length >= 2 ? true : undefined), "the reply after the conflict")
+    await f.until(
+      (sent) => (sent.filter((m) => m.chat === "11").length >= 2 ? true : undefined),
+      "the reply after the conflict"
+    )
     expect(bot.stderr.filter((l) => l.includes("getUpdates answered 502"))).toHaveLength(1)
     expect(bot.stderr.filter((l) => l.includes("getUpdates answered 409"))).toEqual([
-      expect.stringContaining("(another process polls this bot, or a webhook is set: deleteWebhook); polling again in 1 s")
+      expect.stringContaining(
+        "(another process polls this bot, or a webhook is set: deleteWebhook); polling again in 1 s"
+      )
     ])
     expect(texts(f, 11)).toEqual(["You said: after the outage", "You said: after the conflict"])
   })
@@ -262,7 +301,11 @@ describe("npm run telegram", () => {
 
   it.each([
     ["missing", undefined, /^error: TELEGRAM_BOT_TOKEN is not set: create a bot with @BotFather/],
-    ["malformed", "not-a-token-s3cr3t", /^error: Expected TELEGRAM_BOT_TOKEN to look like .*, got 18 characters that do not \(not shown\)$/]
+    [
+      "malformed",
+      "not-a-token-s3cr3t",
+      /^error: Expected TELEGRAM_BOT_TOKEN to look like .*, got 18 characters that do not \(not shown\)$/
+    ]
   ])("a %s token: one clear line, exit 1, the token never printed", async (_what, token, line) => {
     const { exit, bot } = await runChatbot(["--state-dir", path.join(fresh(), "state")], "", {
       script: SCRIPT,
@@ -289,9 +332,14 @@ describe("npm run telegram", () => {
   })
 
   it("TELEGRAM_API_BASE that is not http(s): one line, exit 1", async () => {
-    const { exit, bot } = await runChatbot([], "", { script: SCRIPT, env: { TELEGRAM_BOT_TOKEN: FAKE_TOKEN, TELEGRAM_API_BASE: "ftp://x" } })
+    const { exit, bot } = await runChatbot([], "", {
+      script: SCRIPT,
+      env: { TELEGRAM_BOT_TOKEN: FAKE_TOKEN, TELEGRAM_API_BASE: "ftp://x" }
+    })
     expect(exit.code).toBe(1)
-    expect(bot.stderr.filter((l) => l !== "")).toEqual(["error: Expected `TELEGRAM_API_BASE` to be an http or https URL, got `ftp://x`"])
+    expect(bot.stderr.filter((l) => l !== "")).toEqual([
+      "error: Expected `TELEGRAM_API_BASE` to be an http or https URL, got `ftp://x`"
+    ])
   })
 })
 

@@ -70,7 +70,8 @@ describe("the import-circle detector (scripts/import-cycles.ts)", () => {
 
   it("catches a circle made only of type imports, through a folder's index.ts", () => {
     const root = fixture({
-      "engine.ts": `import type { Task } from "./lane/index.js"\nexport interface Engine { readonly tasks: Array<Task> }\n`,
+      "engine.ts":
+        `import type { Task } from "./lane/index.js"\nexport interface Engine { readonly tasks: Array<Task> }\n`,
       "lane/index.ts": `export type { Task } from "./task.js"\n`,
       "lane/task.ts": `import type { Engine } from "../engine.js"\nexport interface Task { readonly engine: Engine }\n`,
       "free.ts": `import type { Engine } from "./engine.js"\nexport type E = Engine\n`

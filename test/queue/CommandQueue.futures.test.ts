@@ -1,7 +1,8 @@
 import { assert, describe, expect, it } from "@effect/vitest"
 import { Cause, Data, Effect, Exit, Fiber, Metric, Option } from "effect"
 import { TestClock } from "effect/testing"
-import { CommandQueue, FutureTimeout, QueueFailure, RequestError } from "../../src/queue/index.js"
+import type { CommandQueue } from "../../src/queue/index.js"
+import { FutureTimeout, QueueFailure, RequestError } from "../../src/queue/index.js"
 import { captureLogs, gated, makeQueue } from "./CommandQueue.helpers.js"
 
 class Boom extends Data.TaggedError("Boom")<{ readonly n: number }> {}
@@ -107,8 +108,13 @@ describe("CommandQueue futures", () => {
       const future = yield* queue.dispatch(
         "main",
         "k",
-        Effect.andThen(g.task, Effect.never).pipe(Effect.onInterrupt(() => Effect.sync(() => events.push("task interrupted")))),
-        { finalizer: (exit) => Effect.sync(() => events.push(`finalizer ${Exit.isFailure(exit) ? "failure" : "success"}`)) }
+        Effect.andThen(g.task, Effect.never).pipe(
+          Effect.onInterrupt(() => Effect.sync(() => events.push("task interrupted")))
+        ),
+        {
+          finalizer: (exit) =>
+            Effect.sync(() => events.push(`finalizer ${Exit.isFailure(exit) ? "failure" : "success"}`))
+        }
       )
       yield* g.started
       yield* future.cancel
@@ -180,7 +186,11 @@ describe("CommandQueue timeouts", () => {
       const queue = yield* makeQueue({ lanes: { main: { concurrent: 1, queued: 4, turnTimeoutMs: 500 } } })
       let interrupted = false
       const g = yield* gated("never")
-      const stuck = yield* queue.dispatch("main", "k", Effect.andThen(g.task, Effect.never).pipe(Effect.onInterrupt(() => Effect.sync(() => (interrupted = true)))))
+      const stuck = yield* queue.dispatch(
+        "main",
+        "k",
+        Effect.andThen(g.task, Effect.never).pipe(Effect.onInterrupt(() => Effect.sync(() => (interrupted = true))))
+      )
       const next = yield* queue.dispatch("main", "k", Effect.succeed("next"))
       yield* g.started
       yield* TestClock.adjust(500)
@@ -244,7 +254,9 @@ describe("CommandQueue finalizer", () => {
       const logs = captureLogs()
       const exit = yield* Effect.gen(function*() {
         const queue = yield* makeQueue()
-        const future = yield* queue.dispatch("main", "k", Effect.succeed("fine"), { finalizer: () => Effect.die("oops") })
+        const future = yield* queue.dispatch("main", "k", Effect.succeed("fine"), {
+          finalizer: () => Effect.die("oops")
+        })
         return yield* Effect.exit(future.await)
       }).pipe(Effect.scoped, Effect.provide(logs.layer))
       expect(Exit.isSuccess(exit) && exit.value).toBe("fine")
@@ -279,7 +291,9 @@ describe("CommandQueue reporting", () => {
         }
       })
       const first = yield* gated("a")
-      const fa = yield* queue.dispatch("main", "a", first.task, { finalizer: () => Effect.sync(() => events.push("finalizer a")) })
+      const fa = yield* queue.dispatch("main", "a", first.task, {
+        finalizer: () => Effect.sync(() => events.push("finalizer a"))
+      })
       const fb = yield* queue.dispatch("main", "b", Effect.andThen(Effect.sleep(300), Effect.succeed("b")))
       yield* first.started
       yield* TestClock.adjust(200)
@@ -288,7 +302,14 @@ describe("CommandQueue reporting", () => {
       yield* TestClock.adjust(300)
       yield* fb.await
       expect(events).toEqual(["finalizer a", `report ${fa.runId}`, `report ${fb.runId}`])
-      expect(reports[0]).toMatchObject({ runId: fa.runId, lane: "main", key: "a", generation: 0, waitedMs: 0, ranMs: 200 })
+      expect(reports[0]).toMatchObject({
+        runId: fa.runId,
+        lane: "main",
+        key: "a",
+        generation: 0,
+        waitedMs: 0,
+        ranMs: 200
+      })
       expect(reports[1]).toMatchObject({ runId: fb.runId, lane: "main", key: "b", waitedMs: 200, ranMs: 300 })
       expect(Exit.isSuccess(reports[1]!.exit)).toBe(true)
     }))
@@ -343,11 +364,16 @@ describe("CommandQueue reporting", () => {
   it.effect("metrics count running and waiting per lane, tasks by outcome, and the wait time", () =>
     Effect.gen(function*() {
       const queue = yield* makeQueue({ lanes: { cron: { concurrent: 1, queued: 4 } } })
-      const attr = (m: { readonly attributes?: unknown }, name: string) => (m.attributes as Record<string, string> | undefined)?.[name]
+      const attr = (m: { readonly attributes?: unknown }, name: string) =>
+        (m.attributes as Record<string, string> | undefined)?.[name]
       const state = (id: string, outcome?: string) =>
-        Metric.snapshot.pipe(Effect.map((all) =>
-          all.find((m) => m.id === id && attr(m, "lane") === "cron" && (outcome === undefined || attr(m, "outcome") === outcome))?.state
-        ))
+        Metric.snapshot.pipe(
+          Effect.map((all) =>
+            all.find((m) =>
+              m.id === id && attr(m, "lane") === "cron" && (outcome === undefined || attr(m, "outcome") === outcome)
+            )?.state
+          )
+        )
       const g = yield* gated(1)
       const first = yield* queue.dispatch("cron", "a", g.task)
       const dropped = yield* queue.dispatch("cron", "b", Effect.void)

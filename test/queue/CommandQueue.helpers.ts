@@ -1,5 +1,6 @@
 /** Shared fixtures of the CommandQueue tests: a queue that is drained at once when the test ends, gated tasks, captured logs. */
-import { Deferred, Effect, Layer, Logger, References } from "effect"
+import type { Layer } from "effect"
+import { Deferred, Effect, Logger, References } from "effect"
 import { CommandQueue } from "../../src/queue/index.js"
 
 /**
@@ -26,10 +27,11 @@ export const gated = <A>(value: A) =>
   })
 
 /** A task that records its name in `log` when it runs. */
-export const record = <A extends string>(log: Array<string>, name: A) => Effect.sync(() => {
-  log.push(name)
-  return name
-})
+export const record = <A extends string>(log: Array<string>, name: A) =>
+  Effect.sync(() => {
+    log.push(name)
+    return name
+  })
 
 export interface LogLine {
   readonly level: string

@@ -37,9 +37,22 @@ describe("CommandQueue generations", () => {
       const gates = [yield* gated(1), yield* gated(2)]
       const futures = []
       for (const [i, g] of gates.entries()) {
-        futures.push(yield* queue.dispatch("main", `k${i}`, Effect.andThen(g.task, Effect.never).pipe(
-          Effect.ensuring(Effect.sync(() => events.push(`task ${i} finalizers`)))
-        ), { finalizer: () => Effect.andThen(Effect.yieldNow, Effect.sync(() => events.push(`finalizer ${i}`))) }))
+        futures.push(
+          yield* queue.dispatch(
+            "main",
+            `k${i}`,
+            Effect.andThen(g.task, Effect.never).pipe(
+              Effect.ensuring(Effect.sync(() => events.push(`task ${i} finalizers`)))
+            ),
+            {
+              finalizer: () =>
+                Effect.andThen(
+                  Effect.yieldNow,
+                  Effect.sync(() => events.push(`finalizer ${i}`))
+                )
+            }
+          )
+        )
       }
       for (const g of gates) yield* g.started
       const generation = yield* queue.restartLane("main")
@@ -187,11 +200,13 @@ describe("CommandQueue drain", () => {
 describe("CommandQueue idle keys hold no memory", () => {
   it.effect("after a million distinct keys have come and gone, every lane's keys is 0", () =>
     Effect.gen(function*() {
-      const queue = yield* makeQueue({ lanes: {
-        main: { concurrent: 64, queued: 10_000 },
-        heartbeat: { concurrent: 1, queued: 10_000 },
-        cron: { concurrent: 2, queued: 10_000 }
-      } })
+      const queue = yield* makeQueue({
+        lanes: {
+          main: { concurrent: 64, queued: 10_000 },
+          heartbeat: { concurrent: 1, queued: 10_000 },
+          cron: { concurrent: 2, queued: 10_000 }
+        }
+      })
       const names = ["main", "heartbeat", "cron"]
       const batch = 5_000
       for (let n = 0; n < 1_000_000; n += batch) {
@@ -225,59 +240,68 @@ describe("CommandQueue idle keys hold no memory", () => {
 })
 
 describe("CommandQueue storms", () => {
-  it.effect("every future settles: a seeded storm of dispatches, cancels, timeouts and restarts leaves nothing pending", () =>
-    Effect.gen(function*() {
-      let seed = 42
-      const random = () => {
-        seed = (seed * 1_103_515_245 + 12_345) & 0x7fffffff
-        return seed / 0x7fffffff
-      }
-      const queue = yield* makeQueue({
-        lanes: { main: { concurrent: 3, queued: 40, queueTimeoutMs: 50 }, cron: { concurrent: 2, queued: 20, turnTimeoutMs: 30 } }
-      })
-      const futures: Array<CommandQueue.Future<unknown, unknown>> = []
-      const running = new Map<string, number>()
-      let overlap = false
-      const task = (lane: string, key: string) =>
-        Effect.gen(function*() {
-          const id = `${lane}/${key}`
-          if (running.get(id)) overlap = true
-          running.set(id, 1)
-          yield* Effect.sleep(Math.floor(random() * 40))
-          running.set(id, 0)
-          if (random() < 0.1) return yield* Effect.fail("own failure")
-          return "ok"
-        }).pipe(Effect.onInterrupt(() => Effect.sync(() => running.set(`${lane}/${key}`, 0))))
-      for (let step = 0; step < 3_000; step++) {
-        const r = random()
-        const laneName = r < 0.6 ? "main" : "cron"
-        const key = `k${Math.floor(random() * 20)}`
-        if (r < 0.85) {
-          const f = yield* Effect.result(queue.dispatch(laneName, key, task(laneName, key), { coalesce: random() < 0.2 }))
-          if (f._tag === "Success") futures.push(f.success)
-        } else if (r < 0.92 && futures.length > 0) {
-          yield* Effect.forkChild(futures[Math.floor(random() * futures.length)]!.cancel)
-        } else if (r < 0.95) {
-          yield* Effect.forkChild(queue.restartLane(laneName))
-        } else if (r < 0.97) {
-          yield* Effect.forkChild(queue.cancel(laneName, key))
-        } else {
-          yield* TestClock.adjust(Math.floor(random() * 20))
+  it.effect(
+    "every future settles: a seeded storm of dispatches, cancels, timeouts and restarts leaves nothing pending",
+    () =>
+      Effect.gen(function*() {
+        let seed = 42
+        const random = () => {
+          seed = (seed * 1_103_515_245 + 12_345) & 0x7fffffff
+          return seed / 0x7fffffff
         }
-      }
-      for (let i = 0; i < 200; i++) yield* TestClock.adjust(10)
-      for (const f of futures) {
-        const polled = yield* f.poll
-        assert(Option.isSome(polled), `future ${f.runId} is still pending`)
-        const exit = polled.value
-        if (Exit.isFailure(exit)) {
-          const error = Cause.squash(exit.cause)
-          expect(error === "own failure" || error instanceof QueueFailure).toBe(true)
+        const queue = yield* makeQueue({
+          lanes: {
+            main: { concurrent: 3, queued: 40, queueTimeoutMs: 50 },
+            cron: { concurrent: 2, queued: 20, turnTimeoutMs: 30 }
+          }
+        })
+        const futures: Array<CommandQueue.Future<unknown, unknown>> = []
+        const running = new Map<string, number>()
+        let overlap = false
+        const task = (lane: string, key: string) =>
+          Effect.gen(function*() {
+            const id = `${lane}/${key}`
+            if (running.get(id)) overlap = true
+            running.set(id, 1)
+            yield* Effect.sleep(Math.floor(random() * 40))
+            running.set(id, 0)
+            if (random() < 0.1) return yield* Effect.fail("own failure")
+            return "ok"
+          }).pipe(Effect.onInterrupt(() => Effect.sync(() => running.set(`${lane}/${key}`, 0))))
+        for (let step = 0; step < 3_000; step++) {
+          const r = random()
+          const laneName = r < 0.6 ? "main" : "cron"
+          const key = `k${Math.floor(random() * 20)}`
+          if (r < 0.85) {
+            const f = yield* Effect.result(
+              queue.dispatch(laneName, key, task(laneName, key), { coalesce: random() < 0.2 })
+            )
+            if (f._tag === "Success") futures.push(f.success)
+          } else if (r < 0.92 && futures.length > 0) {
+            yield* Effect.forkChild(futures[Math.floor(random() * futures.length)]!.cancel)
+          } else if (r < 0.95) {
+            yield* Effect.forkChild(queue.restartLane(laneName))
+          } else if (r < 0.97) {
+            yield* Effect.forkChild(queue.cancel(laneName, key))
+          } else {
+            yield* TestClock.adjust(Math.floor(random() * 20))
+          }
         }
-      }
-      expect(overlap).toBe(false)
-      for (const l of yield* queue.snapshot) expect(l).toMatchObject({ running: 0, waiting: 0, keys: 0 })
-    }), { timeout: 30_000 })
+        for (let i = 0; i < 200; i++) yield* TestClock.adjust(10)
+        for (const f of futures) {
+          const polled = yield* f.poll
+          assert(Option.isSome(polled), `future ${f.runId} is still pending`)
+          const exit = polled.value
+          if (Exit.isFailure(exit)) {
+            const error = Cause.squash(exit.cause)
+            expect(error === "own failure" || error instanceof QueueFailure).toBe(true)
+          }
+        }
+        expect(overlap).toBe(false)
+        for (const l of yield* queue.snapshot) expect(l).toMatchObject({ running: 0, waiting: 0, keys: 0 })
+      }),
+    { timeout: 30_000 }
+  )
 })
 
 void Deferred

@@ -71,67 +71,71 @@ class Model {
 }
 
 describe("CommandQueue model", () => {
-  it("one lane follows the model: per-key FIFO, one task per key, concurrent slots, fairness, ownership bound, no key left behind", async () => {
-    await fc.assert(
-      fc.asyncProperty(
-        fc.integer({ min: 1, max: 3 }),
-        fc.integer({ min: 0, max: 4 }),
-        fc.array(op, { maxLength: 40 }),
-        async (concurrent, queued, ops) => {
-          const q = await createCommandQueue({ lanes: { work: { concurrent, queued } } })
-          const model = new Model(concurrent, concurrent + queued)
-          const release = new Map<number, () => void>()
-          const running = new Set<number>()
-          const futures = new Map<number, { readonly cancel: () => Promise<void> }>()
-          let next = 0
-          try {
-            for (const o of ops) {
-              if (o.t === "dispatch") {
-                const id = next++
-                const key = `k${o.key}`
-                const accepted = model.dispatch(key, id)
-                try {
-                  const f = q.dispatch("work", key, () =>
-                    new Promise<void>((resolve) => {
-                      running.add(id)
-                      release.set(id, () => {
-                        running.delete(id)
-                        resolve()
-                      })
-                    }))
-                  futures.set(id, f)
-                  expect(accepted).toBe(true)
-                } catch (error) {
-                  expect(error).toBeInstanceOf(AdmissionError)
-                  expect(accepted).toBe(false)
+  it(
+    "one lane follows the model: per-key FIFO, one task per key, concurrent slots, fairness, ownership bound, no key left behind",
+    async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.integer({ min: 1, max: 3 }),
+          fc.integer({ min: 0, max: 4 }),
+          fc.array(op, { maxLength: 40 }),
+          async (concurrent, queued, ops) => {
+            const q = await createCommandQueue({ lanes: { work: { concurrent, queued } } })
+            const model = new Model(concurrent, concurrent + queued)
+            const release = new Map<number, () => void>()
+            const running = new Set<number>()
+            const futures = new Map<number, { readonly cancel: () => Promise<void> }>()
+            let next = 0
+            try {
+              for (const o of ops) {
+                if (o.t === "dispatch") {
+                  const id = next++
+                  const key = `k${o.key}`
+                  const accepted = model.dispatch(key, id)
+                  try {
+                    const f = q.dispatch("work", key, () =>
+                      new Promise<void>((resolve) => {
+                        running.add(id)
+                        release.set(id, () => {
+                          running.delete(id)
+                          resolve()
+                        })
+                      }))
+                    futures.set(id, f)
+                    expect(accepted).toBe(true)
+                  } catch (error) {
+                    expect(error).toBeInstanceOf(AdmissionError)
+                    expect(accepted).toBe(false)
+                  }
+                } else if (o.t === "complete") {
+                  const modelRunning = [...model.running]
+                  if (modelRunning.length === 0) continue
+                  const [key, id] = modelRunning[o.pick % modelRunning.length]!
+                  model.finish(key)
+                  release.get(id)!()
+                } else {
+                  const waiting = model.waiting()
+                  if (waiting.length === 0) continue
+                  const [key, id] = waiting[o.pick % waiting.length]!
+                  model.cancelWaiting(key, id)
+                  await futures.get(id)!.cancel()
                 }
-              } else if (o.t === "complete") {
-                const modelRunning = [...model.running]
-                if (modelRunning.length === 0) continue
-                const [key, id] = modelRunning[o.pick % modelRunning.length]!
-                model.finish(key)
-                release.get(id)!()
-              } else {
-                const waiting = model.waiting()
-                if (waiting.length === 0) continue
-                const [key, id] = waiting[o.pick % waiting.length]!
-                model.cancelWaiting(key, id)
-                await futures.get(id)!.cancel()
+                await flush()
+                // the tasks that run are exactly the model's
+                expect(running).toEqual(new Set(model.running.values()))
+                const lane = q.snapshot().find((l) => l.lane === "work")!
+                expect(lane.running).toBe(model.running.size)
+                expect(lane.waiting).toBe(model.owned - model.running.size)
+                expect(lane.keys).toBe(new Set([...model.running.keys(), ...model.fifo.keys()]).size)
               }
-              await flush()
-              // the tasks that run are exactly the model's
-              expect(running).toEqual(new Set(model.running.values()))
-              const lane = q.snapshot().find((l) => l.lane === "work")!
-              expect(lane.running).toBe(model.running.size)
-              expect(lane.waiting).toBe(model.owned - model.running.size)
-              expect(lane.keys).toBe(new Set([...model.running.keys(), ...model.fifo.keys()]).size)
+            } finally {
+              await q.drain({ timeoutMs: 0 })
             }
-          } finally {
-            await q.drain({ timeoutMs: 0 })
           }
-        }
-      ),
-      { numRuns: 150 }
-    )
-  }, 60_000)
+        ),
+        { numRuns: 150 }
+      )
+    },
+    60_000
+  )
 })

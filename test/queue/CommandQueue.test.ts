@@ -19,7 +19,11 @@ describe("CommandQueue construction", () => {
   it.effect("lanes given are merged over the defaults and more lanes are allowed by name", () =>
     Effect.gen(function*() {
       const queue = yield* makeQueue({
-        lanes: { main: { concurrent: 2, queued: 5 }, heartbeat: { concurrent: 1, queued: 1 }, tools: { concurrent: 3, queued: 9 } }
+        lanes: {
+          main: { concurrent: 2, queued: 5 },
+          heartbeat: { concurrent: 1, queued: 1 },
+          tools: { concurrent: 3, queued: 9 }
+        }
       })
       const lanes = yield* queue.snapshot
       expect(lanes.map((l) => [l.lane, l.concurrent, l.queued, l.participation])).toEqual([
@@ -36,12 +40,30 @@ describe("CommandQueue construction", () => {
     ["lanes.cron.queued", { lanes: { cron: { concurrent: 1, queued: 10_001 } } }, "from 0 through 10000, got `10001`"],
     ["lanes.heartbeat.queued", { lanes: { heartbeat: { concurrent: 1, queued: -1 } } }, "got `-1`"],
     ["lanes.tools.concurrent", { lanes: { tools: { queued: 1 } } }, "got `undefined`"],
-    ["lanes.main.turnTimeoutMs", { lanes: { main: { concurrent: 1, queued: 1, turnTimeoutMs: 0 } } }, "finite number greater than 0"],
-    ["lanes.main.queueTimeoutMs", { lanes: { main: { concurrent: 1, queued: 1, queueTimeoutMs: Infinity } } }, "got `Infinity`"],
+    [
+      "lanes.main.turnTimeoutMs",
+      { lanes: { main: { concurrent: 1, queued: 1, turnTimeoutMs: 0 } } },
+      "finite number greater than 0"
+    ],
+    [
+      "lanes.main.queueTimeoutMs",
+      { lanes: { main: { concurrent: 1, queued: 1, queueTimeoutMs: Infinity } } },
+      "got `Infinity`"
+    ],
     ["lanes.main.warnAfterMs", { lanes: { main: { concurrent: 1, queued: 1, warnAfterMs: -5 } } }, "got `-5`"],
-    ["lanes.main.finalizationTimeoutMs", { lanes: { main: { concurrent: 1, queued: 1, finalizationTimeoutMs: Number.NaN } } }, "got `NaN`"],
-    ["lanes.main.participation", { lanes: { main: { concurrent: 1, queued: 1, participation: "urgent" as never } } }, "got `\"urgent\"`"],
-    ["drainTimeoutMs", { drainTimeoutMs: 0 }, "Expected `drainTimeoutMs` to be a finite number greater than 0, got `0`"],
+    ["lanes.main.finalizationTimeoutMs", {
+      lanes: { main: { concurrent: 1, queued: 1, finalizationTimeoutMs: Number.NaN } }
+    }, "got `NaN`"],
+    [
+      "lanes.main.participation",
+      { lanes: { main: { concurrent: 1, queued: 1, participation: "urgent" as never } } },
+      "got `\"urgent\"`"
+    ],
+    [
+      "drainTimeoutMs",
+      { drainTimeoutMs: 0 },
+      "Expected `drainTimeoutMs` to be a finite number greater than 0, got `0`"
+    ],
     ["auditTimeoutMs", { auditTimeoutMs: -1 }, "got `-1`"],
     ["onTaskExit", { onTaskExit: 42 as never }, "a function"]
   ]
@@ -62,9 +84,16 @@ describe("CommandQueue dispatch", () => {
       class Greeting extends Context.Service<Greeting, string>()("Greeting") {}
       const queue = yield* makeQueue()
       const { task, release } = yield* gated("unused")
-      const future = yield* queue.dispatch("main", "k", Effect.andThen(task, Effect.gen(function*() {
-        return yield* Greeting
-      }))).pipe(
+      const future = yield* queue.dispatch(
+        "main",
+        "k",
+        Effect.andThen(
+          task,
+          Effect.gen(function*() {
+            return yield* Greeting
+          })
+        )
+      ).pipe(
         Effect.provideService(Greeting, "hello")
       )
       expect(future.admission).toBe("started")
@@ -249,7 +278,9 @@ describe("CommandQueue dispatch", () => {
       const first = yield* gated("1")
       yield* queue.dispatch("heartbeat", "tick", first.task)
       const waiting = yield* queue.dispatch("heartbeat", "tick", Effect.succeed(2))
-      expect(yield* Effect.flip(queue.dispatch("heartbeat", "tick", Effect.succeed(3)))).toMatchObject({ reason: "full" })
+      expect(yield* Effect.flip(queue.dispatch("heartbeat", "tick", Effect.succeed(3)))).toMatchObject({
+        reason: "full"
+      })
       const joined = yield* queue.dispatch("heartbeat", "tick", Effect.succeed(3), { coalesce: true })
       expect(joined.admission).toBe("coalesced")
       yield* first.release

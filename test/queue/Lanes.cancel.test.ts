@@ -403,7 +403,10 @@ describe("Lanes: onExit", () => {
       yield* idle(lanes)
       yield* lanes.close
       expect(probe.exits.map((e) => `${e.key}:${e._tag}`).sort()).toEqual([
-        "a:ActivationSucceeded", "a:ActivationSucceeded", "b:ActivationInterrupted", "c:ActivationInterrupted"
+        "a:ActivationSucceeded",
+        "a:ActivationSucceeded",
+        "b:ActivationInterrupted",
+        "c:ActivationInterrupted"
       ])
     }))
 })
@@ -457,7 +460,9 @@ describe("Lanes: races", () => {
   it.effect("cancel from inside the key's own activation reports its dropped follow-up too", () =>
     Effect.gen(function*() {
       const exits: Array<ActivationExit<string, never>> = []
-      const ref: { lanes?: { wake: (k: string) => Effect.Effect<unknown, unknown>; cancel: (k: string) => Effect.Effect<void> } } = {}
+      const ref: {
+        lanes?: { wake: (k: string) => Effect.Effect<unknown, unknown>; cancel: (k: string) => Effect.Effect<void> }
+      } = {}
       const done = yield* Deferred.make<void>()
       const lanes = yield* createLanes<string>({
         maxConcurrent: 1,
@@ -512,7 +517,11 @@ describe("Lanes: races", () => {
       const lanes = yield* createLanes<string>({
         maxConcurrent: 1,
         activate: () => Effect.void,
-        onExit: (exit) => Effect.andThen(Effect.sync(() => exits.push(`${exit.key}:${exit._tag}`)), exit.key === "a" ? ref.close! : Effect.void)
+        onExit: (exit) =>
+          Effect.andThen(
+            Effect.sync(() => exits.push(`${exit.key}:${exit._tag}`)),
+            exit.key === "a" ? ref.close! : Effect.void
+          )
       })
       ref.close = lanes.close
       yield* lanes.wake("a")

@@ -39,7 +39,7 @@ describe("Lanes: LanesConfigInvalid", () => {
     ["onExit", { onExit: null }, "got `null`"]
   ]
   for (const [field, patch, message] of cases) {
-    it.effect(`LanesConfigInvalid names \`${field}\` for ${JSON.stringify(patch) ?? String(patch)} (${message})`, () =>
+    it.effect(`LanesConfigInvalid names \`${field}\` for ${JSON.stringify(patch)} (${message})`, () =>
       Effect.gen(function*() {
         const error = yield* invalid({ maxConcurrent: 1, activate, ...patch })
         expect(error).toBeInstanceOf(LanesConfigInvalid)
@@ -51,11 +51,13 @@ describe("Lanes: LanesConfigInvalid", () => {
 
   it.effect("the bounds themselves are valid: maxConcurrent 1, maxQueued 0 and MAX_QUEUED, a tiny turnTimeoutMs", () =>
     Effect.gen(function*() {
-      for (const options of [
-        { maxConcurrent: 1, activate },
-        { maxConcurrent: 1, maxQueued: 0, activate },
-        { maxConcurrent: 1_000_000, maxQueued: MAX_QUEUED, turnTimeoutMs: 0.5, activate, onExit: () => {} }
-      ]) {
+      for (
+        const options of [
+          { maxConcurrent: 1, activate },
+          { maxConcurrent: 1, maxQueued: 0, activate },
+          { maxConcurrent: 1_000_000, maxQueued: MAX_QUEUED, turnTimeoutMs: 0.5, activate, onExit: () => {} }
+        ]
+      ) {
         const lanes = yield* createLanes(options)
         expect(yield* lanes.stats).toEqual({ running: 0, waiting: 0, keys: 0 })
       }

@@ -3,7 +3,8 @@
  * a gate per key until the test opens it, and lets a test wait for a condition over the events
  * (re-checked at every event: no polling, no sleeps).
  */
-import { Deferred, Effect, Scope } from "effect"
+import type { Scope } from "effect"
+import { Deferred, Effect } from "effect"
 import { type ActivationExit, createLanes, type LanesOptions } from "../../src/queue/index.js"
 
 export type Behaviour = "gate" | "succeed" | "fail" | "die" | "throw"
@@ -103,8 +104,7 @@ export const makeProbe = <K = string>() => {
       onExitHook = hook
     },
     started: (key: K, n = 1) => until(() => count(`start:${name(key)}`) >= n),
-    exited: (key: K, n = 1) =>
-      until(() => events.filter((e) => e.startsWith(`exit:${name(key)}:`)).length >= n)
+    exited: (key: K, n = 1) => until(() => events.filter((e) => e.startsWith(`exit:${name(key)}:`)).length >= n)
   }
 }
 
@@ -112,7 +112,11 @@ export const makeProbe = <K = string>() => {
  * Waits until the lanes hold no state: a condition re-checked once per scheduler turn (the lanes
  * move on from the fibers they forked), bounded so that a bug fails the test instead of hanging it.
  */
-export const idle = (lanes: { readonly stats: Effect.Effect<{ readonly running: number; readonly waiting: number; readonly keys: number }> }) =>
+export const idle = (
+  lanes: {
+    readonly stats: Effect.Effect<{ readonly running: number; readonly waiting: number; readonly keys: number }>
+  }
+) =>
   Effect.gen(function*() {
     for (let turn = 0; turn < 10_000; turn++) {
       const s = yield* lanes.stats
@@ -130,4 +134,3 @@ export const lanesWith = <K = string>(
     const lanes = yield* createLanes<K, string>({ ...options, activate: probe.activate, onExit: probe.onExit })
     return { probe, lanes }
   })
-

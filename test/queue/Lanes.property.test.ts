@@ -6,8 +6,8 @@
  * 1,000 runs by default (~0.5 s); `LANES_PROPERTY_RUNS=20000 npx vitest run test/queue/Lanes.property`
  * for a longer search (20,000 runs passed on 2026-11-30, ~7 s).
  */
-import fc from "fast-check"
 import { Deferred, Effect } from "effect"
+import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { type ActivationExit, createLanes } from "../../src/queue/index.js"
 
@@ -199,7 +199,9 @@ const run = (config: Config, commands: ReadonlyArray<Command>) =>
         const actual: Outcome = yield* lanes.wake(c.key).pipe(Effect.catch((e) => Effect.succeed(e._tag)))
         expect(actual, step).toBe(expected)
         if (actual === "started") {
-          expect(lastStart.get(c.key), `${step}: started, yet no activation started after the wake`).toBeGreaterThan(wakeSeq)
+          expect(lastStart.get(c.key), `${step}: started, yet no activation started after the wake`).toBeGreaterThan(
+            wakeSeq
+          )
         } else if (actual === "queued" || actual === "coalesced") {
           unserved.set(c.key, [...(unserved.get(c.key) ?? []), wakeSeq])
         }

@@ -5,8 +5,8 @@
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Fiber } from "effect"
 import { createLanes, LaneQueueFull, LanesClosed } from "../../src/queue/index.js"
-import { createLanesInternal } from "../../src/queue/lanes/scheduler.js"
 import { PENDING, RunInline } from "../../src/queue/lanes/entry.js"
+import { createLanesInternal } from "../../src/queue/lanes/scheduler.js"
 import { idle, lanesWith } from "./Lanes.probe.js"
 
 describe("Lanes: the wake table", () => {
@@ -293,7 +293,9 @@ describe("Lanes: end of an activation", () => {
       const { lanes, probe } = yield* lanesWith({ maxConcurrent: 1 })
       const gate = yield* Deferred.make<void>()
       probe.setOnExitHook((exit) =>
-        exit.key === "a" ? Effect.andThen(Effect.sync(() => probe.push("onExit-entered")), Deferred.await(gate)) : Effect.void
+        exit.key === "a"
+          ? Effect.andThen(Effect.sync(() => probe.push("onExit-entered")), Deferred.await(gate))
+          : Effect.void
       )
       yield* lanes.wake("a")
       yield* lanes.wake("b")
@@ -319,12 +321,12 @@ describe("Lanes: end of an activation", () => {
           Effect.gen(function*() {
             runs++
             events.push(`start:${key}:${runs}`)
-            if (runs === 1) events.push(`wake-in-activate:${yield* wakeOrDie(key)}`)
+            if (runs === 1) events.push(`wake-in-activate:${String(yield* wakeOrDie(key))}`)
           }),
         onExit: (exit) =>
           Effect.gen(function*() {
             events.push(`exit:${exit.key}:${runs}`)
-            if (runs === 2) events.push(`wake-in-onExit:${yield* wakeOrDie(exit.key)}`)
+            if (runs === 2) events.push(`wake-in-onExit:${String(yield* wakeOrDie(exit.key))}`)
             if (runs === 3) yield* Deferred.succeed(done, undefined)
           })
       })
@@ -333,9 +335,14 @@ describe("Lanes: end of an activation", () => {
       yield* Deferred.await(done)
       yield* idle(real)
       expect(events).toEqual([
-        "start:a:1", "wake-in-activate:queued", "exit:a:1",
-        "start:a:2", "exit:a:2", "wake-in-onExit:queued",
-        "start:a:3", "exit:a:3"
+        "start:a:1",
+        "wake-in-activate:queued",
+        "exit:a:1",
+        "start:a:2",
+        "exit:a:2",
+        "wake-in-onExit:queued",
+        "start:a:3",
+        "exit:a:3"
       ])
     }))
 })
@@ -358,10 +365,11 @@ describe("Lanes: activations start after the caller's synchronous code, never st
       const self: { wake: (k: string) => Effect.Effect<unknown, unknown> } = { wake: () => Effect.void }
       const lanes = yield* createLanes<string>({
         maxConcurrent: 2,
-        activate: (key) => Effect.suspend(() => {
-          runs++
-          return Effect.ignore(self.wake(key))
-        })
+        activate: (key) =>
+          Effect.suspend(() => {
+            runs++
+            return Effect.ignore(self.wake(key))
+          })
       })
       self.wake = lanes.wake
       yield* lanes.wake("a")
@@ -389,10 +397,11 @@ describe("Lanes: long synchronous activations", () => {
       }
       const lanes = yield* createLanes<string>({
         maxConcurrent: 4,
-        activate: (key) => Effect.sync(() => {
-          busy(6)
-          events.push(`run:${key}`)
-        })
+        activate: (key) =>
+          Effect.sync(() => {
+            busy(6)
+            events.push(`run:${key}`)
+          })
       })
       for (const key of ["a", "b", "c", "d"]) yield* lanes.wake(key)
       setImmediate(() => events.push("macrotask"))
@@ -428,7 +437,9 @@ describe("Lanes (internal): inline work, as the command queue uses it", () => {
       const lanes = yield* inlineLanes(1, (key) => ({
         [RunInline]: () => {
           events.push(`run:${key}`)
-          return key === "a" ? Effect.andThen(Deferred.await(gate), Effect.sync(() => void events.push("a:rest"))) : Effect.void
+          return key === "a"
+            ? Effect.andThen(Deferred.await(gate), Effect.sync(() => void events.push("a:rest")))
+            : Effect.void
         }
       }))
       yield* lanes.wake("a")

@@ -44,7 +44,6 @@ export const make = async (options?: Parameters<typeof createCommandQueue>[0]) =
   return q
 }
 
-
 /** Drains (deadline 0) every queue made by `make`; call it in `afterEach`. */
 export const cleanUp = async () => {
   vi.useRealTimers()

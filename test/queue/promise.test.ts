@@ -1,5 +1,12 @@
 import { afterEach, describe, expect, it, vi } from "vitest"
-import { AdmissionError, createCommandQueue, FutureTimeout, LanesConfigInvalid, QueueFailure, RequestError } from "../../src/queue/index.js"
+import {
+  AdmissionError,
+  createCommandQueue,
+  FutureTimeout,
+  LanesConfigInvalid,
+  QueueFailure,
+  RequestError
+} from "../../src/queue/index.js"
 import { cleanUp, flush, gated, make } from "./promise.helpers.js"
 
 afterEach(cleanUp)
@@ -71,7 +78,9 @@ describe("AsyncCommandQueue dispatch", () => {
     const q = await make()
     expect(() => q.dispatch("nope", "k", () => 1)).toThrow(RequestError)
     expect(() => q.dispatch("main", "", () => 1)).toThrow("Expected `key` to be a non-empty string")
-    expect(() => q.dispatch("main", "k", () => 1, { turnTimeoutMs: 0 })).toThrow("Expected `turnTimeoutMs` to be a finite number greater than 0, got `0`")
+    expect(() => q.dispatch("main", "k", () => 1, { turnTimeoutMs: 0 })).toThrow(
+      "Expected `turnTimeoutMs` to be a finite number greater than 0, got `0`"
+    )
     expect(() => q.dispatch("main", "k", 42 as never)).toThrow("Expected `task` to be a function")
     expect(q.snapshot()[0]).toMatchObject({ running: 0, waiting: 0, keys: 0 })
   })
@@ -153,11 +162,14 @@ describe("AsyncFuture", () => {
   it("a task's own failure passes through unchanged: result rejects with what the task threw (a throw or a rejection)", async () => {
     const q = await make()
     const error = new Error("mine")
-    await expect(q.dispatch("main", "a", () => {
-      throw error
-    }).result).rejects.toBe(error)
+    await expect(
+      q.dispatch("main", "a", () => {
+        throw error
+      }).result
+    ).rejects.toBe(error)
     await expect(q.dispatch("main", "b", () => Promise.reject(error)).result).rejects.toBe(error)
     const f = q.dispatch("main", "c", async () => {
+      // eslint-disable-next-line @typescript-eslint/only-throw-error -- a task that throws a non-Error is what this checks
       throw "a string"
     })
     await expect(f.result).rejects.toBe("a string")

@@ -62,7 +62,7 @@ export const tempDir = (prefix = "switchyard-chat-"): string => fs.mkdtempSync(p
 export const removeDir = (dir: string): void => fs.rmSync(dir, { recursive: true, force: true })
 
 /** A fresh temp folder per call, each removed after the test that made it (registers an `afterEach`). */
-export const useTempDirs = (): (() => string) => {
+export const useTempDirs = (): () => string => {
   const dirs: Array<string> = []
   afterEach(() => {
     for (const dir of dirs.splice(0)) removeDir(dir)
@@ -160,14 +160,26 @@ export const startChatbot = (
         }
         if (exit !== undefined) {
           done()
-          reject(new Error(`chatbot exited (${JSON.stringify(exit)}) before ${what}\nstdout:\n${stdout.join("\n")}\nstderr:\n${stderr.join("\n")}`))
+          reject(
+            new Error(
+              `chatbot exited (${JSON.stringify(exit)}) before ${what}\nstdout:\n${stdout.join("\n")}\nstderr:\n${
+                stderr.join("\n")
+              }`
+            )
+          )
           return true
         }
         return false
       }
       const timer = setTimeout(() => {
         done()
-        reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}\nstdout:\n${stdout.join("\n")}\nstderr:\n${stderr.join("\n")}`))
+        reject(
+          new Error(
+            `timed out after ${timeoutMs} ms waiting for ${what}\nstdout:\n${stdout.join("\n")}\nstderr:\n${
+              stderr.join("\n")
+            }`
+          )
+        )
       }, timeoutMs)
       const listener = () => void attempt()
       const done = () => {
@@ -186,10 +198,14 @@ export const startChatbot = (
     write: (text) => void child.stdin.write(text),
     end: (text) => void (text === undefined ? child.stdin.end() : child.stdin.end(text)),
     waitForEvent: (match, what = "an event", options) =>
-      waitFor(() => {
-        for (let i = options?.from ?? 0; i < events.length; i++) if (match(events[i]!)) return events[i]
-        return undefined
-      }, what, options?.timeoutMs ?? DEFAULT_WAIT_MS),
+      waitFor(
+        () => {
+          for (let i = options?.from ?? 0; i < events.length; i++) if (match(events[i]!)) return events[i]
+          return undefined
+        },
+        what,
+        options?.timeoutMs ?? DEFAULT_WAIT_MS
+      ),
     waitForStderr: (pattern, timeoutMs = DEFAULT_WAIT_MS) =>
       waitFor(() => stderr.find((line) => pattern.test(line)), `stderr matching ${pattern}`, timeoutMs),
     waitForStdout: (pattern, timeoutMs = DEFAULT_WAIT_MS) =>
@@ -199,7 +215,13 @@ export const startChatbot = (
       new Promise<ChildExit>((resolve, reject) => {
         const timer = setTimeout(() => {
           child.kill("SIGKILL")
-          reject(new Error(`chatbot did not exit within ${timeoutMs} ms\nstdout:\n${stdout.join("\n")}\nstderr:\n${stderr.join("\n")}`))
+          reject(
+            new Error(
+              `chatbot did not exit within ${timeoutMs} ms\nstdout:\n${stdout.join("\n")}\nstderr:\n${
+                stderr.join("\n")
+              }`
+            )
+          )
         }, timeoutMs)
         void exited.then((value) => {
           clearTimeout(timer)

@@ -19,10 +19,10 @@
  * ```
  * or in Effect code: `const fake = yield* FakeAnthropic.scoped()` (closed with the Scope).
  */
-import * as http from "node:http"
-import type { AddressInfo } from "node:net"
 import { Effect } from "effect"
 import type { Scope } from "effect"
+import * as http from "node:http"
+import type { AddressInfo } from "node:net"
 
 /** What the fake answers to one request. */
 export type FakeResponse =
@@ -113,7 +113,10 @@ export interface FakeAnthropic {
 // ---- response constructors -------------------------------------------------------------------
 
 /** A successful reply with `text`. */
-export const text = (value: string, options: Omit<Extract<FakeResponse, { type: "text" }>, "type" | "text"> = {}): FakeResponse => ({
+export const text = (
+  value: string,
+  options: Omit<Extract<FakeResponse, { type: "text" }>, "type" | "text"> = {}
+): FakeResponse => ({
   type: "text",
   text: value,
   ...options
@@ -149,7 +152,12 @@ const defaultErrorType = (status: number): string => {
  */
 export const error = (
   status: number,
-  options: { readonly errorType?: string; readonly message?: string; readonly headers?: Readonly<Record<string, string>>; readonly delayMs?: number } = {}
+  options: {
+    readonly errorType?: string
+    readonly message?: string
+    readonly headers?: Readonly<Record<string, string>>
+    readonly delayMs?: number
+  } = {}
 ): FakeResponse => ({
   type: "error",
   status,
@@ -161,7 +169,10 @@ export const error = (
 
 /** A 429 with `retry-after` (seconds) as the API sends it. */
 export const rateLimited = (retryAfterSeconds = 1): FakeResponse =>
-  error(429, { message: "Number of request tokens has exceeded your rate limit.", headers: { "retry-after": String(retryAfterSeconds) } })
+  error(429, {
+    message: "Number of request tokens has exceeded your rate limit.",
+    headers: { "retry-after": String(retryAfterSeconds) }
+  })
 
 /** A 529 `overloaded_error`, retried quickly by the SDK (`retry-after-ms: 1`). */
 export const overloaded = (): FakeResponse => error(529, { message: "Overloaded" })
@@ -171,8 +182,14 @@ export const hang = (textBefore?: string): FakeResponse =>
   textBefore === undefined ? { type: "hang" } : { type: "hang", textBefore }
 
 /** A streamed answer that fails part way with an SSE `error` event. */
-export const streamError = (errorType = "overloaded_error", message = "Overloaded", textBefore?: string): FakeResponse =>
-  textBefore === undefined ? { type: "stream-error", errorType, message } : { type: "stream-error", errorType, message, textBefore }
+export const streamError = (
+  errorType = "overloaded_error",
+  message = "Overloaded",
+  textBefore?: string
+): FakeResponse =>
+  textBefore === undefined
+    ? { type: "stream-error", errorType, message }
+    : { type: "stream-error", errorType, message, textBefore }
 
 /** A streamed reply cut after `textBefore`, before `message_stop` (socket destroyed when `destroy`). */
 export const cut = (textBefore: string, destroy = false): FakeResponse => ({ type: "cut", textBefore, destroy })
@@ -231,7 +248,11 @@ const messageShell = (model: string, content: Array<unknown>, stopReason: string
 const writeStreamHead = (res: http.ServerResponse, model: string) => {
   res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", "request-id": "req_fake" })
   sse(res, "message_start", { type: "message_start", message: messageShell(model, [], null, 1) })
-  sse(res, "content_block_start", { type: "content_block_start", index: 0, content_block: { type: "text", text: "", citations: null } })
+  sse(res, "content_block_start", {
+    type: "content_block_start",
+    index: 0,
+    content_block: { type: "text", text: "", citations: null }
+  })
   sse(res, "ping", { type: "ping" })
 }
 
@@ -254,8 +275,18 @@ const answer = async (res: http.ServerResponse, request: RecordedRequest, isOpen
     case "error": {
       if (response.delayMs) await sleep(response.delayMs)
       if (!isOpen()) return
-      res.writeHead(response.status, { "content-type": "application/json", "request-id": "req_fake", ...response.headers })
-      res.end(JSON.stringify({ type: "error", error: { type: response.errorType, message: response.message }, request_id: "req_fake" }))
+      res.writeHead(response.status, {
+        "content-type": "application/json",
+        "request-id": "req_fake",
+        ...response.headers
+      })
+      res.end(
+        JSON.stringify({
+          type: "error",
+          error: { type: response.errorType, message: response.message },
+          request_id: "req_fake"
+        })
+      )
       return
     }
     case "cut": {
@@ -267,9 +298,18 @@ const answer = async (res: http.ServerResponse, request: RecordedRequest, isOpen
         return
       }
       // Destroy only once the head and the text are flushed, so the client is mid-stream.
-      res.write(`event: content_block_delta\ndata: ${JSON.stringify({ type: "content_block_delta", index: 0, delta: { type: "text_delta", text: response.textBefore } })}\n\n`, () => {
-        res.socket?.destroy()
-      })
+      res.write(
+        `event: content_block_delta\ndata: ${
+          JSON.stringify({
+            type: "content_block_delta",
+            index: 0,
+            delta: { type: "text_delta", text: response.textBefore }
+          })
+        }\n\n`,
+        () => {
+          res.socket?.destroy()
+        }
+      )
       return
     }
     case "stream-error": {
@@ -286,7 +326,11 @@ const answer = async (res: http.ServerResponse, request: RecordedRequest, isOpen
       const chunks = response.chunks ?? wordsOf(response.text)
       if (!stream) {
         res.writeHead(200, { "content-type": "application/json", "request-id": "req_fake" })
-        res.end(JSON.stringify(messageShell(model, [{ type: "text", text: response.text, citations: null }], stopReason, chunks.length)))
+        res.end(
+          JSON.stringify(
+            messageShell(model, [{ type: "text", text: response.text, citations: null }], stopReason, chunks.length)
+          )
+        )
         return
       }
       writeStreamHead(res, model)
@@ -299,7 +343,13 @@ const answer = async (res: http.ServerResponse, request: RecordedRequest, isOpen
       sse(res, "message_delta", {
         type: "message_delta",
         delta: { stop_reason: stopReason, stop_sequence: null, container: null, stop_details: null },
-        usage: { output_tokens: chunks.length, input_tokens: null, cache_creation_input_tokens: null, cache_read_input_tokens: null, server_tool_use: null }
+        usage: {
+          output_tokens: chunks.length,
+          input_tokens: null,
+          cache_creation_input_tokens: null,
+          cache_read_input_tokens: null,
+          server_tool_use: null
+        }
       })
       sse(res, "message_stop", { type: "message_stop" })
       res.end()
@@ -345,7 +395,12 @@ export const start = (options: FakeAnthropicOptions = {}): Promise<FakeAnthropic
       const path = (req.url ?? "/").split("?")[0]!
       if (req.method !== "POST" || path !== "/v1/messages") {
         res.writeHead(404, { "content-type": "application/json" })
-        res.end(JSON.stringify({ type: "error", error: { type: "not_found_error", message: `fake: no route ${req.method} ${path}` } }))
+        res.end(
+          JSON.stringify({
+            type: "error",
+            error: { type: "not_found_error", message: `fake: no route ${req.method} ${path}` }
+          })
+        )
         return
       }
       const recorded: RecordedRequest = {

@@ -40,7 +40,11 @@ export interface FakeTelegram {
   /** The next sendMessage call (after `skip` more) is read and never answered (resolves when it arrived). */
   readonly holdNext: (skip?: number) => Promise<SentMessage>
   /** Resolves once `sent` satisfies `check`. */
-  readonly until: <A>(check: (sent: Array<SentMessage>) => A | undefined, what: string, timeoutMs?: number) => Promise<A>
+  readonly until: <A>(
+    check: (sent: Array<SentMessage>) => A | undefined,
+    what: string,
+    timeoutMs?: number
+  ) => Promise<A>
   /** Resolves once every update pushed so far was confirmed (a getUpdates with a higher offset). */
   readonly confirmed: (timeoutMs?: number) => Promise<void>
   readonly close: () => Promise<void>
@@ -85,7 +89,11 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
         if (pollFailures > 0) {
           pollFailures--
           return pollFailStatus === 409
-            ? fail(res, 409, "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running")
+            ? fail(
+              res,
+              409,
+              "Conflict: terminated by other getUpdates request; make sure that only one bot instance is running"
+            )
             : fail(res, pollFailStatus, "Bad Gateway")
         }
         if (offset !== undefined) {
@@ -97,7 +105,12 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
         const reply = () => {
           pollers.delete(reply)
           clearTimeout(timer)
-          if (!res.writableEnded && !res.destroyed) ok(res, queue.filter((u) => offset === undefined || u.update_id >= offset))
+          if (!res.writableEnded && !res.destroyed) {
+            ok(
+              res,
+              queue.filter((u) => offset === undefined || u.update_id >= offset)
+            )
+          }
         }
         if (queue.length > 0) return reply()
         timer = setTimeout(reply, (typeof params.timeout === "number" ? params.timeout : 0) * 1000)
@@ -151,7 +164,13 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
       }
       const timer = setTimeout(() => {
         watchers.delete(attempt)
-        reject(new Error(`fake Telegram: timed out waiting for ${what}; sent: ${JSON.stringify(sent.map((m) => [m.chat, m.text.slice(0, 40)]))}`))
+        reject(
+          new Error(
+            `fake Telegram: timed out waiting for ${what}; sent: ${
+              JSON.stringify(sent.map((m) => [m.chat, m.text.slice(0, 40)]))
+            }`
+          )
+        )
       }, timeoutMs)
       watchers.add(attempt)
       attempt()
@@ -163,7 +182,8 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
     attempts,
     polls,
     pushUpdate: push,
-    pushText: (chat, text) => push({ message: { message_id: nextId, date: 0, chat: { id: chat, type: "private" }, text } }),
+    pushText: (chat, text) =>
+      push({ message: { message_id: nextId, date: 0, chat: { id: chat, type: "private" }, text } }),
     storm: (count, retryAfter) => {
       stormLeft = count
       stormRetryAfter = retryAfter
@@ -184,7 +204,9 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
       }),
     until: (check, what, timeoutMs = 20_000) => wait(() => check(sent), what, timeoutMs),
     confirmed: (timeoutMs = 20_000) =>
-      wait(() => (confirmedBelow >= nextId ? true : undefined), "every update confirmed", timeoutMs).then(() => undefined),
+      wait(() => (confirmedBelow >= nextId ? true : undefined), "every update confirmed", timeoutMs).then(() =>
+        undefined
+      ),
     close: () => {
       for (const p of [...pollers]) p()
       return server.close()

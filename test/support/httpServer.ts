@@ -56,7 +56,9 @@ export const startServer = async (handle: Handle): Promise<TestServer> => {
     url: `http://127.0.0.1:${port}`,
     requests,
     arrived: (count) =>
-      requests.length >= count ? Promise.resolve() : new Promise<void>((resolve) => void waiters.push({ count, resolve })),
+      requests.length >= count
+        ? Promise.resolve()
+        : new Promise<void>((resolve) => void waiters.push({ count, resolve })),
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections()
@@ -66,7 +68,12 @@ export const startServer = async (handle: Handle): Promise<TestServer> => {
 }
 
 /** Answers with `status`, optional headers and a JSON body. */
-export const answer = (res: http.ServerResponse, status: number, body: unknown = {}, headers: Record<string, string> = {}): void => {
+export const answer = (
+  res: http.ServerResponse,
+  status: number,
+  body: unknown = {},
+  headers: Record<string, string> = {}
+): void => {
   res.writeHead(status, { "content-type": "application/json", ...headers })
   res.end(JSON.stringify(body))
 }

@@ -66,7 +66,16 @@ export const startTerminal = async (
   const tmux = (...argv: ReadonlyArray<string>) => run("tmux", ["-S", socket, ...argv], { env, encoding: "utf8" })
   const exitFile = path.join(dir, "exit.json")
   const recorder = path.join(ROOT, "test", "support", "recordExit.mjs")
-  const command = [process.execPath, recorder, exitFile, process.execPath, "--import", "tsx", "examples/chatbot/main.ts", ...args]
+  const command = [
+    process.execPath,
+    recorder,
+    exitFile,
+    process.execPath,
+    "--import",
+    "tsx",
+    "examples/chatbot/main.ts",
+    ...args
+  ]
     .map(quote)
     .join(" ")
   await tmux(
@@ -88,7 +97,9 @@ export const startTerminal = async (
   const screen = async () => {
     const { stdout } = await tmux("capture-pane", "-p", "-t", "chat")
     // tmux's own last line under a dead pane ("Pane is dead (status 0, <date>)") is not the program's.
-    return stdout.split("\n").map((line) => line.trimEnd()).filter((line) => !line.startsWith("Pane is dead (")).join("\n").trimEnd()
+    return stdout.split("\n").map((line) => line.trimEnd()).filter((line) => !line.startsWith("Pane is dead (")).join(
+      "\n"
+    ).trimEnd()
   }
 
   const poll = async <A>(check: () => Promise<A | undefined>, what: string, timeoutMs: number): Promise<A> => {
@@ -97,7 +108,9 @@ export const startTerminal = async (
       const value = await check()
       if (value !== undefined) return value
       if (Date.now() > deadline) {
-        throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; the screen:\n${await screen().catch(String)}`)
+        throw new Error(
+          `timed out after ${timeoutMs} ms waiting for ${what}; the screen:\n${await screen().catch(String)}`
+        )
       }
       await new Promise((resolve) => setTimeout(resolve, 40))
     }
@@ -108,16 +121,27 @@ export const startTerminal = async (
     keys: async (...keys) => void (await tmux("send-keys", "-t", "chat", ...keys)),
     screen,
     waitFor: (check, what, timeoutMs = DEFAULT_WAIT_MS) =>
-      poll(async () => {
-        const now = await screen()
-        return check(now) ? now : undefined
-      }, what, timeoutMs),
+      poll(
+        async () => {
+          const now = await screen()
+          return check(now) ? now : undefined
+        },
+        what,
+        timeoutMs
+      ),
     waitForExit: (timeoutMs = DEFAULT_WAIT_MS) =>
-      poll(async () => {
-        if (!fs.existsSync(exitFile)) return undefined
-        const { code, signal } = JSON.parse(fs.readFileSync(exitFile, "utf8")) as { code: number | null; signal: string | null }
-        return { code: code ?? undefined, signal: signal ?? undefined }
-      }, "the program to exit", timeoutMs),
+      poll(
+        async () => {
+          if (!fs.existsSync(exitFile)) return undefined
+          const { code, signal } = JSON.parse(fs.readFileSync(exitFile, "utf8")) as {
+            code: number | null
+            signal: string | null
+          }
+          return { code: code ?? undefined, signal: signal ?? undefined }
+        },
+        "the program to exit",
+        timeoutMs
+      ),
     close: async () => {
       await tmux("kill-server").catch(() => undefined)
       fs.rmSync(dir, { recursive: true, force: true })

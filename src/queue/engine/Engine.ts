@@ -67,16 +67,19 @@ const dispatch = (
 
 const api = (engine: EngineState): CommandQueue => ({
   dispatch: (lane, key, task, options) =>
-    Effect.withFiber((fiber) => dispatch(engine, lane, key, task, options as TaskOptions | undefined, fiber.context)) as any,
+    Effect.withFiber((fiber) => dispatch(engine, lane, key, task, options as TaskOptions | undefined, fiber.context)),
   restartLane: (lane) => restartLane(engine, lane),
-  restartAll: Effect.asVoid(Effect.forEach(engine.all, (lane) => restartLane(engine, lane.name), {
-    concurrency: "unbounded",
-    discard: true
-  }).pipe(Effect.orDie)),
-  generation: (lane) => Effect.suspend(() => {
-    const l = engine.byName.get(lane)
-    return l === undefined ? Effect.fail(unknownLane(engine, lane, "")) : Effect.succeed(l.generation)
-  }),
+  restartAll: Effect.asVoid(
+    Effect.forEach(engine.all, (lane) => restartLane(engine, lane.name), {
+      concurrency: "unbounded",
+      discard: true
+    }).pipe(Effect.orDie)
+  ),
+  generation: (lane) =>
+    Effect.suspend(() => {
+      const l = engine.byName.get(lane)
+      return l === undefined ? Effect.fail(unknownLane(engine, lane, "")) : Effect.succeed(l.generation)
+    }),
   cancel: (lane, key) => cancelKey(engine, lane, key),
   drain: (options) => drain(engine, options),
   snapshot: Effect.sync(() => snapshotUnsafe(engine))

@@ -45,7 +45,9 @@ export function awaitTaskTimeout(task: Task, timeout: Duration.Input): Effect.Ef
 
 /** Waits until the task settled, whatever its outcome. */
 export function awaitEnd(task: Task): Effect.Effect<void> {
-  return Effect.suspend(() => (task.state === ENDED ? Effect.void : Effect.asVoid(Effect.exit(Deferred.await(deferredOf(task))))))
+  return Effect.suspend(
+    () => (task.state === ENDED ? Effect.void : Effect.asVoid(Effect.exit(Deferred.await(deferredOf(task)))))
+  )
 }
 
 /** Waits until every one of `tasks` settled. */
@@ -128,7 +130,10 @@ export function restartLane(engine: EngineState, laneName: string): Effect.Effec
 }
 
 /** Closes admission now; the first call starts the drain, every call waits for its report. */
-export function drain(engine: EngineState, options: { readonly timeoutMs?: number } | undefined): Effect.Effect<DrainReport> {
+export function drain(
+  engine: EngineState,
+  options: { readonly timeoutMs?: number } | undefined
+): Effect.Effect<DrainReport> {
   return Effect.suspend(() => {
     if (engine.drained === undefined) {
       const timeoutMs = options?.timeoutMs ?? engine.options.drainTimeoutMs
@@ -166,11 +171,14 @@ export function runDrain(engine: EngineState, timeoutMs: number): Effect.Effect<
     engine.closing = true
     for (const lane of engine.all) yield* lane.lanes.close
     for (const lane of engine.all) lane.metrics.unregister()
-    Deferred.doneUnsafe(engine.drained!, Exit.succeed({
-      completed: engine.drainCompleted,
-      canceled: engine.drainCanceled,
-      timedOut
-    }))
+    Deferred.doneUnsafe(
+      engine.drained!,
+      Exit.succeed({
+        completed: engine.drainCompleted,
+        canceled: engine.drainCanceled,
+        timedOut
+      })
+    )
   })
 }
 

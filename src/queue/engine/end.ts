@@ -15,7 +15,9 @@ export const VOID: Effect.Effect<void> = Effect.void
 
 /** A finalizer's own failure joins the task's Cause as a defect: it never adds a typed error. */
 const asDefects = (cause: Cause.Cause<unknown>): Cause.Cause<never> =>
-  Cause.fromReasons(cause.reasons.map((r) => (Cause.isFailReason(r) ? Cause.makeDieReason(r.error) : r))) as Cause.Cause<never>
+  Cause.fromReasons(
+    cause.reasons.map((r) => (Cause.isFailReason(r) ? Cause.makeDieReason(r.error) : r))
+  ) as Cause.Cause<never>
 
 const callListener = (listener: Listener, exit: Exit.Exit<unknown, unknown>): void => {
   try {
@@ -124,7 +126,7 @@ export function settle(engine: EngineState, task: Task, exit: Exit.Exit<any, any
   const listeners = task.listeners
   if (listeners !== undefined) {
     task.listeners = undefined
-    if (Array.isArray(listeners)) for (const l of listeners) callListener(l, exit)
+    if (Array.isArray(listeners)) { for (const l of listeners) callListener(l, exit) }
     else callListener(listeners, exit)
   }
   engine.live--
@@ -144,7 +146,13 @@ export function warn(task: Task, message: string, cause?: Cause.Cause<unknown>):
 }
 
 /** A run ended with `exit`: the task's end, then (still inside the activation) its key's follow-up. */
-export function finish(engine: EngineState, lane: LaneState, key: string, task: Task, exit: Exit.Exit<any, any>): Effect.Effect<void> {
+export function finish(
+  engine: EngineState,
+  lane: LaneState,
+  key: string,
+  task: Task,
+  exit: Exit.Exit<any, any>
+): Effect.Effect<void> {
   task.state = FINISHING
   const timer = task.timer
   if (timer !== undefined) {

@@ -9,12 +9,14 @@ import { expected } from "../show.js"
 import type { TaskReport } from "../types.js"
 
 /** The lanes every queue has, merged under the caller's `lanes`. */
-export const DEFAULT_LANES: Readonly<Record<string, {
-  readonly concurrent: number
-  readonly queued: number
-  readonly participation: Participation
-  readonly warnAfterMs?: number
-}>> = {
+export const DEFAULT_LANES: Readonly<
+  Record<string, {
+    readonly concurrent: number
+    readonly queued: number
+    readonly participation: Participation
+    readonly warnAfterMs?: number
+  }>
+> = {
   main: { concurrent: 4, queued: 64, participation: "blocking", warnAfterMs: 2_000 },
   heartbeat: { concurrent: 1, queued: 8, participation: "background" },
   cron: { concurrent: 2, queued: 32, participation: "background" }
@@ -65,7 +67,9 @@ const resolveLane = (name: string, given: unknown): ResolvedLimits | LanesConfig
   }
   const g = given as Record<string, unknown>
   const d = DEFAULT_LANES[name]
-  const pick = (field: string): unknown => (g[field] !== undefined ? g[field] : (d as Record<string, unknown> | undefined)?.[field])
+  const pick = (
+    field: string
+  ): unknown => (g[field] !== undefined ? g[field] : (d as Record<string, unknown> | undefined)?.[field])
   const concurrent = pick("concurrent")
   if (!isInt(concurrent) || concurrent < 1) {
     return fail(`${path}.concurrent`, expected(`${path}.concurrent`, "an integer from 1 and up", concurrent))

@@ -62,7 +62,7 @@ const EMPTY_FUNCTION = /^(?:async\s*)?function\s*\*?\s*[\w$]*\s*\(\s*\)/
  * list whose source never says `arguments`. Anything else (bound and native functions, methods,
  * odd spacing) gets a signal.
  */
-export const mayReadSignal = (fn: Function): boolean => {
+export const mayReadSignal = (fn: (...args: ReadonlyArray<never>) => unknown): boolean => {
   if (fn.length > 0) return true
   const src = Function.prototype.toString.call(fn)
   const c0 = src.charCodeAt(0)
@@ -193,10 +193,18 @@ export function stop(engine: EngineState, task: Task, reason: QueueFailureReason
  * body, then its end. `VOID` when all of it ended synchronously. `inline`: run as the
  * activation's inline work (no fiber; see `runBody`).
  */
-export function runTask(engine: EngineState, lane: LaneState, key: string, task: Task, inline: boolean): Effect.Effect<void> {
+export function runTask(
+  engine: EngineState,
+  lane: LaneState,
+  key: string,
+  task: Task,
+  inline: boolean
+): Effect.Effect<void> {
   const waited = task.startedAt - task.admittedAt
   const warnAfter = lane.limits.warnAfterMs
-  if (warnAfter === undefined || waited <= warnAfter || task.stopped !== undefined) return runBody(engine, lane, key, task, inline)
+  if (warnAfter === undefined || waited <= warnAfter || task.stopped !== undefined) {
+    return runBody(engine, lane, key, task, inline)
+  }
   return Effect.andThen(
     Effect.logWarning(
       `switchyard: task ${task.runId} waited ${waited} ms to start in lane \`${lane.name}\` (warnAfterMs ${warnAfter})`
@@ -214,7 +222,9 @@ function runBody(engine: EngineState, lane: LaneState, key: string, task: Task, 
   // Stopped (cancel, restart, drain) between its slot and its first step: the body never runs.
   if (task.stopped !== undefined) return finish(engine, lane, key, task, Exit.fail(task.stopped))
   const turnMs = task.options?.turnTimeoutMs ?? lane.limits.turnTimeoutMs
-  const body = task.kind === EFFECT_BODY ? startEffect(engine, task, turnMs, inline) : startPromise(engine, task, turnMs, inline)
+  const body = task.kind === EFFECT_BODY
+    ? startEffect(engine, task, turnMs, inline)
+    : startPromise(engine, task, turnMs, inline)
   if (body === PENDING) return PENDING
   // A body that ended synchronously is finished without another step.
   return Exit.isExit(body)
@@ -240,5 +250,7 @@ export function resumeInline(engine: EngineState, task: Task, exit: Exit.Exit<an
     lane.lanes.endInline(key)
     return
   }
-  engine.fork(Effect.uninterruptible(Effect.ensuring(Effect.ignoreCause(rest), Effect.sync(() => lane.lanes.endInline(key)))))
+  engine.fork(
+    Effect.uninterruptible(Effect.ensuring(Effect.ignoreCause(rest), Effect.sync(() => lane.lanes.endInline(key))))
+  )
 }

@@ -7,8 +7,8 @@
 import { Clock, Context, Effect } from "effect"
 import type { Deferred, Exit, Fiber } from "effect"
 import { QueueFailure, RequestError } from "../errors.js"
-import { Fifo } from "../fifo.js"
 import type { QueueFailureReason, QueueFailureStage } from "../errors.js"
+import { Fifo } from "../fifo.js"
 import { RunInline } from "../lanes/entry.js"
 import type { InlineWork, LanesInternal } from "../lanes/entry.js"
 import { show } from "../show.js"
@@ -42,7 +42,9 @@ export interface TaskOptions {
 }
 
 /** Called when the task settles (Promise API futures, abort-signal clean-up). */
-export type Listener = ((exit: Exit.Exit<unknown, unknown>) => void) | { readonly settled: (exit: Exit.Exit<unknown, unknown>) => void }
+export type Listener = ((exit: Exit.Exit<unknown, unknown>) => void) | {
+  readonly settled: (exit: Exit.Exit<unknown, unknown>) => void
+}
 
 /**
  * One admitted task. Linked into its key's FIFO while it waits. It is also the work of the lane
@@ -150,7 +152,13 @@ export class EngineState {
     readonly context: Context.Context<never>,
     readonly options: ResolvedOptions,
     /** The activation's work of a task (`runTask` in run.ts, given by the layer that wires the engine). */
-    readonly runTask: (engine: EngineState, lane: LaneState, key: string, task: Task, inline: boolean) => Effect.Effect<void>
+    readonly runTask: (
+      engine: EngineState,
+      lane: LaneState,
+      key: string,
+      task: Task,
+      inline: boolean
+    ) => Effect.Effect<void>
   ) {
     this.fork = Effect.runForkWith(context)
     this.clock = Context.get(context, Clock.Clock)

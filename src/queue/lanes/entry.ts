@@ -166,7 +166,9 @@ export const outcome = <K, E>(
 }
 
 /** A wake's result as an Effect: the three results and `LanesClosed` are constant Effects (no allocation). */
-export const wakeEffect = (r: WakeResult | LaneQueueFull | LanesClosed): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
+export const wakeEffect = (
+  r: WakeResult | LaneQueueFull | LanesClosed
+): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
   switch (r) {
     case "started":
       return STARTED

@@ -10,17 +10,16 @@
  */
 import { Context, Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import type { LaneQueueFull, LanesClosed, LanesConfigInvalid } from "../errors.js"
-import { show } from "../show.js"
 import { Fifo } from "../fifo.js"
+import { show } from "../show.js"
 import { validateLanesOptions } from "./config.js"
 import type { InlineWork, InternalOptions, LanesInternal } from "./entry.js"
-import type { ActivationExit, LanesOptions, WakeResult } from "./types.js"
 import {
+  callOnExitOf,
   CLOSED_ERROR,
+  dropped,
   Entry,
   INLINE,
-  callOnExitOf,
-  dropped,
   isInlineWork,
   outcome,
   PENDING,
@@ -33,6 +32,7 @@ import {
   STARTING,
   wakeEffect
 } from "./entry.js"
+import type { ActivationExit, LanesOptions, WakeResult } from "./types.js"
 
 /** `createLanes`, typed with its synchronous wake (for the command queue's engine). @internal */
 export const createLanesInternal = <K, E = never, R = never>(
@@ -119,7 +119,12 @@ const make = <K, E, R>(
       e.fiber = self as Fiber.Fiber<any>
       if (e.reason !== undefined && interruptibleWork) {
         // cut short before its fiber first ran: activate was called, its Effect never ran
-        const exit: ActivationExit<K, E> = { _tag: "ActivationInterrupted", key: e.key, reason: e.reason, started: true }
+        const exit: ActivationExit<K, E> = {
+          _tag: "ActivationInterrupted",
+          key: e.key,
+          reason: e.reason,
+          started: true
+        }
         return Effect.andThen(Scope.close(scope, Exit.void), Effect.suspend(() => end(e, exit)))
       }
       let timer: Fiber.Fiber<void> | undefined
@@ -420,7 +425,9 @@ const make = <K, E, R>(
     // From inside an activation the caller cannot wait for itself: it is interrupted last.
     const last = others.length === fibers.length ? Effect.void : Effect.sync(() => self.interruptUnsafe(self.id))
     const inlines = inlineEnds()
-    const waits = inlines.length === 0 ? Fiber.awaitAll(others) : Effect.andThen(Fiber.awaitAll(others), Effect.all(inlines, { discard: true }))
+    const waits = inlines.length === 0
+      ? Fiber.awaitAll(others)
+      : Effect.andThen(Fiber.awaitAll(others), Effect.all(inlines, { discard: true }))
     return Effect.andThen(reports, Effect.andThen(waits, last))
   })
 

@@ -3,10 +3,10 @@
  * `corrupt`, naming the damaged file (and offset), with nothing changed on disk; once the file is
  * put back, the log opens with everything it held.
  */
-import * as fs from "node:fs"
-import { join } from "node:path"
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
+import * as fs from "node:fs"
+import { join } from "node:path"
 import { DeliveryLog } from "../../../src/delivery/index.js"
 import type { DeliveryLog as Log } from "../../../src/delivery/types.js"
 import { failure, recordBoundaries, snapshotFiles, tempRoot } from "../fixtures/files.js"
@@ -18,7 +18,9 @@ const msg = (i: number) => ({ channel: "c", to: `r${i % 3}`, body: { i, pad: "p"
 const logs = (dir: string) => fs.readdirSync(dir).filter((f) => f.endsWith(".log")).sort()
 const snaps = (dir: string) => fs.readdirSync(dir).filter((f) => f.endsWith(".snap")).sort()
 const pendingOf = (dir: string) =>
-  Effect.scoped(Effect.flatMap(DeliveryLog.open({ dir }), (l: Log) => Effect.map(l.pending, (p) => p.map((e) => e.message.body))))
+  Effect.scoped(
+    Effect.flatMap(DeliveryLog.open({ dir }), (l: Log) => Effect.map(l.pending, (p) => p.map((e) => e.message.body)))
+  )
 
 /** Open must refuse as corrupt naming `path`, and change nothing on disk. */
 const refused = (dir: string, path: string) =>

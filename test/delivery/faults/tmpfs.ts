@@ -1,9 +1,9 @@
 /** Helpers of the fault suite. A real small disk for fault tests: a tmpfs mounted for the test (needs root), unmounted after. */
+import { assert } from "@effect/vitest"
+import { Effect } from "effect"
 import { execFileSync } from "node:child_process"
 import * as fs from "node:fs"
 import { join } from "node:path"
-import { assert } from "@effect/vitest"
-import { Effect } from "effect"
 import type { DeliveryLog as Log } from "../../../src/delivery/types.js"
 import { tempRoot } from "../fixtures/files.js"
 
@@ -64,4 +64,3 @@ export const untilHealthy = (log: Log, ms: number) =>
       yield* Effect.promise(() => new Promise((r) => setTimeout(r, 20)))
     }
   })
-
