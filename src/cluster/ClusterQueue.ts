@@ -248,7 +248,10 @@ export const make = (
           const slotted = yield* coalescing.withSlot(lane, key, (slot) => {
             const p = payloadFor(slot.runId, slot.slot)
             // A run that is joined was sent, durably, by the dispatch that opened its slot (under this lock).
-            return Effect.as(Effect.andThen(before(slot.runId), slot.joined ? Effect.void : send(p)), { payload: p, joined: slot.joined })
+            return Effect.as(Effect.andThen(before(slot.runId), slot.joined ? Effect.void : send(p)), {
+              payload: p,
+              joined: slot.joined
+            })
           }).pipe(Effect.orDie)
           payload = slotted.payload
           joined = slotted.joined
