@@ -247,7 +247,11 @@ export const make = (
           // Join the key's run that waits (same run id: the cluster dedupes it), or take the next slot.
           const slotted = yield* coalescing.withSlot(lane, key, (slot) => {
             const p = payloadFor(slot.runId, slot.slot)
-            return Effect.as(Effect.andThen(before(slot.runId), send(p)), { payload: p, joined: slot.joined })
+            // A run that is joined was sent, durably, by the dispatch that opened its slot (under this lock).
+            return Effect.as(Effect.andThen(before(slot.runId), slot.joined ? Effect.void : send(p)), {
+              payload: p,
+              joined: slot.joined
+            })
           }).pipe(Effect.orDie)
           payload = slotted.payload
           joined = slotted.joined

@@ -21,9 +21,12 @@ export type {
   DispatchOptions,
   DrainReport,
   Future,
+  GroupLimits,
+  GroupSnapshot,
   LaneLimits,
   LaneSnapshot,
-  TaskReport
+  TaskReport,
+  UnknownLaneLimits
 } from "./types.js"
 
 /**

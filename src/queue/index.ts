@@ -19,9 +19,12 @@ export type {
   CommandQueueOptions,
   DispatchOptions,
   DrainReport,
+  GroupLimits,
+  GroupSnapshot,
   LaneLimits,
   LaneSnapshot,
-  TaskReport
+  TaskReport,
+  UnknownLaneLimits
 } from "./CommandQueue.js"
 export * from "./errors.js"
 export type { Admission, Future } from "./Future.js"
