@@ -2,7 +2,8 @@
  * The agent's turns as cluster lane handlers. A turn reads the session's transcript from Postgres,
  * calls the Model, then in one statement, fenced by its shard's epoch, appends the reply to the
  * Postgres outbox (idempotent by run id, so a turn replayed on another runner after a crash never
- * enqueues its reply twice), stores the exchange and records the turn. Every turn is also recorded in `<prefix>_turns` (session, runner, start, end), which is
+ * enqueues its reply twice), stores the exchange and records the turn. Every turn is also recorded in `<prefix>_turns` (session, runner, start, end, the shard
+ * and epoch it committed under), which is
  * what `/status` and the multi-process test read.
  */
 import { PgClient } from "@effect/sql-pg"
@@ -145,7 +146,8 @@ export const handlers = (
                SELECT 'user' AS role, u.content, u.part::integer AS part FROM unnest($12::text[]) WITH ORDINALITY AS u (content, part)
                UNION ALL SELECT 'assistant', $13::text, 0) AS v
              ON CONFLICT (run_id, role, part) DO NOTHING`,
-            `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at) SELECT $10, $14, $11, $15::bigint, $16::bigint FROM locked`
+            `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at, shard, epoch)
+             SELECT $10, $14, $11, $15::bigint, $16::bigint, $17::text, $18::bigint FROM locked`
           ],
           params: [
             session,
@@ -155,7 +157,8 @@ export const handlers = (
             options.member,
             startedAt,
             endedAt,
-            ...(fence === undefined ? [] : [fence.shard, fence.epoch])
+            fence?.shard ?? null,
+            fence?.epoch ?? null
           ]
         })
         if (entry === undefined) {

@@ -118,6 +118,12 @@ export const switchyardMigrations = (prefix: string): Migrator.Loader =>
       yield* sql.unsafe(
         `ALTER TABLE ${prefix}_transcripts ADD CONSTRAINT ${prefix}_transcripts_run_part UNIQUE (run_id, role, part)`
       )
+    }),
+    // The shard and fencing epoch a turn committed under (NULL without a Fence): a run recorded twice
+    // shows whether its shard changed hands in between (a higher epoch) or not.
+    "0004_turn_epochs": Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* sql.unsafe(`ALTER TABLE ${prefix}_turns ADD COLUMN shard text, ADD COLUMN epoch bigint`)
     })
   })
 

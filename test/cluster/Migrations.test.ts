@@ -42,7 +42,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "cluster_runners:0001_create_tables",
         "switchyard:0001_tables",
         "switchyard:0002_shard_epochs",
-        "switchyard:0003_inbox"
+        "switchyard:0003_inbox",
+        "switchyard:0004_turn_epochs"
       ]])
       const again = await Effect.runPromise(
         Postgres.withClient(url, (sql) => Migrations.migrate().pipe(Effect.provideService(SqlClient.SqlClient, sql)))
@@ -93,7 +94,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
           (sql) => Migrations.migrate({ cluster: false }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
         )
       )
-      expect(ran).toEqual(["switchyard:0001_tables", "switchyard:0002_shard_epochs", "switchyard:0003_inbox"])
+      expect(ran).toEqual(["switchyard:0001_tables", "switchyard:0002_shard_epochs", "switchyard:0003_inbox",
+        "switchyard:0004_turn_epochs"])
       const rows = await Effect.runPromise(
         Postgres.withClient(
           url,
