@@ -94,8 +94,12 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
           (sql) => Migrations.migrate({ cluster: false }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
         )
       )
-      expect(ran).toEqual(["switchyard:0001_tables", "switchyard:0002_shard_epochs", "switchyard:0003_inbox",
-        "switchyard:0004_turn_epochs"])
+      expect(ran).toEqual([
+        "switchyard:0001_tables",
+        "switchyard:0002_shard_epochs",
+        "switchyard:0003_inbox",
+        "switchyard:0004_turn_epochs"
+      ])
       const rows = await Effect.runPromise(
         Postgres.withClient(
           url,
