@@ -16,6 +16,7 @@ import { createLanesInternal } from "../lanes/scheduler.js"
 import type { CommandQueue } from "../types.js"
 import { admit, wake } from "./admit.js"
 import { cancelKey, drain, restartLane, snapshotUnsafe } from "./control.js"
+import { clear, waitForIdle } from "./idle.js"
 import { LaneMetrics } from "./metrics.js"
 import type { ResolvedOptions } from "./options.js"
 import { activator, runTask } from "./run.js"
@@ -82,5 +83,7 @@ const api = (engine: EngineState): CommandQueue => ({
     }),
   cancel: (lane, key) => cancelKey(engine, lane, key),
   drain: (options) => drain(engine, options),
-  snapshot: Effect.sync(() => snapshotUnsafe(engine))
+  snapshot: Effect.sync(() => snapshotUnsafe(engine)),
+  waitForIdle: (options) => waitForIdle(engine, options),
+  clear: (lane) => clear(engine, lane)
 })

@@ -12,6 +12,7 @@ import type { Admission } from "../types.js"
 import { complete, drop } from "./end.js"
 import { checkDispatchOptions, checkKey } from "./options.js"
 import type { BodyKind, EngineState, TaskOptions } from "./state.js"
+import { armWaitTimer } from "./watch.js"
 import { DROPPING, EFFECT_BODY, ENDED, failureOf, KeyTasks, Task, unknownLane, WAITING, WAKE } from "./state.js"
 
 /** The process-wide task counter behind every runId. */
@@ -64,6 +65,7 @@ export function admit(
   )
   lane.owned++
   lane.waiting++
+  lane.live++
   engine.live++
   engine.admission = "queued"
   if (preCanceled) {
@@ -83,6 +85,7 @@ export function admit(
   if (ks.head !== task || ks.running !== undefined || ks.cancelling) {
     // The key runs or owes an activation already; the one that ends next asks for a follow-up.
     armQueueTimer(engine, task)
+    armWaitTimer(engine, task)
   } else {
     engine.admission = WAKE
   }
@@ -99,6 +102,7 @@ export function wake(engine: EngineState, task: Task): Admission | AdmissionErro
 function woke(engine: EngineState, task: Task, result: WakeResult): Admission {
   if (result === "started") return "started"
   armQueueTimer(engine, task)
+  armWaitTimer(engine, task)
   return "queued"
 }
 
@@ -113,6 +117,7 @@ function wakeFailed(engine: EngineState, task: Task): AdmissionError {
   task.state = ENDED
   lane.owned--
   lane.waiting--
+  lane.live--
   engine.live--
   return new AdmissionError({ lane: lane.name, key: task.key, reason: "closed" })
 }

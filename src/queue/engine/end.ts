@@ -8,7 +8,7 @@ import { Cause, Deferred, Effect, Exit, Option } from "effect"
 import type { QueueFailureReason } from "../errors.js"
 import type { TaskReport } from "../types.js"
 import type { EngineState, KeyTasks, LaneState, Listener, Task } from "./state.js"
-import { DROPPING, ENDED, failureOf, FINISHING } from "./state.js"
+import { DROPPING, ENDED, failureOf, FINISHING, WAIT_NOTIFIED } from "./state.js"
 
 /** What a part of a task's end returns when it finished synchronously (compared by identity). */
 export const VOID: Effect.Effect<void> = Effect.void
@@ -129,6 +129,12 @@ export function settle(engine: EngineState, task: Task, exit: Exit.Exit<any, any
     if (Array.isArray(listeners)) { for (const l of listeners) callListener(l, exit) }
     else callListener(listeners, exit)
   }
+  const lane = task.lane
+  if (--lane.live === 0 && lane.idle !== undefined) {
+    const idle = lane.idle
+    lane.idle = undefined
+    Deferred.doneUnsafe(idle, Exit.void)
+  }
   engine.live--
   if (engine.live === 0 && engine.idle !== undefined) {
     const idle = engine.idle
@@ -189,6 +195,16 @@ export function wakeKey(engine: EngineState, lane: LaneState, key: string, ks: K
   return VOID
 }
 
+/** Stops the task's `onWait` timer (`watch.ts`); whether `onWait` was called for it while it waited. */
+export function clearWaitTimer(task: Task): boolean {
+  const timer = task.waitTimer
+  if (timer === undefined) return false
+  task.waitTimer = undefined
+  if (timer === WAIT_NOTIFIED) return true
+  timer.interruptUnsafe()
+  return false
+}
+
 /** Drops a waiting task now (synchronously) and returns the rest of its end: finalizer, report, settle. */
 export function drop(engine: EngineState, task: Task, reason: QueueFailureReason): Effect.Effect<void> {
   const lane = task.lane
@@ -202,6 +218,7 @@ export function drop(engine: EngineState, task: Task, reason: QueueFailureReason
   }
   task.state = DROPPING
   lane.waiting--
+  if (task.waitTimer !== undefined) clearWaitTimer(task)
   const timer = task.timer
   if (timer !== undefined) {
     task.timer = undefined

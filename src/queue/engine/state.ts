@@ -28,6 +28,9 @@ export const DROPPING = 3
 export const ENDED = 4
 export type TaskState = typeof WAITING | typeof RUNNING | typeof FINISHING | typeof DROPPING | typeof ENDED
 
+/** `Task.waitTimer` once `onWait` was called for the task while it waited. */
+export const WAIT_NOTIFIED = 1
+
 /** The body is an Effect (Effect API) or a function of an AbortSignal (Promise API). */
 export const EFFECT_BODY = 0
 export const PROMISE_BODY = 1
@@ -68,6 +71,12 @@ export class Task implements InlineWork {
   /** Promise body: settles the running stage once (late results are dropped). */
   resume: ((exit: Exit.Exit<any, any>) => void) | undefined = undefined
   listeners: Listener | Array<Listener> | undefined = undefined
+  /** While it runs with a turn timeout: the deadline the last `keepAlive` set, -1 when none since the turn timer last looked. */
+  deadline = -1
+  /** Its turn timeout while it runs, if any (what `keepAlive` restarts). */
+  turnMs: number | undefined = undefined
+  /** The `onWait` timer while it waits (`watch.ts`); `WAIT_NOTIFIED` once `onWait` was called for it. */
+  waitTimer: Fiber.Fiber<unknown, unknown> | typeof WAIT_NOTIFIED | undefined = undefined
   constructor(
     /** Its place in the process-wide sequence; `runId` is made from it when asked for. */
     readonly seq: number,
@@ -109,6 +118,10 @@ export class LaneState {
   generation = 0
   /** Tasks admitted and not ended (the ownership bound is `capacity`). */
   owned = 0
+  /** Tasks admitted and not settled (`waitForIdle` of the lane waits for 0). */
+  live = 0
+  /** Completed when `live` reaches 0 (made by the first `waitForIdle` that has to wait). */
+  idle: Deferred.Deferred<void> | undefined = undefined
   running = 0
   waiting = 0
   readonly keys = new Map<string, KeyTasks>()
@@ -120,6 +133,14 @@ export class LaneState {
     this.capacity = limits.concurrent + limits.queued
   }
 }
+
+/**
+ * The task whose body the current fiber runs (in its context from its start; `CommandQueue.keepAlive`
+ * and the "would wait for itself" check read it). Undefined outside a task.
+ */
+export const CurrentTask = Context.Reference<Task | undefined>("switchyard/queue/CurrentTask", {
+  defaultValue: () => undefined
+})
 
 /** `admit` left the key idle: the caller must wake it. */
 export const WAKE = "wake" as const

@@ -18,6 +18,8 @@ export interface LanesInternal<K> extends Lanes<K> {
   readonly wakeUnsafe: (key: K) => WakeResult | LaneQueueFull | LanesClosed
   /** Ends the activation of `key` whose inline work returned `PENDING` (nothing otherwise). */
   readonly endInline: (key: K) => void
+  /** The keys queued for a slot, in the order they would get one (for `onWait`'s `queuedAhead`). */
+  readonly queuedKeys: () => Array<K>
 }
 
 /** Options of `createLanesInternal` that users of `createLanes` never see. @internal */
