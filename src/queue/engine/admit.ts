@@ -12,8 +12,8 @@ import type { Admission } from "../types.js"
 import { complete, drop } from "./end.js"
 import { checkDispatchOptions, checkKey } from "./options.js"
 import type { BodyKind, EngineState, TaskOptions } from "./state.js"
-import { armWaitTimer } from "./watch.js"
 import { DROPPING, EFFECT_BODY, ENDED, failureOf, KeyTasks, Task, unknownLane, WAITING, WAKE } from "./state.js"
+import { armWaitTimer } from "./watch.js"
 
 /** The process-wide task counter behind every runId. */
 let runSeq = 0

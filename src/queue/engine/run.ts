@@ -8,9 +8,9 @@ import { Context, Effect, Exit, Fiber } from "effect"
 import type { QueueFailureReason } from "../errors.js"
 import { PENDING } from "../lanes/entry.js"
 import { finish, VOID } from "./end.js"
-import { waitStarted } from "./watch.js"
 import type { EngineState, LaneState, Task } from "./state.js"
 import { CurrentTask, EFFECT_BODY, failureOf, RUNNING } from "./state.js"
+import { waitStarted } from "./watch.js"
 
 /**
  * What `createLanes` calls when the key gets its slot: the key's next task starts now (it runs,
