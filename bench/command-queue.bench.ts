@@ -3,14 +3,18 @@
  * Promise API and the Effect API, side by side with p-queue 10 and fastq (concurrency 4), with
  * synchronous tasks (the issue's goal) and again with asynchronous ones (an `async` function, or
  * `Effect.promise` for the Effect API: every task waits for a promise, as real work does);
- * (2) heap bytes retained per waiting task, beside p-queue. `npm run bench -- command-queue`
+ * (2) heap bytes retained per waiting task, beside p-queue; (3) and (4), issue 12's rows as its
+ * harness measured them: 200k asynchronous tasks with 8,000 in flight over `k${i % 1000}`, and the heap
+ * per waiting task with 9,000 distinct keys and the returned future held.
+ * `npm run bench -- command-queue` (only (3) and (4): `BENCH_ONLY=issue12 npm run bench -- command-queue`)
  */
 import { Effect, Exit, Scope } from "effect"
 import fastq from "fastq"
+import { loadavg } from "node:os"
 import PQueue from "p-queue"
 import { CommandQueue, createCommandQueue } from "../src/queue/index.js"
 import type { AsyncFuture } from "../src/queue/index.js"
-import { heapUsed, opsPerSecond, ratio, table } from "./lib.js"
+import { heapUsed, now, opsPerSecond, ratio, table } from "./lib.js"
 
 const BATCH = 10_000 // at most `concurrent + queued` tasks may be owned at once: 4 + 10_000
 const KEYS = 1_000
@@ -177,7 +181,146 @@ const retained = async () => {
   table("heap retained per waiting task (lower is better; goal <= 0.50x p-queue)", rows)
 }
 
-await throughput(false)
-await throughput(true)
-await retained()
+// ---------------------------------------------------------------------------------------------
+// (3) issue 12: 200k asynchronous no-op tasks, 8,000 in flight (a sliding window: each completion
+// dispatches the next), 1,000 keys `k${i % 1000}`, concurrency 4; p-queue 10 given the same tasks
+
+const TOTAL = 200_000
+const IN_FLIGHT = 8_000
+
+/** Dispatch `TOTAL` tasks through `submit`, never more than `IN_FLIGHT` unsettled, and wait for the last. */
+const windowed = (submit: (i: number) => Promise<unknown>): Promise<void> =>
+  new Promise((resolve, reject) => {
+    let next = 0
+    let settled = 0
+    const onSettled = (): void => {
+      settled++
+      if (next < TOTAL) start()
+      else if (settled === TOTAL) resolve()
+    }
+    const start = (): void => {
+      const i = next++
+      submit(i).then(onSettled, reject)
+    }
+    for (let k = 0; k < IN_FLIGHT; k++) start()
+  })
+
+const windowPeers = async (): Promise<ReadonlyArray<readonly [string, () => Promise<void>, () => Promise<void>]>> => {
+  const keys = Array.from({ length: 1_000 }, (_, i) => `k${i}`)
+  const pq = new PQueue({ concurrency: 4 })
+  const cq = await createCommandQueue({ lanes: { bench: { concurrent: 4, queued: IN_FLIGHT } } })
+  return [
+    ["p-queue 10 (concurrency 4)", () => windowed((i) => pq.add(() => asyncNoop(i))), async () => {}],
+    [
+      "switchyard Promise API (k${i % 1000}, concurrent 4)",
+      () => windowed((i) => cq.dispatch("bench", keys[i % 1_000]!, () => asyncNoop(i)).result),
+      () => cq.close()
+    ]
+  ]
+}
+
+const issueThroughput = async () => {
+  const rounds = Number(process.env.BENCH_ROUNDS ?? 5)
+  const peers = await windowPeers()
+  const rates = peers.map(() => [] as Array<number>)
+  const cpus = peers.map(() => [] as Array<number>)
+  for (const [, run] of peers) await run() // warm-up
+  // The peers take turns, round after round: each sees the same mix of the machine's load.
+  for (let r = 0; r < rounds; r++) {
+    for (let p = 0; p < peers.length; p++) {
+      const c0 = process.cpuUsage()
+      const t0 = now()
+      await peers[p]![1]()
+      const ms = now() - t0
+      const c = process.cpuUsage(c0)
+      rates[p]!.push((TOTAL * 1000) / ms)
+      cpus[p]!.push((c.user + c.system) / TOTAL)
+    }
+  }
+  for (const [, , close] of peers) await close()
+  const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!
+  const pairRatios = rates[1]!.map((x, i) => x / rates[0]![i]!)
+  table(
+    `(3) issue 12: dispatch + await of ${TOTAL.toLocaleString("en-US")} asynchronous no-op tasks, ${
+      IN_FLIGHT.toLocaleString("en-US")
+    } in flight, 1,000 keys, concurrency 4, ${rounds} alternated rounds (goal >= 3x p-queue)`,
+    peers.map(([name], p) => ({
+      name,
+      "best tasks/s": Math.max(...rates[p]!),
+      "median tasks/s": median(rates[p]!),
+      "vs p-queue (medians)": ratio(median(rates[p]!), median(rates[0]!)),
+      "CPU µs/task (lowest)": Math.min(...cpus[p]!),
+      "CPU vs p-queue": ratio(Math.min(...cpus[p]!), Math.min(...cpus[0]!))
+    }))
+  )
+  console.log(
+    `per-round ratios switchyard / p-queue: ${pairRatios.map((x) => x.toFixed(2)).join(", ")}; load average ${
+      loadavg().map((l) => l.toFixed(1)).join(" ")
+    }\n`
+  )
+}
+
+// ---------------------------------------------------------------------------------------------
+// (4) issue 12: heap per waiting task, 9,000 tasks of 9,000 distinct keys waiting behind blocked
+// slots, the future `dispatch` returns held (as every caller does); p-queue with its promise held
+
+const DISTINCT = 9_000
+
+const heldPQueue = (): number => {
+  const q = new PQueue({ concurrency: 4 })
+  const block = new Promise<void>(() => {})
+  for (let i = 0; i < 4; i++) void q.add(() => block)
+  const held: Array<Promise<unknown>> = []
+  const before = heapUsed()
+  for (let i = 0; i < DISTINCT; i++) held.push(q.add(() => asyncNoop(i)))
+  const after = heapUsed()
+  q.clear()
+  return (after - before) / DISTINCT
+}
+
+const heldSwitchyard = async (keys: ReadonlyArray<string>): Promise<number> => {
+  const q = await createCommandQueue({ lanes: { bench: { concurrent: 4, queued: DISTINCT } } })
+  const block = new Promise<void>(() => {})
+  for (let i = 0; i < 4; i++) q.dispatch("bench", `blocker-${i}`, () => block)
+  const held: Array<AsyncFuture<number>> = []
+  const before = heapUsed()
+  for (let i = 0; i < DISTINCT; i++) held.push(q.dispatch("bench", keys[i]!, () => asyncNoop(i)))
+  const after = heapUsed()
+  const perTask = (after - before) / DISTINCT
+  if (held.length !== DISTINCT) throw new Error("unreachable")
+  await q.drain({ timeoutMs: 0 })
+  return perTask
+}
+
+const issueHeld = async () => {
+  const keys = Array.from({ length: DISTINCT }, (_, i) => `k${i}`) // allocated before the baselines
+  const pq: Array<number> = []
+  const sy: Array<number> = []
+  for (let r = 0; r < 7; r++) {
+    pq.push(heldPQueue())
+    sy.push(await heldSwitchyard(keys))
+  }
+  const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!
+  table(
+    `(4) issue 12: heap per waiting task, ${
+      DISTINCT.toLocaleString("en-US")
+    } distinct keys, the returned future held, median of 7 alternated rounds (goal <= 0.50x p-queue)`,
+    [
+      { name: "p-queue 10 (concurrency 4, promises held)", "bytes/task": median(pq), "vs p-queue": "1.00x" },
+      {
+        name: "switchyard Promise API (concurrent 4, futures held)",
+        "bytes/task": median(sy),
+        "vs p-queue": ratio(median(sy), median(pq))
+      }
+    ]
+  )
+}
+
+if (process.env.BENCH_ONLY !== "issue12") {
+  await throughput(false)
+  await throughput(true)
+  await retained()
+}
+await issueThroughput()
+await issueHeld()
 void Exit

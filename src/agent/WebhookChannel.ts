@@ -5,13 +5,14 @@
  * `Idempotency-Key: <entry id>`: delivery is at least once, and the id is stable across retries and
  * restarts, so a receiver that remembers the keys it has seen drops a duplicate. A 2xx answer is
  * delivered; any other answer, a connection error or no answer within `timeoutMs` is a
- * `DeliveryFailure` carrying the HTTP `status` and the `Retry-After` header (`retryAfter`) for the
- * delivery queue's `classify` to decide on (by default: 4xx permanent except 408, 409, 425 and 429;
- * 5xx and connection errors retried; the Retry-After replaces that attempt's backoff step). A
- * redirect is permanent (`permanent: true`): a webhook URL that moved is a wrong URL.
+ * `DeliveryFailure` carrying the HTTP `status` and the `Retry-After` header (`retryAfter` as given,
+ * `retryAfterMs` read as seconds or an HTTP date) for the delivery queue's `classify` to decide on
+ * (by default: 4xx permanent except 408, 409, 425 and 429; 5xx and connection errors retried; the
+ * Retry-After replaces that attempt's backoff step). A redirect is permanent (`permanent: true`):
+ * a webhook URL that moved is a wrong URL.
  */
-import { Effect } from "effect"
-import { DeliveryFailure } from "../delivery/index.js"
+import { Clock, Effect } from "effect"
+import { DeliveryFailure, DeliveryQueue } from "../delivery/index.js"
 import type { DeliveryEntry } from "../delivery/index.js"
 import type { Channel } from "./Channel.js"
 import { AgentConfigInvalid } from "./errors.js"
@@ -55,9 +56,7 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
   // Credentials in the URL go in an Authorization header (fetch refuses such a URL), unless one is given.
   const basic = url.username === "" && url.password === ""
     ? undefined
-    : `Basic ${
-      Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString("base64")
-    }`
+    : `Basic ${Buffer.from(`${decoded(url.username)}:${decoded(url.password)}`).toString("base64")}`
   url.username = ""
   url.password = ""
   const headersOf = (entry: DeliveryEntry): Headers => {
@@ -109,6 +108,11 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
       })
       if (answer.status >= 200 && answer.status < 300) return
       const retryAfter = answer.retryAfter ?? undefined
+      // Read the header as the queue does (seconds, or an HTTP date from now): the failure carries both.
+      const now = yield* Clock.currentTimeMillis
+      const retryAfterMs = retryAfter === undefined
+        ? undefined
+        : DeliveryQueue.defaultClassify({ retryAfter }, undefined, now).retryAfterMs
       const said = snippet(answer.text)
       const message = `${where} answered ${answer.status}${answer.statusText === "" ? "" : ` ${answer.statusText}`}` +
         (retryAfter === undefined ? "" : ` (Retry-After: ${retryAfter})`) +
@@ -119,13 +123,23 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
           message: `${message}; webhooks are not redirected, use the final URL${
             answer.location === null ? "" : ` (Location: ${answer.location})`
           }`,
-          permanent: true
+          permanent: true,
+          status: answer.status
         })
       }
       // The queue's `classify` decides from the status: 4xx permanent except 408/409/425/429, 5xx retried.
-      return yield* new DeliveryFailure({ message, status: answer.status, retryAfter })
+      return yield* new DeliveryFailure({ message, status: answer.status, retryAfter, retryAfterMs })
     })
   return { name: options.name ?? "webhook", send }
+}
+
+/** A URL's user name or password as typed (percent-decoded when it decodes). */
+const decoded = (part: string): string => {
+  try {
+    return decodeURIComponent(part)
+  } catch {
+    return part
+  }
 }
 
 /** An error text without the URL's query string (it may hold a token). */

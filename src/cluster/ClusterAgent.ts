@@ -20,6 +20,8 @@ export interface MessageCommand {
   readonly type: "message"
   readonly session: string
   readonly text: string
+  /** The run's messages are the inbox rows recorded for its run id (Inbox.ts); `text` is the first one's. */
+  readonly inbox?: boolean
 }
 
 /** A cron run for the `cron` lane; the key is the job's name. */
@@ -38,6 +40,8 @@ export interface TurnResult {
   readonly text: string
   readonly deliveryId: string
   readonly runner: string
+  /** How many messages the turn answered together. */
+  readonly messages: number
 }
 
 /** Options of {@link handlers}. */
@@ -78,17 +82,47 @@ export const handlers = (
     const system = options.system ?? "You are a helpful assistant."
     const maxTokens = options.maxTokens ?? 1024
 
-    const turn = (task: ClusterTask, session: string, text: string, to: string, kind: "user" | "cron", job?: string) =>
+    const turn = (
+      task: ClusterTask,
+      session: string,
+      text: string,
+      to: string,
+      kind: "user" | "cron",
+      job?: string,
+      inbox = false
+    ) =>
       Effect.gen(function*() {
         const startedAt = yield* Clock.currentTimeMillis
-        const history = yield* sql.unsafe<{ readonly role: "user" | "assistant"; readonly content: string }>(
-          `SELECT role, content FROM (SELECT id, role, content FROM ${prefix}_transcripts WHERE session = $1
-           ORDER BY id DESC LIMIT $2) t ORDER BY id`,
-          [session, historyLimit * 2]
+        // The messages recorded for this run in the inbox, and the session's history: one statement.
+        const rows = yield* sql.unsafe<
+          {
+            readonly src: "inbox" | "history"
+            readonly id: number
+            readonly role: "user" | "assistant"
+            readonly content: string
+          }
+        >(
+          `SELECT 'inbox' AS src, id::float8 AS id, 'user' AS role, text AS content FROM ${prefix}_inbox WHERE run_id = $3
+           UNION ALL
+           SELECT 'history', id::float8, role, content FROM (SELECT id, role, content FROM ${prefix}_transcripts WHERE session = $1
+           ORDER BY id DESC LIMIT $2) t`,
+          [session, historyLimit * 2, task.runId]
         )
+        const byId = (a: { id: number }, b: { id: number }) => Number(a.id) - Number(b.id)
+        const history = rows.filter((r) => r.src === "history").sort(byId)
+        const recorded = rows.filter((r) => r.src === "inbox").sort(byId).map((r) => r.content)
+        const texts = recorded.length > 0 ? recorded : inbox ? [] : [text]
+        // A run of the inbox with no message of its own (a re-sent message that took a slot of its own
+        // while its first copy was answered by another run): nothing to answer.
+        if (texts.length === 0) {
+          return { text: "", deliveryId: "", runner: options.member, messages: 0 } satisfies TurnResult
+        }
         const reply = yield* model.reply({
           system,
-          transcript: [...history.map((h) => ({ role: h.role, content: h.content })), { role: "user", content: text }],
+          transcript: [
+            ...history.map((h) => ({ role: h.role, content: h.content })),
+            ...texts.map((content) => ({ role: "user" as const, content }))
+          ],
           maxTokens
         })
         const endedAt = yield* Clock.currentTimeMillis
@@ -99,22 +133,24 @@ export const handlers = (
         const entry = yield* options.outbox.appendGuarded({
           channel,
           to,
-          body: { session, kind, text: reply.text, messages: 1, ...(job === undefined ? {} : { job }) },
+          body: { session, kind, text: reply.text, messages: texts.length, ...(job === undefined ? {} : { job }) },
           idempotencyKey: `reply:${task.runId}`
         }, {
           guard: fence === undefined
             ? `SELECT 1`
             : `SELECT 1 FROM ${prefix}_shard_epochs WHERE shard = $17::text AND epoch = $18::bigint FOR SHARE`,
           also: [
-            `INSERT INTO ${prefix}_transcripts (session, run_id, role, content)
-             SELECT $10, $11, v.role, v.content FROM locked, (VALUES ('user', $12::text), ('assistant', $13::text)) AS v (role, content)
-             ON CONFLICT (run_id, role) DO NOTHING`,
+            `INSERT INTO ${prefix}_transcripts (session, run_id, role, content, part)
+             SELECT $10, $11, v.role, v.content, v.part FROM locked, (
+               SELECT 'user' AS role, u.content, u.part::integer AS part FROM unnest($12::text[]) WITH ORDINALITY AS u (content, part)
+               UNION ALL SELECT 'assistant', $13::text, 0) AS v
+             ON CONFLICT (run_id, role, part) DO NOTHING`,
             `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at) SELECT $10, $14, $11, $15::bigint, $16::bigint FROM locked`
           ],
           params: [
             session,
             task.runId,
-            text,
+            texts,
             reply.text,
             options.member,
             startedAt,
@@ -125,13 +161,18 @@ export const handlers = (
         if (entry === undefined) {
           return yield* Effect.fail(new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId))
         }
-        return { text: reply.text, deliveryId: entry.id, runner: options.member } satisfies TurnResult
+        return {
+          text: reply.text,
+          deliveryId: entry.id,
+          runner: options.member,
+          messages: texts.length
+        } satisfies TurnResult
       }).pipe(Effect.mapError((e) => ({ _tag: e._tag, message: e.message })))
 
     return {
       main: (task) => {
         const c = task.command as MessageCommand
-        return turn(task, task.key, String(c.text), task.key, "user")
+        return turn(task, task.key, String(c.text), task.key, "user", undefined, c.inbox === true)
       },
       cron: (task) => {
         const c = task.command as CronCommand

@@ -70,6 +70,11 @@ export interface ClusterDispatchOptions {
   readonly turnTimeoutMs?: number
   /** The run's id; a client's message id makes a retried dispatch join the first one. Default a random UUID. */
   readonly runId?: string
+  /**
+   * Runs once the run id is known, before the run is sent; with `coalesce`, inside the slot's lock, so
+   * the run has not started yet (the agent's inbox records the message for the run here).
+   */
+  readonly beforeSend?: (runId: string) => Effect.Effect<void, unknown>
 }
 
 /** Options of {@link ClusterQueue.drain}. */
@@ -235,18 +240,24 @@ export const make = (
             Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
             Effect.orDie
           )
+        const before = (runId: string) => o?.beforeSend === undefined ? Effect.void : Effect.orDie(o.beforeSend(runId))
         let payload: ReturnType<typeof payloadFor>
         let joined = false
         if (o?.coalesce === true) {
           // Join the key's run that waits (same run id: the cluster dedupes it), or take the next slot.
           const slotted = yield* coalescing.withSlot(lane, key, (slot) => {
             const p = payloadFor(slot.runId, slot.slot)
-            return Effect.as(send(p), { payload: p, joined: slot.joined })
+            // A run that is joined was sent, durably, by the dispatch that opened its slot (under this lock).
+            return Effect.as(Effect.andThen(before(slot.runId), slot.joined ? Effect.void : send(p)), {
+              payload: p,
+              joined: slot.joined
+            })
           }).pipe(Effect.orDie)
           payload = slotted.payload
           joined = slotted.joined
         } else {
           payload = payloadFor(o?.runId ?? crypto.randomUUID(), undefined)
+          yield* before(payload.runId)
           yield* send(payload)
         }
         const runId = payload.runId

@@ -1,6 +1,8 @@
 /**
- * The runner's small HTTP ingress (plain node:http; docs/cluster.md "The runner's HTTP API" is the
- * reference):
+ * The runner's HTTP ingress: the `effect/http-api` definition of IngressApi.ts (Schema-validated
+ * params, query and bodies, typed errors) served by a node:http server through
+ * `@effect/platform-node/NodeHttpServer.makeHandler` (the server stays ours for the drain below).
+ * docs/cluster.md "The runner's HTTP API" is the reference:
  *
  * - `POST /sessions/:id/messages` with `{ "text": "...", "id"?: "..." }` dispatches a turn on lane
  *   `main` keyed by the session. 202 `{ runId, session, runner }` once the message is durable in the
@@ -8,22 +10,33 @@
  *   reply }`, or 202 with `pending: true` when the reply did not come in time (the message is still
  *   answered, through the outbox). A client `id` makes the run id `msg:<session>:<id>`: sending the
  *   same message again (after a timeout, to another runner) joins the first run instead of adding one.
+ * - `POST /sessions/:id/cancel`: cancels the session's turns dispatched before it, wherever they run
+ *   or wait (their waiting clients get 502 `canceled`); 200 `{ session, canceled: true }`.
  * - `POST /lanes/:lane/restart`: `restartLane` for the whole cluster; 200 `{ lane, generation }` once
  *   every live runner applied it (the runs of older generations failed `stale`).
  * - `GET /status`: this runner's shards and resident entities, its lanes, the cluster's live members,
  *   counters, delivery stats (JSON). `GET /metrics`: the same in Prometheus text.
+ * - `GET /openapi.json`: the OpenAPI document of the API.
  * - `GET /healthz`: 200 while the runner takes messages, 503 once it stops.
  *
- * Every error is JSON `{ "error": "<what was expected, what was given>", "reason"?: "..." }`.
+ * With a token every route but `/healthz` wants `Authorization: Bearer <token>` (401 otherwise);
+ * without one the ingress refuses to listen on an address that is not loopback.
+ * Every error is JSON `{ "_tag", "error": "<what was expected, what was given>", "reason": "..." }`.
  * On shutdown (`stopAccepting`, then `close`) new messages get 503 `closed` while requests already
  * waiting for a reply keep their connection until they are answered.
  */
-import { Deferred, Effect, Exit } from "effect"
+import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import { ByteSize, Cause, Deferred, Effect, Exit, Layer, Redacted } from "effect"
 import type { Scope } from "effect"
+import { HttpIncomingMessage, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
+import { HttpApiBuilder, HttpApiError } from "effect/http-api"
+import * as nodeCrypto from "node:crypto"
 import * as http from "node:http"
 import { reservedSession } from "./ClusterAgent.js"
 import type { ClusterDelivery } from "./ClusterDelivery.js"
 import type { ClusterQueue } from "./ClusterQueue.js"
+import type * as Inbox from "./Inbox.js"
+import * as IngressApi from "./IngressApi.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 import { metricsText, status } from "./RunnerStatus.js"
 
@@ -32,6 +45,8 @@ export interface IngressOptions {
   readonly queue: ClusterQueue
   readonly delivery: ClusterDelivery
   readonly outbox: PgDeliveryLog
+  /** The agent's inbox: messages of a session that arrive while its turn runs are answered together. Without it, one turn per message. */
+  readonly inbox?: Inbox.Inbox
   readonly port: number
   /** Default `127.0.0.1`. */
   readonly host?: string
@@ -39,6 +54,11 @@ export interface IngressOptions {
   readonly maxBodyBytes?: number
   /** Longest `?wait=` accepted, default 60_000 ms (more is a 400). */
   readonly maxWaitMs?: number
+  /**
+   * Bearer token every route but `/healthz` requires (`Authorization: Bearer <token>`), compared in
+   * constant time. Without one the ingress listens on loopback addresses only.
+   */
+  readonly token?: string
   /** When the Scope closes without `close` called first, how long requests in flight may still finish; default 10_000 ms. */
   readonly closeGraceMs?: number
 }
@@ -59,15 +79,8 @@ export interface Ingress {
 
 type Reply = readonly [status: number, body: unknown]
 
-const json = (res: http.ServerResponse, status: number, body: unknown) => {
-  if (res.headersSent) return
-  const text = JSON.stringify(body)
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) })
-  res.end(text)
-}
-
 const NOT_FOUND =
-  "Expected one of POST /sessions/:id/messages, POST /lanes/:lane/restart, GET /status, GET /metrics, GET /healthz"
+  "Expected one of POST /sessions/:id/messages, POST /sessions/:id/cancel, POST /lanes/:lane/restart, GET /status, GET /metrics, GET /openapi.json, GET /healthz"
 
 /** `?wait=` as milliseconds, or the 400 it earns. */
 export const parseWait = (raw: string | null, maxWaitMs: number): number | Reply => {
@@ -102,69 +115,223 @@ const failureOf = (exit: Exit.Exit<unknown, unknown>) => {
     : undefined
 }
 
+/** `a === b` in time that does not depend on where they differ (equal-length SHA-256 digests). */
+export const sameToken = (a: string, b: string): boolean =>
+  nodeCrypto.timingSafeEqual(
+    nodeCrypto.createHash("sha256").update(a).digest(),
+    nodeCrypto.createHash("sha256").update(b).digest()
+  )
+
+/** True for a host only this machine can reach (`127.0.0.0/8`, `::1`, `localhost`). */
+export const isLoopback = (host: string): boolean =>
+  host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
+
+const TAGS: Record<string, string> = {
+  invalid: "RequestInvalid",
+  reserved: "RequestInvalid",
+  "too-large": "TooLarge",
+  "not-found": "NotFound",
+  internal: "Internal"
+}
+const errorBody = (status: number, error: string, reason: string) =>
+  HttpServerResponse.jsonUnsafe({ _tag: TAGS[reason] ?? "RequestInvalid", error, reason }, { status })
+const replyBody = (reply: Reply) => {
+  const body = reply[1] as { error: string; reason: string }
+  return errorBody(reply[0], body.error, body.reason)
+}
+
+/**
+ * Turns what the API's decoding refused (and unknown routes) into JSON errors `{ error, reason }`,
+ * with the same messages as the checks of {@link parseSession} and {@link parseWait}.
+ */
+const errorsAsJson =
+  (maxWaitMs: number, maxBody: number) => <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
+    Effect.catchCause(app, (cause) =>
+      Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        const url = new URL(request.url, "http://ingress")
+        const failure = cause.reasons.find((r) => r._tag === "Fail" || r._tag === "Die")
+        const e = (failure === undefined ? undefined : failure._tag === "Fail" ? failure.error : failure.defect) as {
+          _tag?: string
+          kind?: string
+        } | undefined
+        const reason = e?._tag === "HttpServerError" ? (e as { reason?: { _tag?: string } }).reason?._tag : e?._tag
+        const route = url.pathname.match(/^\/sessions\/([^/]+)\/(?:messages|cancel)$/)
+        if (
+          (HttpApiError.HttpApiSchemaError.is(e) && e.kind === "Params") ||
+          (reason === "RouteNotFound" && route !== null)
+        ) {
+          const parsed = route === null ? undefined : parseSession(route[1])
+          if (parsed !== undefined && typeof parsed !== "string") return replyBody(parsed)
+          return errorBody(400, `Expected a URL-encoded path, got \`${url.pathname}\``, "invalid")
+        }
+        if (HttpApiError.HttpApiSchemaError.is(e)) {
+          if (e.kind === "Query") {
+            const waitMs = parseWait(url.searchParams.get("wait"), maxWaitMs)
+            if (typeof waitMs !== "number") return replyBody(waitMs)
+          }
+          return errorBody(
+            400,
+            `Expected a JSON body \`{ "text": <non-empty string>, "id"?: <string> }\` (${e.kind}: ${
+              e.cause.message.split("\n")[0]
+            })`,
+            "invalid"
+          )
+        }
+        if (HttpApiError.HttpApiPayloadTooLarge.is(e)) {
+          return errorBody(413, `Expected a body of at most ${maxBody} bytes, got more`, "too-large")
+        }
+        if (reason === "RouteNotFound") {
+          return errorBody(404, `${NOT_FOUND}, got ${request.method} ${url.pathname}`, "not-found")
+        }
+        if (reason === "RequestParseError") {
+          return errorBody(400, "Expected a JSON body, got text that does not parse", "invalid")
+        }
+        if (Cause.hasInterruptsOnly(cause)) {
+          return yield* Effect.failCause(cause)
+        }
+        yield* Effect.logWarning("Ingress request failed", cause)
+        return errorBody(500, "internal error", "internal")
+      }))
+
 /** Serves the ingress for the Scope's lifetime; closing the Scope closes it (see {@link Ingress.close}). */
 export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Scope.Scope> =>
   Effect.gen(function*() {
-    const context = yield* Effect.context<never>()
-    const run = Effect.runPromiseWith(context)
     const maxBody = options.maxBodyBytes ?? 64 * 1024
     const maxWaitMs = options.maxWaitMs ?? 60_000
+    const host = options.host ?? "127.0.0.1"
+    const token = options.token === undefined || options.token === "" ? undefined : options.token
+    if (token === undefined && !isLoopback(host)) {
+      return yield* Effect.fail(
+        new Error(
+          `Expected a token (--token or SWITCHYARD_TOKEN) to listen on \`${host}\`, a non-loopback address, got none`
+        )
+      )
+    }
     let accepting = true
     let inFlight = 0
     let idle: Deferred.Deferred<void> | undefined
+    const api = IngressApi.make(maxWaitMs)
+    const openApi = IngressApi.openApi(api)
 
-    const onMessage = (session: string, body: unknown, waitMs: number): Effect.Effect<Reply> =>
+    const message = (session: string, body: typeof IngressApi.MessageBody.Type, waitMs: number) =>
       Effect.gen(function*() {
-        const b = body as { text?: unknown; id?: unknown }
-        if (typeof b !== "object" || b === null || typeof b.text !== "string" || b.text.length === 0) {
-          return [400, {
-            error: `Expected a JSON body \`{ "text": <non-empty string>, "id"?: <string> }\`, got \`${
-              JSON.stringify(body)?.slice(0, 80)
-            }\``,
-            reason: "invalid"
-          }]
-        }
-        if (b.id !== undefined && typeof b.id !== "string") {
-          return [400, { error: `Expected \`id\` to be a string, got \`${JSON.stringify(b.id)}\``, reason: "invalid" }]
-        }
-        const dispatched = yield* Effect.exit(
-          options.queue.dispatch("main", session, { type: "message", session, text: b.text }, {
-            ...(b.id === undefined ? {} : { runId: `msg:${session}:${b.id}` })
+        if (!accepting) {
+          return yield* new IngressApi.Closed({
+            error: "Expected a runner that takes messages, got one shutting down",
+            reason: "closed"
           })
+        }
+        // A message joins the session's run that waits (answered together with the others that came while
+        // the turn before it ran), recorded in the inbox for that run; a re-sent message id joins its run.
+        const known = body.id === undefined || options.inbox === undefined
+          ? undefined
+          : yield* Effect.orElseSucceed(options.inbox.runOf(session, body.id), () => undefined)
+        const inbox = options.inbox
+        const dispatched = yield* Effect.exit(
+          options.queue.dispatch(
+            "main",
+            session,
+            { type: "message", session, text: body.text, inbox: inbox !== undefined },
+            inbox === undefined
+              ? (body.id === undefined ? {} : { runId: `msg:${session}:${body.id}` })
+              : known !== undefined
+              ? { runId: known }
+              : {
+                coalesce: true,
+                beforeSend: (runId: string) => inbox.add(session, body.id, body.text, runId)
+              }
+          )
         )
         if (Exit.isFailure(dispatched)) {
           const err = failureOf(dispatched)
           if (err?._tag === "AdmissionError") {
-            return [err.reason === "full" ? 429 : 503, { error: err.message, reason: err.reason }]
+            return yield* err.reason === "full"
+              ? new IngressApi.Busy({ error: err.message ?? "full", reason: "full" })
+              : new IngressApi.Closed({ error: err.message ?? "closed", reason: "closed" })
           }
           if (err?._tag === "RequestError") {
-            return [400, { error: err.message, reason: "invalid" }]
+            return yield* new IngressApi.RequestInvalid({ error: err.message ?? "invalid", reason: "invalid" })
           }
-          return [500, { error: "dispatch failed", reason: "internal" }]
+          return yield* new IngressApi.Internal({ error: "dispatch failed", reason: "internal" })
         }
         const future = dispatched.value
         const accepted = { runId: future.runId, session, runner: options.queue.member }
-        if (waitMs <= 0) return [202, accepted]
+        if (waitMs <= 0) {
+          return accepted
+        }
         const outcome = yield* Effect.exit(future.awaitTimeout(`${waitMs} millis`))
-        if (Exit.isSuccess(outcome)) return [200, { ...accepted, reply: outcome.value }]
+        if (Exit.isSuccess(outcome)) return { ...accepted, reply: outcome.value }
         const err = failureOf(outcome)
         // Not answered in time, or this runner stopped waiting (it shuts down): the run is durable and
         // answered through the outbox all the same.
         if (err?._tag === "FutureTimeout" || (err?._tag === "QueueFailure" && err.reason === "closed")) {
-          return [202, { ...accepted, pending: true }]
+          return { ...accepted, pending: true as const }
         }
-        return [502, {
+        return yield* new IngressApi.TurnFailed({
           ...accepted,
           error: err?.message ?? "the turn failed",
           ...(err?.reason ? { reason: err.reason } : {})
-        }]
+        })
       })
 
-    const answer = (res: http.ServerResponse, reply: Effect.Effect<Reply>) =>
-      run(reply).then(
-        ([code, out]) => json(res, code, out),
-        () => json(res, 500, { error: "internal error", reason: "internal" })
-      )
+    const runnerRoutes = HttpApiBuilder.group(api, "runner", (handlers) =>
+      Effect.succeed(handlers.handleAll({
+        message: ({ params, query, payload }) =>
+          message(params.id, payload, query.wait === undefined ? 0 : Number(query.wait)),
+        cancel: ({ params }) =>
+          Effect.mapError(
+            Effect.as(options.queue.cancel("main", params.id), { session: params.id, canceled: true as const }),
+            (e) => new IngressApi.RequestInvalid({ error: e.message, reason: "invalid" })
+          ),
+        restart: ({ params }) =>
+          Effect.mapError(
+            Effect.map(options.queue.restartLane(params.lane), (generation) => ({ lane: params.lane, generation })),
+            (e) => new IngressApi.RequestInvalid({ error: e.message, reason: "invalid" })
+          ),
+        status: () =>
+          Effect.mapError(
+            status(options),
+            () => new IngressApi.Internal({ error: "status unavailable", reason: "internal" })
+          ),
+        metrics: () =>
+          Effect.mapError(
+            Effect.map(status(options), metricsText),
+            () => new IngressApi.Internal({ error: "status unavailable", reason: "internal" })
+          ),
+        openapi: () => Effect.succeed(openApi)
+      })))
+    const healthRoutes = HttpApiBuilder.group(api, "health", (handlers) =>
+      Effect.succeed(handlers.handleAll({
+        healthz: () =>
+          accepting
+            ? Effect.succeed({ ok: true as const, runner: options.queue.member, pid: process.pid })
+            : Effect.fail(new IngressApi.NotHealthy({ ok: false, runner: options.queue.member, pid: process.pid }))
+      })))
+    const authorization = Layer.succeed(IngressApi.Authorization, {
+      bearer: (effect, { credential }) =>
+        token === undefined || sameToken(Redacted.value(credential), token)
+          ? effect
+          : Effect.fail(
+            new IngressApi.Unauthorized({
+              error: "Expected `Authorization: Bearer <the runner's token>`, got none or another",
+              reason: "unauthorized"
+            })
+          )
+    })
+    const routes = HttpApiBuilder.layer(api).pipe(
+      Layer.provide([runnerRoutes, healthRoutes]),
+      Layer.provide(authorization),
+      Layer.provide(NodeHttpServer.layerHttpServices)
+    )
+    const scope = yield* Effect.scope
+    const app = yield* HttpRouter.toHttpEffect(routes)
+    const handle = yield* NodeHttpServer.makeHandler(
+      errorsAsJson(maxWaitMs, maxBody)(
+        Effect.provideService(app, HttpIncomingMessage.MaxBodySize, ByteSize.bytes(maxBody))
+      ),
+      { scope }
+    )
 
     const server = http.createServer((req, res) => {
       inFlight++
@@ -173,76 +340,11 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
         if (inFlight === 0 && idle !== undefined) Deferred.doneUnsafe(idle, Effect.void)
       })
       if (!accepting) res.setHeader("connection", "close")
-      const url = new URL(req.url ?? "/", "http://ingress")
-      const route = url.pathname.match(/^\/sessions\/([^/]+)\/messages$/)
-      if (req.method === "POST" && route) {
-        if (!accepting) {
-          return json(res, 503, {
-            error: "Expected a runner that takes messages, got one shutting down",
-            reason: "closed"
-          })
-        }
-        const session = parseSession(route[1])
-        if (typeof session !== "string") return json(res, session[0], session[1])
-        const waitMs = parseWait(url.searchParams.get("wait"), maxWaitMs)
-        if (typeof waitMs !== "number") return json(res, waitMs[0], waitMs[1])
-        const chunks: Array<Buffer> = []
-        let size = 0
-        req.on("data", (c: Buffer) => {
-          size += c.length
-          if (size > maxBody) {
-            json(res, 413, { error: `Expected a body of at most ${maxBody} bytes, got more`, reason: "too-large" })
-            req.destroy()
-          } else chunks.push(c)
-        })
-        req.on("end", () => {
-          if (res.writableEnded) return
-          let body: unknown
-          try {
-            body = JSON.parse(Buffer.concat(chunks).toString("utf8"))
-          } catch {
-            return json(res, 400, { error: "Expected a JSON body, got text that does not parse", reason: "invalid" })
-          }
-          void answer(res, onMessage(session, body, waitMs))
-        })
-        return
+      // Bodies are JSON whatever the client labels them (`curl -d`, `fetch` with a string body).
+      if (req.method === "POST" && !/^application\/json\b/i.test(req.headers["content-type"] ?? "")) {
+        req.headers["content-type"] = "application/json"
       }
-      const restart = url.pathname.match(/^\/lanes\/([^/]+)\/restart$/)
-      if (req.method === "POST" && restart) {
-        let lane: string
-        try {
-          lane = decodeURIComponent(restart[1])
-        } catch {
-          return json(res, 400, { error: `Expected a URL-encoded lane name, got \`${restart[1]}\``, reason: "invalid" })
-        }
-        void answer(
-          res,
-          Effect.map(Effect.exit(options.queue.restartLane(lane)), (exit): Reply =>
-            Exit.isSuccess(exit)
-              ? [200, { lane, generation: exit.value }]
-              : [400, { error: failureOf(exit)?.message ?? `Unknown lane \`${lane}\``, reason: "invalid" }])
-        )
-        return
-      }
-      if (req.method === "GET" && (url.pathname === "/status" || url.pathname === "/metrics")) {
-        run(status(options)).then(
-          (s) => {
-            if (url.pathname === "/status") return json(res, 200, s)
-            const text = metricsText(s)
-            res.writeHead(200, {
-              "content-type": "text/plain; version=0.0.4; charset=utf-8",
-              "content-length": Buffer.byteLength(text)
-            })
-            res.end(text)
-          },
-          () => json(res, 500, { error: "status unavailable", reason: "internal" })
-        )
-        return
-      }
-      if (req.method === "GET" && url.pathname === "/healthz") {
-        return json(res, accepting ? 200 : 503, { ok: accepting, runner: options.queue.member, pid: process.pid })
-      }
-      json(res, 404, { error: `${NOT_FOUND}, got ${req.method} ${url.pathname}`, reason: "not-found" })
+      handle(req, res)
     })
     server.keepAliveTimeout = 5_000
 
@@ -273,7 +375,7 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
     yield* Effect.acquireRelease(
       Effect.callback<void, Error>((resume) => {
         server.once("error", (e) => resume(Effect.fail(e)))
-        server.listen(options.port, options.host ?? "127.0.0.1", () => resume(Effect.void))
+        server.listen(options.port, host, () => resume(Effect.void))
       }),
       () => close(options.closeGraceMs ?? 10_000)
     )

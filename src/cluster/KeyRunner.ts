@@ -247,7 +247,19 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
               )
               // A coalescing slot is marked started when the task starts here (not when it is admitted):
               // until then, coalescing dispatches of the key join it.
-              const task = p.coalesceSlot === undefined ? run : Effect.andThen(consumeSlot(p), run)
+              // Marked once: when the task starts here, or when it ends without having started.
+              let consumed = false
+              const task = p.coalesceSlot === undefined
+                ? run
+                : Effect.andThen(
+                  Effect.andThen(
+                    consumeSlot(p),
+                    Effect.sync(() => {
+                      consumed = true
+                    })
+                  ),
+                  run
+                )
               const admitted = yield* local.dispatch(p.lane, p.key, task, {
                 ...(remaining === undefined ? {} : { queueTimeoutMs: Math.max(1, Math.round(remaining)) }),
                 ...(p.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: p.turnTimeoutMs })
@@ -281,7 +293,7 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                   // A run canceled because the entity stops gets no reply: the key's next runner runs it.
                   // Any other outcome (also one reached while stopping) is the answer, saved as usual.
                   if (out === undefined || (stoppedRuns.has(p.runId) && isCanceled(out))) return Effect.void
-                  return Effect.andThen(consumeSlot(p), reply(request, out))
+                  return consumed ? reply(request, out) : Effect.andThen(consumeSlot(p), reply(request, out))
                 }),
                 Effect.forkChild
               )

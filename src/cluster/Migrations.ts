@@ -6,7 +6,7 @@
  * table, the others find the work recorded and do nothing. It runs, in order, effect/cluster's own
  * migrations (`cluster_messages`, `cluster_replies`, `cluster_runners`, `cluster_locks`, histories
  * `cluster_migrations` and `cluster_runner_migrations`) and switchyard's (`<prefix>_outbox`,
- * `_generations`, `_members`, `_coalesce`, `_transcripts`, `_turns`, `_cron_firings`, `_shard_epochs`, history
+ * `_generations`, `_members`, `_coalesce`, `_transcripts`, `_turns`, `_cron_firings`, `_shard_epochs`, `_inbox`, history
  * `<prefix>_migrations`), all through Effect's SQL `Migrator`. A new table or column is a new
  * numbered entry in {@link switchyardMigrations}; an existing entry never changes.
  *
@@ -55,6 +55,8 @@ export const createOutbox = (table: string): Effect.Effect<void, SqlError, SqlCl
       lease_owner text,
       lease_until bigint
     )`)
+    // The "attempt started" mark (DeliveryLog.markStarted); added to tables made before it existed.
+    yield* sql.unsafe(`ALTER TABLE ${table} ADD COLUMN IF NOT EXISTS attempt_started boolean NOT NULL DEFAULT false`)
     yield* sql.unsafe(
       `CREATE INDEX IF NOT EXISTS ${table}_live ON ${table} (channel, recipient, seq) WHERE status = 'pending'`
     )
@@ -102,6 +104,20 @@ export const switchyardMigrations = (prefix: string): Migrator.Loader =>
       yield* sql.unsafe(`CREATE TABLE ${prefix}_shard_epochs (
         shard text PRIMARY KEY, epoch bigint NOT NULL, owner text NOT NULL, claimed_at bigint NOT NULL)`)
       yield* sql.unsafe(`CREATE INDEX ${prefix}_turns_run ON ${prefix}_turns (run_id)`)
+    }),
+    // The inbox (Inbox.ts): messages recorded for the run that answers them; a turn stores each as a
+    // user row of its own (part 1, 2, ...), so the transcript is unique by (run_id, role, part).
+    "0003_inbox": Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* sql.unsafe(`CREATE TABLE ${prefix}_inbox (
+        id bigserial PRIMARY KEY, session text NOT NULL, message_id text, text text NOT NULL, run_id text NOT NULL,
+        received_at bigint NOT NULL, UNIQUE (session, message_id))`)
+      yield* sql.unsafe(`CREATE INDEX ${prefix}_inbox_run ON ${prefix}_inbox (run_id)`)
+      yield* sql.unsafe(`ALTER TABLE ${prefix}_transcripts ADD COLUMN part integer NOT NULL DEFAULT 0`)
+      yield* sql.unsafe(`ALTER TABLE ${prefix}_transcripts DROP CONSTRAINT ${prefix}_transcripts_run_id_role_key`)
+      yield* sql.unsafe(
+        `ALTER TABLE ${prefix}_transcripts ADD CONSTRAINT ${prefix}_transcripts_run_part UNIQUE (run_id, role, part)`
+      )
     })
   })
 

@@ -74,6 +74,7 @@ interface Row {
   readonly last_error: string | null
   readonly next_attempt_at: number | null
   readonly status: "pending" | "dead" | "acked"
+  readonly attempt_started: boolean
 }
 
 const TABLE_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,50}$/
@@ -90,7 +91,8 @@ const toEntry = (r: Row): DeliveryEntry => {
     attempts: Number(r.attempts),
     ...(r.last_error === null ? {} : { lastError: r.last_error }),
     ...(r.next_attempt_at === null ? {} : { nextAttemptAt: Number(r.next_attempt_at) }),
-    status: r.status === "dead" ? "dead" : "pending"
+    status: r.status === "dead" ? "dead" : "pending",
+    ...(r.attempt_started ? { maybeSent: true } : {})
   }
 }
 
@@ -149,7 +151,7 @@ export const make = (
     yield* Effect.mapError(migrate(table), io("creating the outbox table"))
 
     const cols = `id, seq::float8 AS seq, channel, recipient, body, idempotency_key, enqueued_at::float8 AS enqueued_at,
-       attempts, last_error, next_attempt_at::float8 AS next_attempt_at, status`
+       attempts, last_error, next_attempt_at::float8 AS next_attempt_at, status, attempt_started`
 
     /** Checks `message` and computes what both appends write. */
     const prepare = (message: OutboundMessage) =>
@@ -278,7 +280,7 @@ export const make = (
           "attempt",
           id,
           sql.unsafe<Row>(
-            `UPDATE ${table} SET attempts = attempts + 1, last_error = $2,
+            `UPDATE ${table} SET attempts = attempts + 1, last_error = $2, attempt_started = false,
              next_attempt_at = CASE WHEN $4 THEN NULL ELSE $3 END,
              status = CASE WHEN $4 THEN 'dead' ELSE status END,
              lease_owner = NULL, lease_until = NULL
@@ -328,11 +330,35 @@ export const make = (
           "requeue",
           id,
           sql.unsafe<Row>(
-            `UPDATE ${table} SET status = 'pending', attempts = 0, next_attempt_at = NULL, lease_owner = NULL, lease_until = NULL
+            `UPDATE ${table} SET status = 'pending', attempts = 0, next_attempt_at = NULL, attempt_started = false, lease_owner = NULL, lease_until = NULL
              WHERE id = $1 AND status <> 'acked' RETURNING ${cols}`,
             [id]
           )
         )),
+      // One committed statement: concurrent marks share Postgres' WAL flushes (its own group commit).
+      markStarted: (id) =>
+        guard(
+          "markStarted",
+          Effect.gen(function*() {
+            const rows = yield* sql.unsafe<{ readonly status: string }>(
+              `UPDATE ${table} SET attempt_started = true WHERE id = $1 AND status = 'pending' RETURNING status`,
+              [id]
+            )
+            if (rows.length > 0) return
+            const other = yield* sql.unsafe<{ readonly status: string }>(
+              `SELECT status FROM ${table} WHERE id = $1 AND status <> 'acked'`,
+              [id]
+            )
+            return yield* Effect.fail(
+              other.length > 0
+                ? new DeliveryLogError({
+                  reason: "not-pending",
+                  message: `Expected a pending entry to start an attempt of, got dead entry \`${id}\` in ${table}`
+                })
+                : unknownId(id)
+            )
+          })
+        ),
       get: (id) =>
         sql.unsafe<Row>(`SELECT ${cols} FROM ${table} WHERE id = $1 AND status <> 'acked'`, [id]).pipe(
           Effect.map((rows) => rows.length === 0 ? Option.none() : Option.some(toEntry(rows[0]))),

@@ -20,8 +20,10 @@ import type { DrainReport, LaneLimits } from "../queue/CommandQueue.js"
 import * as ClusterAgent from "./ClusterAgent.js"
 import * as ClusterCronJobs from "./ClusterCronJobs.js"
 import * as ClusterDelivery from "./ClusterDelivery.js"
+import * as ClusterHeartbeat from "./ClusterHeartbeat.js"
 import * as ClusterLayer from "./ClusterLayer.js"
 import * as ClusterQueue from "./ClusterQueue.js"
+import * as Inbox from "./Inbox.js"
 import * as Ingress from "./Ingress.js"
 import * as PgDeliveryLog from "./PgDeliveryLog.js"
 import * as Retention from "./Retention.js"
@@ -59,6 +61,10 @@ export interface RunnerOptions {
   readonly deliveryTimeoutMs?: number
   /** How long turn records, cron firings and processed cluster messages are kept; default 24 h. */
   readonly retainMs?: number
+  /** One heartbeat turn per cluster every this many ms (a singleton); default none. */
+  readonly heartbeatMs?: number
+  /** Bearer token of the HTTP ingress (every route but `/healthz`); required for a non-loopback `host`. */
+  readonly token?: string
   /** The shard lease (ms): a runner silent this long loses its shards (see Fencing.ts); default 10_000. */
   readonly leaseMs?: number
 }
@@ -99,6 +105,11 @@ export const outboxLine = (
 export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Scope.Scope> =>
   Effect.gen(function*() {
     const name = options.name ?? `runner-${options.port}`
+    if ((options.token ?? "") === "" && !Ingress.isLoopback(options.host ?? "127.0.0.1")) {
+      return yield* Effect.fail(
+        new Error(`Expected a token to listen on \`${options.host}\`, which is not a loopback address, got none`)
+      )
+    }
     const prefix = options.prefix ?? "switchyard"
     const jobs = yield* parseJobs(options.cron ?? [])
     const cluster = (yield* Layer.build(ClusterLayer.layer({
@@ -148,15 +159,21 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
       drainTimeoutMs
     }))
     if (jobs.length > 0) yield* provide(Layer.build(ClusterCronJobs.layer(jobs, queue, { prefix })))
+    if (options.heartbeatMs !== undefined) {
+      yield* provide(Layer.build(ClusterHeartbeat.layer({ everyMs: options.heartbeatMs }, queue)))
+    }
     yield* provide(
       Retention.start({ outbox, prefix, ...(options.retainMs === undefined ? {} : { retainMs: options.retainMs }) })
     )
+    const inbox = yield* provide(Inbox.make(prefix))
     const ingress = yield* Ingress.serve({
       queue,
       delivery,
       outbox,
+      inbox,
       port: options.port,
-      ...(options.host === undefined ? {} : { host: options.host })
+      ...(options.host === undefined ? {} : { host: options.host }),
+      ...(options.token === undefined ? {} : { token: options.token })
     })
 
     let stopped: Deferred.Deferred<DrainReport> | undefined

@@ -11,6 +11,7 @@ import { Effect } from "effect"
 import type { CronJob } from "../agent/CronJobs.js"
 import { parseCronFlag } from "../agent/CronJobs.js"
 import { exitAfterFlush, runMain } from "../agent/main.js"
+import { isLoopback } from "./Ingress.js"
 import * as Postgres from "./Postgres.js"
 import * as Runner from "./Runner.js"
 
@@ -62,6 +63,15 @@ const program = new Command("runner")
     86_400_000
   )
   .option(
+    "--heartbeat <ms>",
+    "one heartbeat turn per cluster every <ms> (runs on one runner)",
+    integer("--heartbeat", 100)
+  )
+  .option(
+    "--token <token>",
+    "bearer token every HTTP route but /healthz requires (or SWITCHYARD_TOKEN); needed for a non-loopback --host"
+  )
+  .option(
     "--lease <ms>",
     "shard lease: a runner silent this long loses its shards to the others",
     integer("--lease", 1000),
@@ -86,10 +96,19 @@ const opts = program.opts<{
   deliveryTimeout: number
   retain: number
   lease: number
+  token?: string
+  heartbeat?: number
 }>()
 
 if (opts.postgres === undefined || opts.postgres === "") {
   program.error("Expected `--postgres <url>` (or SWITCHYARD_POSTGRES), got nothing")
+}
+const token = opts.token ?? (process.env.SWITCHYARD_TOKEN || undefined)
+if (token === undefined && !isLoopback(opts.host)) {
+  process.stderr.write(
+    `runner: Expected a token (--token or SWITCHYARD_TOKEN) to listen on \`${opts.host}\`, which is not a loopback address, got none\n`
+  )
+  process.exit(1)
 }
 const jobs: Array<CronJob> = []
 opts.cron.forEach((value, i) => {
@@ -109,6 +128,8 @@ const options: Runner.RunnerOptions = {
   deliveryTimeoutMs: opts.deliveryTimeout,
   retainMs: opts.retain,
   leaseMs: opts.lease,
+  ...(token === undefined ? {} : { token }),
+  ...(opts.heartbeat === undefined ? {} : { heartbeatMs: opts.heartbeat }),
   ...(opts.clusterPort === undefined ? {} : { clusterPort: opts.clusterPort }),
   ...(opts.name === undefined ? {} : { name: opts.name }),
   ...(opts.outbox === undefined ? {} : { outboxFile: opts.outbox }),

@@ -7,18 +7,26 @@
  * in `seq` order until none is due (after `TURN_BATCH` in a row it hands its slot on, so one busy
  * recipient cannot starve the others); a head waiting for its backoff is woken by a single timer
  * (a min-heap on the Effect `Clock`, so `TestClock` drives it).
+ *
+ * Before `deliver` the log gets a durable "attempt started" mark (`markStarted`, when the store has
+ * it); a replayed entry whose mark has no outcome arrives `maybeSent`. The mark of a recipient's next
+ * entry is written with the ack ahead of it (one group commit). Every failure goes through `classify`
+ * (HTTP status, `Retry-After`: classify.ts); `maxAgeMs` expires entries at replay and before each
+ * attempt; `replay` paces what the log held at start (replayPacer.ts); retries.ts has `retryDead` and
+ * `retryNow`.
  */
-import type { Cause } from "effect"
 import { Clock, Deferred, Effect, Exit, Option, Random, Scope } from "effect"
 import { createLanes } from "../queue/index.js"
 import type { ActivationExit } from "../queue/index.js"
 import { type Classification, defaultClassify as defaultClassifyImpl, makeJudge, retryDelay } from "./classify.js"
 import { backoffDelay, failureOf, LOG_RETRY_MS, resolvePolicy, TURN_BATCH } from "./deliveryPolicy.js"
-import { DeliveryFailure, DeliveryLogError } from "./errors.js"
+import type { DeliveryLogError } from "./errors.js"
+import { DeliveryFailure } from "./errors.js"
 import type { DeliveryQueue, Options, Stats } from "./queueTypes.js"
 import { AppendOrder, dueAt, Recipients } from "./recipients.js"
 import type { Node, Recipient } from "./recipients.js"
 import { makePacer } from "./replayPacer.js"
+import { makeRetries } from "./retries.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { makeTimer } from "./WakeHeap.js"
 
@@ -56,6 +64,8 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
     const now = () => clock.currentTimeMillisUnsafe()
     const lastStep = policy.backoffMs[policy.backoffMs.length - 1]
     const judge = makeJudge(options.classify)
+    /** The log's "attempt started" mark, when it has one (optional on the interface). */
+    const markOf = log.markStarted
 
     // ---- state (plain mutable, owned by this queue) ----
     const held = new Recipients()
@@ -167,9 +177,63 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
         })
       })
 
-    /** One attempt of the head entry, then its record in the log. */
+    /**
+     * Writes the durable "attempt started" mark (when the log has one). False when it could not: the
+     * head waits `LOG_RETRY_MS` and tries again, no attempt counted; an entry the log no longer holds
+     * as pending (gone, or dead) is dropped from memory.
+     */
+    const markStarted = (rec: Recipient, node: Node): Effect.Effect<boolean> => {
+      const mark = markOf
+      if (mark === undefined) return Effect.succeed(true)
+      if (node.premarked) {
+        node.premarked = false
+        return Effect.succeed(true)
+      }
+      const id = node.entry.id
+      return Effect.matchEffect(mark(id), {
+        onSuccess: () =>
+          Effect.sync(() => {
+            node.opFailures = 0
+            return true
+          }),
+        onFailure: (error) => {
+          if (error.reason === "unknown-id" || error.reason === "not-pending") {
+            held.removeHead(rec)
+            return Effect.as(
+              Effect.logWarning(
+                `DeliveryQueue: entry ${id} is no longer pending in the log (${error.message}); dropping it from memory`
+              ),
+              false
+            )
+          }
+          node.opFailures++
+          const delay = LOG_RETRY_MS[Math.min(node.opFailures, LOG_RETRY_MS.length) - 1]
+          node.entry = { ...node.entry, nextAttemptAt: now() + delay }
+          return Effect.as(
+            Effect.logWarning(
+              `DeliveryQueue: the attempt-started mark of entry ${id} failed (${error.reason}: ${error.message}); not delivering it before the mark is durable, retrying in ${delay} ms`
+            ),
+            false
+          )
+        }
+      })
+    }
+
+    /** The entry will be attempted as soon as it is head: due, not expired, not waiting for replay's pacing. */
+    const willAttempt = (n: Node): boolean =>
+      !closing && n.op === undefined && !n.premarked && !(n.replayed && pacer !== undefined) && dueAt(n) <= now() &&
+      !expired(n.entry, now())
+    /** Writes `n`'s mark ahead of its attempt; a failure is left to `markStarted` at the attempt. */
+    const premark = (n: Node, mark: NonNullable<typeof markOf>): Effect.Effect<void> =>
+      Effect.matchEffect(mark(n.entry.id), {
+        onSuccess: () => Effect.sync(() => void (n.premarked = true)),
+        onFailure: () => Effect.void
+      })
+
+    /** One attempt of the head entry (after its durable "attempt started" mark), then its record in the log. */
     const attemptHead = (rec: Recipient, node: Node): Effect.Effect<void> =>
       Effect.gen(function*() {
+        if (!(yield* markStarted(rec, node))) return
         node.inFlight = true
         inFlight++
         const attempt = Effect.suspend(() => deliver(node.entry))
@@ -200,7 +264,11 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
           const nextAttemptAt = dead ? at : at + retryDelay(step, verdict.retryAfterMs, lastStep)
           node.op = { _tag: "Attempt", error: failure.message, nextAttemptAt, dead }
         }
-        yield* runOp(rec, node)
+        // The next entry's mark goes in the same group commit as this ack: one sync for both.
+        const next = node.next
+        yield* markOf === undefined || !Exit.isSuccess(exit) || next === undefined || !willAttempt(next)
+          ? runOp(rec, node)
+          : Effect.asVoid(Effect.all([runOp(rec, node), premark(next, markOf)], { concurrency: 2 }))
       })
 
     /** The recipient stops being awake: its activation decided to end (or never will run). */
@@ -383,75 +451,7 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
         )
       }))
 
-    /**
-     * Requeues dead entries in the log, overlapping the calls (they share group commits), then schedules
-     * the ones that succeeded, in seq order, so a recipient's older entry never starts after a newer one.
-     * Fails with the first error after scheduling what did succeed.
-     */
-    const requeue = (dead: ReadonlyArray<DeliveryEntry>): Effect.Effect<number, DeliveryLogError> =>
-      Effect.gen(function*() {
-        const exits = yield* Effect.forEach(
-          dead,
-          (entry) => Effect.exit(Effect.flatMap(log.requeue(entry.id), () => log.get(entry.id))),
-          { concurrency: 64 }
-        )
-        let count = 0
-        let failure: Cause.Cause<DeliveryLogError> | undefined
-        for (let i = 0; i < dead.length; i++) {
-          const exit = exits[i]
-          if (Exit.isFailure(exit)) {
-            failure ??= exit.cause
-            continue
-          }
-          count++
-          const fresh = exit.value
-          yield* admit(
-            Option.isSome(fresh) && fresh.value.status === "pending"
-              ? fresh.value
-              : { ...dead[i], status: "pending", attempts: 0 }
-          )
-        }
-        return failure === undefined ? count : yield* Effect.failCause(failure)
-      })
-
-    const retryDead = (id?: string): Effect.Effect<number, DeliveryLogError> =>
-      id === undefined
-        ? Effect.flatMap(log.dead, (dead) => requeue([...dead].sort((a, b) => a.seq - b.seq)))
-        : Effect.gen(function*() {
-          const found = yield* log.get(id)
-          if (Option.isNone(found)) {
-            return yield* new DeliveryLogError({
-              reason: "unknown-id",
-              message: `Expected \`id\` to name an entry of the log, got \`${id}\``
-            })
-          }
-          return found.value.status === "dead" ? yield* requeue([found.value]) : 0
-        })
-
-    const retryNow = (filter: { readonly channel?: string; readonly to?: string } = {}): Effect.Effect<number> =>
-      Effect.suspend(() => {
-        const channel = filter?.channel
-        const to = filter?.to
-        const at = now()
-        let count = 0
-        const matched: Array<Recipient> = []
-        for (const rec of held.byKey.values()) {
-          const m = rec.head?.entry.message
-          if (
-            m === undefined || (channel !== undefined && m.channel !== channel) || (to !== undefined && m.to !== to)
-          ) continue
-          for (let n = rec.head; n !== undefined; n = n.next) {
-            if (n.inFlight || n.op !== undefined) continue
-            count++
-            if (n.entry.nextAttemptAt !== undefined && n.entry.nextAttemptAt > at) {
-              n.entry = { ...n.entry, nextAttemptAt: at }
-            }
-          }
-          unpace(rec)
-          matched.push(rec)
-        }
-        return Effect.as(Effect.forEach(matched, scheduleHead, { discard: true }), count)
-      })
+    const { retryDead, retryNow } = makeRetries({ log, held, now, admit, scheduleHead, unpace })
 
     const idle: Effect.Effect<void> = Effect.suspend(() => {
       if (isIdle()) return Effect.void

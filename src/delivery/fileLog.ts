@@ -91,6 +91,7 @@ export const openFileLog = (
         Effect.clockWith((clock) => call<void>((core, done) => core.ack(id, clock.currentTimeMillisUnsafe(), done))),
       deadLetter: (id, reason) => call<void>((core, done) => core.deadLetter(id, reason, done)),
       requeue: (id) => call<void>((core, done) => core.requeue(id, done)),
+      markStarted: (id) => call<void>((core, done) => core.markStarted(id, done)),
       get: (id) => Effect.sync(() => Option.fromUndefinedOr(healer.core.get(id))),
       pending: Effect.sync(() => healer.core.list("pending")),
       dead: Effect.sync(() => healer.core.list("dead")),

@@ -414,6 +414,27 @@ export class LogCore {
     this.pushed(undefined, done)
   }
 
+  markStarted(id: string, done: Done<void>): void {
+    const no = this.refuse()
+    if (no) return done(no)
+    const live = this.state.live.get(id)
+    if (live === undefined) return done(unknownId(String(id)))
+    if (live.status === "dead") {
+      return done(
+        new DeliveryLogError({
+          reason: "not-pending",
+          message: `Expected a pending entry to start an attempt of, got dead entry \`${id}\`; requeue it first`
+        })
+      )
+    }
+    // Marked already (a replayed entry whose last attempt has no outcome): the mark holds once durable.
+    if (live.started) return this.afterDurable(() => undefined, done)
+    const no2 = this.frameId(Kind.started, id, 0, undefined, "the attempt-started mark")
+    if (no2) return done(no2)
+    this.state.applyStarted(id)
+    this.pushed(undefined, done)
+  }
+
   flush(done: Done<void>): void {
     const no = this.refuse()
     if (no) return done(no)

@@ -37,7 +37,9 @@ export class EntryData {
     /** Its append record is durable (reads hide it before). */
     public committed: boolean,
     /** Bytes its latest state takes on disk, roughly: counted as live weight for compaction. */
-    public bytes: number
+    public bytes: number,
+    /** An attempt was started (kind 7) and no outcome recorded since: reads `maybeSent: true`. */
+    public started = false
   ) {}
 
   /** A copy of the current state (compaction writes copies while the live ones go on changing). */
@@ -53,7 +55,8 @@ export class EntryData {
       this.nextAttemptAt,
       this.status,
       this.committed,
-      this.bytes
+      this.bytes,
+      this.started
     )
   }
 
@@ -69,6 +72,7 @@ export class EntryData {
     }
     if (this.lastError !== undefined) e.lastError = this.lastError
     if (this.nextAttemptAt !== undefined) e.nextAttemptAt = this.nextAttemptAt
+    if (this.started) e.maybeSent = true
     return e
   }
 }
@@ -197,7 +201,7 @@ export const readAppend = (buf: Buffer, start: number, end: number): EntryData =
   )
 }
 
-// ---- kind 17, snapshot entry: head | status u8 | attempts u32 | nextAttemptAt f64 | errLen u32 | lastError | message JSON ----
+// ---- kind 17, snapshot entry: head | status u8 (bit 0: dead, bit 1: attempt started) | attempts u32 | nextAttemptAt f64 | errLen u32 | lastError | message JSON ----
 
 /** Payload bytes of a snapshot entry (also the `entry` of a snapshot acked record). */
 export const entryBytes = (e: EntryData): number =>
@@ -207,7 +211,7 @@ export const entryBytes = (e: EntryData): number =>
 /** Write a whole entry at `at`; returns its end. */
 export const writeEntry = (buf: Buffer, at: number, e: EntryData): number => {
   at = writeHead(buf, at, e.id, utf8Bytes(e.id), e.seq, e.enqueuedAt, e.key, e.key === undefined ? 0 : utf8Bytes(e.key))
-  buf[at] = e.status === "dead" ? 1 : 0
+  buf[at] = (e.status === "dead" ? 1 : 0) | (e.started ? 2 : 0)
   buf.writeUInt32BE(e.attempts, at + 1)
   buf.writeDoubleBE(e.nextAttemptAt ?? NONE_F64, at + 5)
   at += 13
@@ -229,7 +233,7 @@ const readEntryAt = (c: Cursor): EntryData => {
   const keyLen = c.u32()
   const key = keyLen === 0 ? undefined : c.text(keyLen)
   const status = c.u8()
-  if (status > 1) throw new BadPayload("an entry status that is neither pending nor dead")
+  if (status > 3) throw new BadPayload("an entry status byte with bits other than dead (1) and started (2)")
   const attempts = c.u32()
   const next = c.f64()
   const errLen = c.u32()
@@ -245,9 +249,10 @@ const readEntryAt = (c: Cursor): EntryData => {
     attempts,
     lastError,
     Number.isNaN(next) ? undefined : next,
-    status === 1 ? "dead" : "pending",
+    (status & 1) === 1 ? "dead" : "pending",
     true,
-    bytes
+    bytes,
+    (status & 2) === 2
   )
 }
 
@@ -259,6 +264,7 @@ export const readEntry = (buf: Buffer, start: number, end: number): EntryData =>
 // ---- kind 3, ack: idLen u8 | id | at f64 ----
 // ---- kind 4, dead: idLen u8 | id | reason (rest) ----
 // ---- kind 5, requeue: idLen u8 | id ----
+// ---- kind 7, started: idLen u8 | id ----
 // ---- kind 18, snapshot acked: idLen u8 | id | at f64 | hasEntry u8 | entry (as kind 17) ----
 
 /** Payload bytes of an id-keyed record: the id, `fixed` bytes of numbers, then `text` (if any). */
@@ -305,13 +311,16 @@ export const readDead = (buf: Buffer, start: number, end: number): { readonly id
   return { id, reason: c.rest() }
 }
 
-/** A requeue record's id. */
-export const readRequeue = (buf: Buffer, start: number, end: number): string => {
+/** The id of a record that holds only an id (requeue, started). */
+export const readIdOnly = (buf: Buffer, start: number, end: number, what: string): string => {
   const c = new Cursor(buf, start, end)
   const id = c.text(c.u8())
-  if (c.at !== end) throw new BadPayload("bytes after a requeue record's id")
+  if (c.at !== end) throw new BadPayload(`bytes after a ${what} record's id`)
   return id
 }
+
+/** A requeue record's id. */
+export const readRequeue = (buf: Buffer, start: number, end: number): string => readIdOnly(buf, start, end, "requeue")
 
 /** A snapshot acked record's fields. */
 export interface AckedFields {

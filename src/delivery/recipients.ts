@@ -24,6 +24,8 @@ export interface Node {
   opRetryAt: number
   /** Read from the log at start and not attempted since: its first attempt is paced (`replay`). */
   replayed: boolean
+  /** Its "attempt started" mark is durable already (written with the ack of the entry ahead of it). */
+  premarked: boolean
 }
 
 /** One recipient with pending entries. It exists exactly as long as it holds an entry or is awake. */
@@ -61,7 +63,8 @@ export class Recipients {
       op: undefined,
       opFailures: 0,
       opRetryAt: 0,
-      replayed: false
+      replayed: false,
+      premarked: false
     }
     const key = recipientKey(entry.message)
     let rec = this.byKey.get(key)

@@ -23,6 +23,7 @@ export const Kind = {
   dead: 4,
   requeue: 5,
   attemptDead: 6,
+  started: 7,
   snapshotBegin: 16,
   snapshotEntry: 17,
   snapshotAcked: 18,

@@ -6,7 +6,17 @@
 import * as fs from "node:fs"
 import { join } from "node:path"
 import { MANIFEST, readManifest } from "./manifest.js"
-import { BadPayload, readAck, readAcked, readAppend, readAttempt, readDead, readEntry, readRequeue } from "./payload.js"
+import {
+  BadPayload,
+  readAck,
+  readAcked,
+  readAppend,
+  readAttempt,
+  readDead,
+  readEntry,
+  readIdOnly,
+  readRequeue
+} from "./payload.js"
 import { type Decoded, describeInvalid, Kind } from "./record.js"
 import { fsyncDir, listSegments, type SegmentFile, segmentName, SegmentReader } from "./segment.js"
 import { LogState, type SnapshotBeginPayload, type SnapshotEndPayload } from "./state.js"
@@ -132,6 +142,9 @@ const applyLogRecord = (state: LogState, d: Decoded, path: string, offset: numbe
       }
       case Kind.requeue:
         state.applyRequeue(readRequeue(buf, start, end))
+        return
+      case Kind.started:
+        state.applyStarted(readIdOnly(buf, start, end, "started"))
         return
     }
   } catch (e) {

@@ -62,7 +62,14 @@ export class LogState {
     l.attempts = attempts
     l.lastError = lastError
     l.nextAttemptAt = nextAttemptAt
+    l.started = false
     return l
+  }
+
+  /** An attempt of a pending entry started (its outcome is not known until the next record). */
+  applyStarted(id: string): void {
+    const l = this.live.get(id)
+    if (l !== undefined && l.status === "pending") l.started = true
   }
 
   /** pending -> dead; `reason` becomes `lastError`, `nextAttemptAt` goes. */
@@ -83,6 +90,7 @@ export class LogState {
     l.status = "pending"
     l.attempts = 0
     l.nextAttemptAt = undefined
+    l.started = false
     this.dead--
     this.pending++
   }

@@ -28,6 +28,12 @@ export interface DeliveryEntry {
   /** Epoch ms; not due before. */
   readonly nextAttemptAt?: number
   readonly status: "pending" | "dead"
+  /**
+   * `true` when an attempt was started (its durable "attempt started" mark is in the log) and no outcome
+   * was recorded since: a crash came between the two, and the message may have been sent. A channel
+   * that can look a message up (by `id`, its idempotency key) checks before sending again.
+   */
+  readonly maybeSent?: boolean
 }
 
 /**
@@ -58,6 +64,14 @@ export interface DeliveryLog {
   readonly deadLetter: (id: string, reason: string) => Effect.Effect<void, DeliveryLogError>
   /** dead -> pending, attempts back to 0. */
   readonly requeue: (id: string) => Effect.Effect<void, DeliveryLogError>
+  /**
+   * The durable "attempt started" mark of a pending entry, written before `deliver` is called: from
+   * then until an outcome (`attempt`, `ack`, `deadLetter`, `requeue`) the entry reads `maybeSent: true`,
+   * also after a re-open. Overlapping calls share a sync with everything else in flight. Fails
+   * `unknown-id`, or `not-pending` for a dead entry. Optional for other stores: a queue on a log
+   * without it delivers as before, and replayed entries never read `maybeSent`.
+   */
+  readonly markStarted?: (id: string) => Effect.Effect<void, DeliveryLogError>
   readonly get: (id: string) => Effect.Effect<Option.Option<DeliveryEntry>>
   /** Oldest first. */
   readonly pending: Effect.Effect<ReadonlyArray<DeliveryEntry>>

@@ -23,9 +23,12 @@ export type {
   DispatchOptions,
   DrainReport,
   Future,
+  GroupLimits,
+  GroupSnapshot,
   LaneLimits,
   LaneSnapshot,
   TaskReport,
+  UnknownLaneLimits,
   WaitInfo
 } from "./types.js"
 

@@ -48,6 +48,8 @@ export class RequestError extends Data.TaggedError("RequestError")<{
   readonly lane: string
   readonly key: string
   readonly message: string
+  /** The bad option's path, when a limit was bad (`limits.concurrent`). */
+  readonly field?: string
 }> {}
 
 /** The stage a task was in when the queue failed it. */

@@ -21,9 +21,12 @@ export type {
   CommandQueueOptions,
   DispatchOptions,
   DrainReport,
+  GroupLimits,
+  GroupSnapshot,
   LaneLimits,
   LaneSnapshot,
   TaskReport,
+  UnknownLaneLimits,
   WaitInfo
 } from "./CommandQueue.js"
 export * from "./errors.js"

@@ -12,14 +12,20 @@ import { engineOf } from "./engine/Engine.js"
 import { checkWaitTimeout } from "./engine/options.js"
 import { syncRunningTask } from "./engine/run.js"
 import type { TaskControl } from "./engine/run.js"
-
 export type { TaskControl } from "./engine/run.js"
+import {
+  addLaneUnsafe,
+  groupSnapshotUnsafe,
+  setGroupLimitsUnsafe,
+  setLimitsUnsafe,
+  setPausedUnsafe
+} from "./engine/runtime.js"
 import type { EngineState } from "./engine/state.js"
 import { PROMISE_BODY, Task, unknownLane, WAKE } from "./engine/state.js"
 import { FutureTimeout, RequestError } from "./errors.js"
 import { TaskHandle } from "./Future.js"
 import { setLongTimeout } from "./longTimer.js"
-import type { Admission, CommandQueueOptions, DrainReport, LaneSnapshot } from "./types.js"
+import type { Admission, CommandQueueOptions, DrainReport, GroupSnapshot, LaneLimits, LaneSnapshot } from "./types.js"
 
 /** The options of one Promise-API dispatch. */
 export interface AsyncDispatchOptions {
@@ -27,6 +33,8 @@ export interface AsyncDispatchOptions {
   readonly coalesce?: boolean
   readonly queueTimeoutMs?: number
   readonly turnTimeoutMs?: number
+  /** Higher starts first (default 0), with aging: see `DispatchOptions.priority`. */
+  readonly priority?: number
   /** Aborting it cancels the task as `cancel()` does; already aborted: the future fails `canceled` at once. */
   readonly signal?: AbortSignal
 }
@@ -80,6 +88,24 @@ export interface AsyncCommandQueue {
   clear(lane: string): Promise<number>
   /** Drains with the default deadline, then releases everything. Idempotent. */
   close(): Promise<void>
+  /** Adds a lane now; throws `RequestError` if the name is taken or a limit is bad. */
+  addLane(name: string, limits: LaneLimits): void
+  /** Closes the lane's admission, lets its tasks end until the deadline, fails the rest `closed`, forgets it. */
+  removeLane(name: string, options?: { readonly timeoutMs?: number }): Promise<DrainReport>
+  /** Changes the lane's limits from now on; throws `RequestError` when one is bad. */
+  setLimits(lane: string, limits: Partial<LaneLimits>): void
+  /** Starts nothing more in the lane; admission stays open. */
+  pause(lane: string): void
+  /** Starts what waits in the lane again, longest waiter first. */
+  resume(lane: string): void
+  groupSnapshot(): ReadonlyArray<GroupSnapshot>
+  /** Changes a group's budget; throws `RequestError` for an unknown group or a bad number. */
+  setGroupLimits(group: string, limits: { readonly concurrent: number }): void
+}
+
+/** Throws the refusal of a synchronous control. */
+const orThrow = (error: RequestError | undefined): void => {
+  if (error !== undefined) throw error
 }
 
 const noop = () => {}
@@ -239,6 +265,27 @@ class AsyncQueue implements AsyncCommandQueue {
   }
   close(): Promise<void> {
     return (this._closing ??= run(Scope.close(this.scope, Exit.void)))
+  }
+  addLane(name: string, limits: LaneLimits): void {
+    orThrow(addLaneUnsafe(this.engine, name, limits))
+  }
+  removeLane(name: string, options?: { readonly timeoutMs?: number }): Promise<DrainReport> {
+    return run(this.queue.removeLane(name, options))
+  }
+  setLimits(lane: string, limits: Partial<LaneLimits>): void {
+    orThrow(setLimitsUnsafe(this.engine, lane, limits))
+  }
+  pause(lane: string): void {
+    orThrow(setPausedUnsafe(this.engine, lane, true))
+  }
+  resume(lane: string): void {
+    orThrow(setPausedUnsafe(this.engine, lane, false))
+  }
+  groupSnapshot(): ReadonlyArray<GroupSnapshot> {
+    return groupSnapshotUnsafe(this.engine)
+  }
+  setGroupLimits(group: string, limits: { readonly concurrent: number }): void {
+    orThrow(setGroupLimitsUnsafe(this.engine, group, limits))
   }
 }
 

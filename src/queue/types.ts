@@ -52,6 +52,30 @@ export interface LaneLimits {
    * clean up; then the slot is freed and a late result dropped. Without it the slot is freed at once.
    */
   readonly abortGraceMs?: number
+  /** Each `agingMs` a task waits adds 1 to its effective priority (see `DispatchOptions.priority`); default 5_000. */
+  readonly agingMs?: number
+}
+
+/** The limits of the lanes that `unknownLane` makes, and how long such a lane may idle before it is forgotten. */
+export interface UnknownLaneLimits extends LaneLimits {
+  /** A lane made this way with no task and no key for this long is forgotten; default 60_000. */
+  readonly idleMs?: number
+}
+
+/** One capacity group of `make`'s `groups`: a budget of running tasks over its lanes. */
+export interface GroupLimits {
+  /** Tasks running at once across the group's lanes: an integer from 1 up. */
+  readonly concurrent: number
+  /** The lanes that share it; a lane is in at most one group. */
+  readonly lanes: ReadonlyArray<string>
+}
+
+/** One capacity group as `groupSnapshot` sees it: `running` and `waiting` count its lanes' tasks. */
+export interface GroupSnapshot {
+  readonly group: string
+  readonly concurrent: number
+  readonly running: number
+  readonly waiting: number
 }
 
 /** What `onTaskExit` receives, once per task, after the task's finalizer. */
@@ -90,6 +114,10 @@ export interface LaneSnapshot {
   readonly concurrent: number
   readonly queued: number
   readonly draining: boolean
+  /** `pause` was called and `resume` not since: nothing starts. */
+  readonly paused: boolean
+  /** The capacity group the lane is in; absent when it is in none. */
+  readonly group?: string
 }
 
 /** What a drain did: tasks that ended by themselves meanwhile, tasks failed `closed`, whether the deadline passed. */
@@ -114,6 +142,10 @@ export interface CommandQueueOptions {
    * (lanes without `warnAfterMs` never call it). A throw (or a failing Effect) is logged and changes nothing.
    */
   readonly onWait?: (info: WaitInfo) => Effect.Effect<void> | void
+  /** When given, a dispatch to a lane name no lane has makes that lane with these limits; it is forgotten once idle for `idleMs`. */
+  readonly unknownLane?: UnknownLaneLimits
+  /** Capacity groups: a task of a lane in a group starts only when its lane and its group have a free slot. */
+  readonly groups?: Readonly<Record<string, GroupLimits>>
 }
 
 /** The options of one `dispatch`. */
@@ -126,6 +158,11 @@ export interface DispatchOptions<A, E> {
   readonly turnTimeoutMs?: number
   /** Runs exactly once after the task ended (also when it was dropped), bounded by the lane's `finalizationTimeoutMs`. */
   readonly finalizer?: (exit: Exit.Exit<A, E | QueueFailure>) => Effect.Effect<void, unknown>
+  /**
+   * Higher starts first (default 0): a freed slot goes to the waiting key whose next task has the
+   * highest `priority + floor(waitedMs / agingMs)`; a key's own tasks keep their admission order.
+   */
+  readonly priority?: number
 }
 
 /** A queue of named lanes. Every method is safe to call from any fiber. */
@@ -160,6 +197,33 @@ export interface CommandQueue {
   readonly drain: (options?: { readonly timeoutMs?: number }) => Effect.Effect<DrainReport>
   /** One snapshot per lane. */
   readonly snapshot: Effect.Effect<ReadonlyArray<LaneSnapshot>>
+  /** Adds a lane while the queue runs; `RequestError` if the name is taken or a limit is bad. */
+  readonly addLane: (name: string, limits: LaneLimits) => Effect.Effect<void, RequestError>
+  /**
+   * Closes the lane's admission (`AdmissionError` `closed`), lets its tasks finish until the
+   * deadline (default `drainTimeoutMs`), fails the rest `closed`, then forgets the lane.
+   * `main`, `heartbeat` and `cron` cannot be removed (`RequestError`).
+   */
+  readonly removeLane: (
+    name: string,
+    options?: { readonly timeoutMs?: number }
+  ) => Effect.Effect<DrainReport, RequestError>
+  /**
+   * Changes the lane's limits from now on: a larger `concurrent` starts waiting tasks at once, a
+   * smaller one lets running tasks finish; a smaller `queued` drops nothing admitted.
+   */
+  readonly setLimits: (lane: string, limits: Partial<LaneLimits>) => Effect.Effect<void, RequestError>
+  /** Starts nothing more in the lane (admission stays open; running tasks go on). */
+  readonly pause: (lane: string) => Effect.Effect<void, RequestError>
+  /** Starts what waits in the lane again, longest waiter first. */
+  readonly resume: (lane: string) => Effect.Effect<void, RequestError>
+  /** One snapshot per capacity group. */
+  readonly groupSnapshot: Effect.Effect<ReadonlyArray<GroupSnapshot>>
+  /** Changes a group's budget: a larger one starts waiting tasks at once, a smaller one lets running tasks finish. */
+  readonly setGroupLimits: (
+    group: string,
+    limits: { readonly concurrent: number }
+  ) => Effect.Effect<void, RequestError>
   /**
    * Waits until the lane (or every lane) has nothing running or waiting, or until `timeoutMs`
    * passed (then `{ idle: false }`). Admission stays open, unlike `drain`.

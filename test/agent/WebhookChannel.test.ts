@@ -135,6 +135,7 @@ describe("WebhookChannel", () => {
       const s = yield* server((_req, res) => answer(res, 429, { error: "slow down" }, { "retry-after": "7" }))
       const failure = yield* Effect.flip(WebhookChannel({ url: s.url }).send(entry("x")))
       assert.strictEqual(failure.retryAfter, "7")
+      assert.strictEqual(failure.retryAfterMs, 7_000)
       assert.deepStrictEqual(DeliveryQueue.defaultClassify(failure, entry("x")), {
         permanent: false,
         retryAfterMs: 7_000

@@ -11,7 +11,7 @@ import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { postMessage, shardsSettled, startRunner, status, terminate, until } from "./support.js"
+import { killRunners, postMessage, shardsSettled, startRunner, status, terminate, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterRestart.test.ts")
@@ -50,8 +50,7 @@ describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
   }, 90_000)
 
   afterAll(async () => {
-    for (const r of runners) if (r.alive) r.child.kill("SIGKILL")
-    await Promise.all(runners.map((r) => r.exited))
+    await killRunners(runners)
     await db?.drop()
     fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)

@@ -13,7 +13,7 @@ import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { postMessage, shardsSettled, startRunner, until } from "./support.js"
+import { killRunners, postMessage, shardsSettled, startRunner, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterRunners.test.ts")
@@ -69,8 +69,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
   }, 120_000)
 
   afterAll(async () => {
-    for (const r of runners) if (r.alive) r.child.kill("SIGKILL")
-    await Promise.all(runners.map((r) => r.exited))
+    await killRunners(runners)
     await db?.drop()
     fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
@@ -84,7 +83,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
         runners.map((r) => [200, `You said: hi ${r.name}`])
       )
       const migrations = await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_migrations`)
-      expect(Number(migrations[0].n)).toBe(2)
+      expect(Number(migrations[0].n)).toBe(3)
     },
     60_000
   )
@@ -93,7 +92,8 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
     `${MESSAGES} messages of ${SESSIONS} sessions to random runners, one SIGKILLed mid-load: every accepted message answered once per turn record, no two turns of a session overlap, cron once per second`,
     async () => {
       const random = prng(42)
-      const accepted = new Map<string, { session: string; via: string }>()
+      // By message id: messages of a session that arrive while its turn runs share the next run.
+      const accepted = new Map<string, { session: string; via: string; runId: string }>()
       const victim = runners[0]
       const killAt = Math.floor(MESSAGES * 0.4)
       let sent = 0
@@ -118,7 +118,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
             })
             const body = (await res.json()) as { runId?: string }
             if (res.status === 202 && body.runId) {
-              accepted.set(body.runId, { session, via: r.name })
+              accepted.set(id, { session, via: r.name, runId: body.runId })
               return
             }
             if (res.status === 429) {
@@ -157,7 +157,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
       expect(accepted.size).toBe(MESSAGES)
 
       // Every accepted message gets its turn (replayed on another runner when its runner died).
-      const runIds = [...accepted.keys()]
+      const runIds = [...new Set([...accepted.values()].map((a) => a.runId))]
       await until("every accepted message to be answered", 90_000, async () => {
         const rows = await query<{ n: number }>(
           db!.url,
@@ -202,10 +202,22 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
       const replies = await query<{ n: number; keys: number }>(
         db!.url,
         `
-      SELECT count(*)::float8 AS n, count(DISTINCT idempotency_key)::float8 AS keys FROM switchyard_outbox WHERE idempotency_key LIKE 'reply:msg:%'`
+      SELECT count(*)::float8 AS n, count(DISTINCT idempotency_key)::float8 AS keys FROM switchyard_outbox WHERE idempotency_key LIKE 'reply:coalesce:main:s%'`
       )
-      expect(Number(replies[0].keys)).toBe(MESSAGES)
-      expect(Number(replies[0].n)).toBe(MESSAGES) // one reply per message, even for turns replayed after the kill
+      expect(Number(replies[0].keys)).toBe(runIds.length)
+      expect(Number(replies[0].n)).toBe(runIds.length) // one reply per run, even for turns replayed after the kill
+      // Every message is in the inbox once, recorded for the run that answered it (together with the
+      // others of its session that arrived while the turn before ran).
+      const inbox = await query<{ n: number; runs: number; messages: number }>(
+        db!.url,
+        `
+      SELECT count(*)::float8 AS n, count(DISTINCT run_id)::float8 AS runs, count(DISTINCT message_id)::float8 AS messages FROM switchyard_inbox WHERE session LIKE 's%'`
+      )
+      expect([Number(inbox[0].n), Number(inbox[0].messages), Number(inbox[0].runs)]).toEqual([
+        MESSAGES,
+        MESSAGES,
+        runIds.length
+      ])
 
       // Sessions the victim served before it died went on on the other runners.
       const moved = await query<{ session: string }>(
@@ -284,6 +296,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
         backpressure429: busy,
         turnsPerRunner: Object.fromEntries(turnsPerRunner.map((r) => [r.runner, Number(r.n)])),
         replayedTurns: Number(duplicates[0].n),
+        runs: runIds.length,
         replayedRuns: replays.map((r) => r.run_id),
         sessionsMovedFromVictim: `${moved.length}/${victimSessions.length}`,
         victimSessionsResumedAfterMs: { min: resumeMs[0], max: resumeMs[resumeMs.length - 1] },

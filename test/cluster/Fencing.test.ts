@@ -4,7 +4,9 @@
  * takes its shards (bumping their epochs), runs the stalled turn's message again and answers a second
  * one. On SIGCONT the stale runner's turn reaches its commit, finds a newer epoch and writes nothing:
  * no overlapping turns of S in `switchyard_turns`, one outbox entry (one reply) per message, the stale
- * runner logs that it was fenced, and it goes on answering.
+ * runner logs that it was fenced, and it goes on answering. On the same two runners: cancel sent to
+ * the runner that does not run the turn, and one heartbeat per cluster (a singleton that moves to the
+ * survivor when its runner is SIGKILLed).
  */
 import { Effect } from "effect"
 import { SqlClient } from "effect/sql"
@@ -18,7 +20,7 @@ import * as Migrations from "../../src/cluster/Migrations.js"
 import * as PgDeliveryLog from "../../src/cluster/PgDeliveryLog.js"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { postMessage, shardsSettled, startRunner, status, until } from "./support.js"
+import { killRunners, postMessage, runningOn, shardsSettled, startRunner, status, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/Fencing.test.ts")
@@ -29,132 +31,237 @@ const SHARDS = 8
 const query = <A extends object>(url: string, text: string, params: ReadonlyArray<unknown> = []) =>
   Effect.runPromise(Postgres.withClient(url, (sql) => sql.unsafe<A>(text, params)))
 
-describe.skipIf(!up)("fencing (two runner processes, SIGSTOP past the lease)", () => {
-  let db: { url: string; drop: () => Promise<void> } | undefined
-  const runners: Array<RunnerProcess> = []
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-fence-"))
-  const outbox = path.join(dir, "outbox.jsonl")
+/** Whether the heartbeat singleton runs on `r` now, by its log: its last heartbeat line says it started. */
+const runsHeartbeat = (r: RunnerProcess): boolean => {
+  const lines = r.log.join("").split("\n").filter((l) => l.includes("heartbeat: the cluster's heartbeat"))
+  return lines.length > 0 && lines[lines.length - 1].includes("heartbeat runs on")
+}
 
-  beforeAll(async () => {
-    db = await freshDatabase("fencing")
-    const args = [
-      "--latency",
-      String(LATENCY_MS),
-      "--lease",
-      String(LEASE_MS),
-      "--shards",
-      String(SHARDS),
-      "--drain-timeout",
-      "2000",
-      "--delivery-timeout",
-      "1000"
-    ]
-    runners.push(
-      ...await Promise.all([startRunner({ url: db.url, outbox, args }), startRunner({ url: db.url, outbox, args })])
-    )
-    await shardsSettled(runners.map((r) => r.port), SHARDS)
-  }, 90_000)
+describe.skipIf(!up)(
+  "two runner processes: fencing (SIGSTOP past the lease), cancel across runners, one heartbeat per cluster",
+  () => {
+    let db: { url: string; drop: () => Promise<void> } | undefined
+    const runners: Array<RunnerProcess> = []
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-fence-"))
+    const outbox = path.join(dir, "outbox.jsonl")
 
-  afterAll(async () => {
-    for (const r of runners) {
-      if (r.alive) {
-        r.child.kill("SIGCONT")
-        r.child.kill("SIGKILL")
-      }
-    }
-    await Promise.all(runners.map((r) => r.exited))
-    await db?.drop()
-    fs.rmSync(dir, { recursive: true, force: true })
-  }, 60_000)
+    beforeAll(async () => {
+      db = await freshDatabase("fencing")
+      const args = [
+        "--latency",
+        String(LATENCY_MS),
+        "--lease",
+        String(LEASE_MS),
+        "--shards",
+        String(SHARDS),
+        "--drain-timeout",
+        "2000",
+        "--delivery-timeout",
+        "1000",
+        "--heartbeat",
+        "500"
+      ]
+      runners.push(
+        ...await Promise.all([startRunner({ url: db.url, outbox, args }), startRunner({ url: db.url, outbox, args })])
+      )
+      await shardsSettled(runners.map((r) => r.port), SHARDS)
+    }, 90_000)
 
-  it(
-    "a runner stalled mid-turn past its lease is fenced on waking: no overlapping turns, no second reply, it logs `fenced` and goes on",
-    async () => {
-      const session = "fenced-session"
-      const first = await postMessage(runners[0].port, session, "first", 0)
-      expect(first.status).toBe(202)
-      // The runner whose lane runs the turn now (its model call takes LATENCY_MS).
-      let stale: RunnerProcess | undefined
-      await until("the first turn to start on a runner", 10_000, async () => {
-        for (const r of runners) {
-          if ((await status(r.port)).lanes.some((l) => l.lane === "main" && l.running > 0)) stale = r
-        }
-        return stale !== undefined
-      })
-      const owner = runners.find((r) => r !== stale)!
-      stale!.child.kill("SIGSTOP")
-      const stoppedAt = Date.now()
-      try {
-        // Past the lease: the other runner holds every shard, epochs bumped.
-        await until(
-          "the live runner to take every shard",
-          30_000,
-          async () => (await status(owner.port)).cluster.shards === SHARDS
-        )
-        expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(LEASE_MS - 500)
-        const second = await postMessage(owner.port, session, "second", 30_000)
-        expect([second.status, second.body.reply?.runner]).toEqual([200, owner.name])
-        // The first message too was answered by the new owner (replayed from the cluster's message table).
-        await until(
-          "the first message's turn on the new owner",
-          20_000,
-          async () =>
+    afterAll(async () => {
+      await killRunners(runners)
+      await db?.drop()
+      fs.rmSync(dir, { recursive: true, force: true })
+    }, 60_000)
+
+    it(
+      "a runner stalled mid-turn past its lease is fenced on waking: no overlapping turns, no second reply, it logs `fenced` and goes on",
+      async () => {
+        const session = "fenced-session"
+        const first = await postMessage(runners[0].port, session, "first", 0)
+        expect(first.status).toBe(202)
+        // The runner whose lane runs the turn now (its model call takes LATENCY_MS).
+        const stale: RunnerProcess | undefined = await runningOn(runners)
+        const owner = runners.find((r) => r !== stale)!
+        stale!.child.kill("SIGSTOP")
+        const stoppedAt = Date.now()
+        try {
+          // Past the lease: the other runner holds every shard, epochs bumped.
+          await until(
+            "the live runner to take every shard",
+            30_000,
+            async () => (await status(owner.port)).cluster.shards === SHARDS
+          )
+          expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(LEASE_MS - 500)
+          const second = await postMessage(owner.port, session, "second", 30_000)
+          expect([second.status, second.body.reply?.runner]).toEqual([200, owner.name])
+          // The first message too was answered by the new owner (replayed from the cluster's message table).
+          await until("the first message's turn on the new owner", 20_000, async () =>
             (await query<{ n: number }>(
               db!.url,
               `SELECT count(*)::float8 AS n FROM switchyard_turns WHERE session = $1`,
               [session]
-            ))[0].n >= 2
+            ))[0].n >= 2)
+        } finally {
+          stale!.child.kill("SIGCONT")
+        }
+        await until(
+          "the stale runner to log that its turn was fenced",
+          20_000,
+          async () => stale!.log.join("").includes(`fenced: run ${first.body.runId}`)
+        ).catch((e) => {
+          fs.writeFileSync("/tmp/fence-stale.log", stale!.log.join(""))
+          throw e
+        })
+        expect(stale!.alive).toBe(true)
+
+        const turns = await query<{ runner: string; run_id: string; started_at: number; ended_at: number }>(
+          db!.url,
+          `SELECT runner, run_id, started_at::float8 AS started_at, ended_at::float8 AS ended_at FROM switchyard_turns WHERE session = $1 ORDER BY started_at`,
+          [session]
         )
-      } finally {
-        stale!.child.kill("SIGCONT")
-      }
-      await until(
-        "the stale runner to log that its turn was fenced",
-        20_000,
-        async () => stale!.log.join("").includes(`fenced: run ${first.body.runId}`)
-      ).catch((e) => {
-        fs.writeFileSync("/tmp/fence-stale.log", stale!.log.join(""))
-        throw e
-      })
-      expect(stale!.alive).toBe(true)
+        expect(turns.map((t) => t.runner)).toEqual([owner.name, owner.name])
+        expect(
+          new Set(turns.map((t) => t.run_id)).size
+        ).toBe(2)
+        for (let i = 1; i < turns.length; i++) {
+          expect(Number(turns[i].started_at)).toBeGreaterThanOrEqual(Number(turns[i - 1].ended_at))
+        }
+        const replies = await query<{ key: string; n: number }>(
+          db!.url,
+          `SELECT idempotency_key AS key, count(*)::float8 AS n FROM switchyard_outbox WHERE recipient = $1 GROUP BY 1`,
+          [session]
+        )
+        expect(replies.map((r) => Number(r.n))).toEqual([1, 1])
+        expect(replies.map((r) => r.key)).toContain(`reply:${first.body.runId}`)
+        const transcript = await query<{ role: string; content: string }>(
+          db!.url,
+          `SELECT role, content FROM switchyard_transcripts WHERE session = $1 ORDER BY id`,
+          [session]
+        )
+        expect(transcript.map((t) => t.content)).toEqual(["first", "You said: first", "second", "You said: second"])
 
-      const turns = await query<{ runner: string; run_id: string; started_at: number; ended_at: number }>(
-        db!.url,
-        `SELECT runner, run_id, started_at::float8 AS started_at, ended_at::float8 AS ended_at FROM switchyard_turns WHERE session = $1 ORDER BY started_at`,
-        [session]
-      )
-      expect(turns.map((t) => t.runner)).toEqual([owner.name, owner.name])
-      expect(new Set(turns.map((t) => t.run_id)).size).toBe(2)
-      for (let i = 1; i < turns.length; i++) {
-        expect(Number(turns[i].started_at)).toBeGreaterThanOrEqual(Number(turns[i - 1].ended_at))
-      }
-      const replies = await query<{ key: string; n: number }>(
-        db!.url,
-        `SELECT idempotency_key AS key, count(*)::float8 AS n FROM switchyard_outbox WHERE recipient = $1 GROUP BY 1`,
-        [session]
-      )
-      expect(replies.map((r) => Number(r.n))).toEqual([1, 1])
-      expect(replies.map((r) => r.key)).toContain(`reply:${first.body.runId}`)
-      const transcript = await query<{ role: string; content: string }>(
-        db!.url,
-        `SELECT role, content FROM switchyard_transcripts WHERE session = $1 ORDER BY id`,
-        [session]
-      )
-      expect(transcript.map((t) => t.content)).toEqual(["first", "You said: first", "second", "You said: second"])
+        // It goes on: back in the cluster, it takes shards again and answers through its own ingress.
+        await shardsSettled(runners.map((r) => r.port), SHARDS, 40_000)
+        const again = await postMessage(stale!.port, "after-the-stall", "hello", 30_000)
+        expect([again.status, again.body.reply?.text]).toEqual([200, "You said: hello"])
+        const epochs = await query<{ n: number }>(
+          db!.url,
+          `SELECT count(*)::float8 AS n FROM switchyard_shard_epochs WHERE epoch > 1`
+        )
+        expect(Number(epochs[0].n)).toBeGreaterThan(0)
+      },
+      120_000
+    )
 
-      // It goes on: back in the cluster, it takes shards again and answers through its own ingress.
-      await shardsSettled(runners.map((r) => r.port), SHARDS, 40_000)
-      const again = await postMessage(stale!.port, "after-the-stall", "hello", 30_000)
-      expect([again.status, again.body.reply?.text]).toEqual([200, "You said: hello"])
-      const epochs = await query<{ n: number }>(
-        db!.url,
-        `SELECT count(*)::float8 AS n FROM switchyard_shard_epochs WHERE epoch > 1`
-      )
-      expect(Number(epochs[0].n)).toBeGreaterThan(0)
-    },
-    120_000
-  )
-})
+    it(
+      "cancel sent to the runner that does not run the turn: the turn is interrupted where it runs, its client gets 502 canceled, no turn record, the session goes on",
+      async () => {
+        const session = "cancel-me"
+        const waiting = postMessage(runners[0].port, session, "long", 30_000)
+        const running = await runningOn(runners)
+        const other = runners.find((r) => r !== running)!
+        const canceled = await fetch(`http://127.0.0.1:${other.port}/sessions/${session}/cancel`, { method: "POST" })
+        expect([canceled.status, await canceled.json()]).toEqual([200, { session, canceled: true }])
+        const answer = await waiting
+        expect([answer.status, answer.body.reason]).toEqual([502, "canceled"])
+        expect((await status(running!.port)).lanes.find((l) => l.lane === "main")?.running).toBe(0)
+        const turns = await query<{ n: number }>(
+          db!.url,
+          `SELECT count(*)::float8 AS n FROM switchyard_turns WHERE session = $1`,
+          [session]
+        )
+        expect(Number(turns[0].n)).toBe(0)
+        const next = await postMessage(other.port, session, "again", 30_000)
+        expect([next.status, next.body.reply?.text]).toEqual([200, "You said: again"])
+      },
+      60_000
+    )
+
+    it(
+      "messages that arrive while a session's turn runs, through either runner, are answered together by the next turn (the inbox): one run, one reply, one turn",
+      async () => {
+        const session = "together"
+        const first = postMessage(runners[0].port, session, "m1", 30_000)
+        await runningOn(runners)
+        const [second, third] = await Promise.all([
+          postMessage(runners[0].port, session, "m2", 30_000),
+          postMessage(runners[1].port, session, "m3", 30_000)
+        ])
+        expect((await first).body.reply?.text).toBe("You said: m1")
+        expect([second.status, third.status]).toEqual([200, 200])
+        expect(second.body.runId).toBe(third.body.runId)
+        expect(second.body.reply?.text === "You said: m2 / m3" || second.body.reply?.text === "You said: m3 / m2").toBe(
+          true
+        )
+        expect(third.body.reply).toEqual(second.body.reply)
+        const turns = await query<{ n: number }>(
+          db!.url,
+          `SELECT count(*)::float8 AS n FROM switchyard_turns WHERE session = $1`,
+          [session]
+        )
+        expect(Number(turns[0].n)).toBe(2)
+        const replies = await query<{ body: string }>(
+          db!.url,
+          `SELECT body FROM switchyard_outbox WHERE recipient = $1 ORDER BY seq`,
+          [session]
+        )
+        expect(replies.map((r) => JSON.parse(r.body).messages)).toEqual([1, 2])
+        const transcript = await query<{ role: string }>(
+          db!.url,
+          `SELECT role FROM switchyard_transcripts WHERE session = $1 ORDER BY id`,
+          [session]
+        )
+        expect(transcript.map((t) => t.role)).toEqual(["user", "assistant", "user", "user", "assistant"])
+      },
+      60_000
+    )
+
+    it(
+      "one heartbeat per cluster: the singleton runs on exactly one runner; after a SIGKILL of that runner it runs on the survivor",
+      async () => {
+        await until(
+          "the heartbeat singleton to run on one runner",
+          20_000,
+          async () => runners.filter(runsHeartbeat).length === 1
+        )
+        await shardsSettled(
+          runners.map((r) => r.port),
+          SHARDS
+        )
+        expect(runners.filter(runsHeartbeat).length).toBe(1)
+        const holder = runners.find(runsHeartbeat)!
+        const survivor = runners.find((r) => r !== holder)!
+        await until("a heartbeat turn", 20_000, async () =>
+          Number(
+            (await query<{ n: number }>(
+              db!.url,
+              `SELECT count(*)::float8 AS n FROM switchyard_turns WHERE session = 'heartbeat'`
+            ))[0].n
+          ) >= 1)
+        // Heartbeat turns take 2 s and the ticks coalesce: turns of the heartbeat never overlap, whoever ran them.
+        const overlaps = await query(
+          db!.url,
+          `SELECT a.id FROM switchyard_turns a JOIN switchyard_turns b ON a.session = 'heartbeat'
+      AND b.session = 'heartbeat' AND a.id < b.id AND a.started_at < b.ended_at AND b.started_at < a.ended_at`
+        )
+        expect(overlaps).toEqual([])
+        holder.child.kill("SIGKILL")
+        await holder.exited
+        const killedAt = Date.now()
+        await until("the heartbeat singleton to move to the survivor", 30_000, async () => runsHeartbeat(survivor))
+        await until("a heartbeat turn on the survivor after the kill", 30_000, async () =>
+          Number(
+            (await query<{ n: number }>(
+              db!.url,
+              `SELECT count(*)::float8 AS n FROM switchyard_turns WHERE session = 'heartbeat' AND runner = $1 AND started_at > $2`,
+              [survivor.name, killedAt]
+            ))[0].n
+          ) >= 1)
+      },
+      90_000
+    )
+  }
+)
 
 describe.skipIf(!up)("the fenced commit of a turn (one process)", () => {
   it(

@@ -22,9 +22,13 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
     await db?.drop()
   })
 
-  const call = (method: string, path: string, body?: string) =>
+  const call = (method: string, path: string, body?: string, headers: Record<string, string> = {}) =>
     Effect.promise(async () => {
-      const res = await fetch(`http://127.0.0.1:${port}${path}`, { method, ...(body === undefined ? {} : { body }) })
+      const res = await fetch(`http://127.0.0.1:${port}${path}`, {
+        method,
+        headers,
+        ...(body === undefined ? {} : { body })
+      })
       const text = await res.text()
       return {
         status: res.status,
@@ -46,10 +50,11 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         yield* Runner.start({ postgres: db!.url, port, clusterPort, latencyMs: 0, shardsPerGroup: 8, name: "ingress" })
         const accepted = yield* call("POST", "/sessions/bob/messages", JSON.stringify({ text: "hi", id: "m1" }))
         assert.strictEqual(accepted.status, 202)
-        assert.deepStrictEqual(accepted.json, { runId: "msg:bob:m1", session: "bob", runner: "ingress" })
+        assert.deepStrictEqual(accepted.json, { runId: accepted.json.runId, session: "bob", runner: "ingress" })
+        assert.match(accepted.json.runId, /^coalesce:main:bob:\d+$/)
         const again = yield* call("POST", "/sessions/bob/messages?wait=10000", JSON.stringify({ text: "hi", id: "m1" }))
         assert.strictEqual(again.status, 200)
-        assert.strictEqual(again.json.runId, "msg:bob:m1")
+        assert.strictEqual(again.json.runId, accepted.json.runId)
         assert.strictEqual(again.json.reply.text, "You said: hi")
         const ok = JSON.stringify({ text: "x" })
         const statuses = yield* Effect.all([
@@ -121,6 +126,96 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         const health = yield* call("GET", "/healthz")
         assert.deepStrictEqual([health.status, health.json.ok], [200, true])
       })),
+    60_000
+  )
+
+  it.live(
+    "with --token: every route but /healthz wants `Authorization: Bearer <token>` (401 JSON otherwise, also for a wrong token of another length); GET /openapi.json is the OpenAPI document of every route",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        yield* Runner.start({
+          postgres: db!.url,
+          port,
+          clusterPort,
+          latencyMs: 0,
+          shardsPerGroup: 8,
+          name: "ingress",
+          token: "s3cret-token"
+        })
+        const auth = { authorization: "Bearer s3cret-token" }
+        const refused = yield* Effect.all([
+          call("GET", "/status"),
+          call("GET", "/metrics", undefined, { authorization: "Bearer s3cret-tokeN" }),
+          call("GET", "/openapi.json", undefined, { authorization: "Bearer x" }),
+          call("POST", "/sessions/dora/messages", JSON.stringify({ text: "hi" }), {
+            authorization: "Basic s3cret-token"
+          }),
+          call("POST", "/lanes/main/restart")
+        ])
+        assert.deepStrictEqual(
+          refused.map((r) => [r.status, r.json?._tag, r.json?.reason]),
+          refused.map(() => [401, "Unauthorized", "unauthorized"])
+        )
+        const health = yield* call("GET", "/healthz")
+        assert.deepStrictEqual([health.status, health.json.ok], [200, true])
+        const sent = yield* call("POST", "/sessions/dora/messages?wait=10000", JSON.stringify({ text: "hi" }), auth)
+        assert.deepStrictEqual([sent.status, sent.json.reply?.text], [200, "You said: hi"])
+        const metrics = yield* call("GET", "/metrics", undefined, auth)
+        assert.strictEqual(parsePrometheus(metrics.text).get("switchyard_cluster_dispatched_total")?.type, "counter")
+        const spec = yield* call("GET", "/openapi.json", undefined, auth)
+        assert.strictEqual(spec.status, 200)
+        assert.match(String(spec.json.openapi), /^3\./)
+        assert.deepStrictEqual(Object.keys(spec.json.paths).sort(), [
+          "/healthz",
+          "/lanes/{lane}/restart",
+          "/metrics",
+          "/openapi.json",
+          "/sessions/{id}/cancel",
+          "/sessions/{id}/messages",
+          "/status"
+        ])
+        assert.includeMembers(Object.keys(spec.json.paths["/sessions/{id}/messages"].post.responses), [
+          "200",
+          "202",
+          "400",
+          "401",
+          "429",
+          "502",
+          "503"
+        ])
+      })),
+    60_000
+  )
+
+  it.live(
+    "a runner refuses a non-loopback host without a token: Runner.start fails, the runner command prints one line and exits 1",
+    () =>
+      Effect.gen(function*() {
+        const started = yield* Effect.exit(
+          Effect.scoped(Runner.start({ postgres: db!.url, port, clusterPort, host: "0.0.0.0", shardsPerGroup: 8 }))
+        )
+        assert.isTrue(started._tag === "Failure")
+        const { spawnSync } = yield* Effect.promise(() => import("node:child_process"))
+        const out = spawnSync(process.execPath, [
+          "--import",
+          "tsx",
+          "src/cluster/runner-main.ts",
+          "--postgres",
+          db!.url,
+          "--port",
+          String(port),
+          "--host",
+          "0.0.0.0"
+        ], {
+          encoding: "utf8",
+          env: { ...process.env, SWITCHYARD_TOKEN: "" },
+          timeout: 30_000
+        })
+        assert.strictEqual(out.status, 1)
+        assert.deepStrictEqual(out.stderr.trim().split("\n"), [
+          "runner: Expected a token (--token or SWITCHYARD_TOKEN) to listen on `0.0.0.0`, which is not a loopback address, got none"
+        ])
+      }),
     60_000
   )
 })

@@ -41,7 +41,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "cluster_messages:0003_pg_messages_rowid_index",
         "cluster_runners:0001_create_tables",
         "switchyard:0001_tables",
-        "switchyard:0002_shard_epochs"
+        "switchyard:0002_shard_epochs",
+        "switchyard:0003_inbox"
       ]])
       const again = await Effect.runPromise(
         Postgres.withClient(url, (sql) => Migrations.migrate().pipe(Effect.provideService(SqlClient.SqlClient, sql)))
@@ -64,6 +65,7 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard_coalesce",
         "switchyard_cron_firings",
         "switchyard_generations",
+        "switchyard_inbox",
         "switchyard_members",
         "switchyard_migrations",
         "switchyard_outbox",
@@ -91,7 +93,7 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
           (sql) => Migrations.migrate({ cluster: false }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
         )
       )
-      expect(ran).toEqual(["switchyard:0001_tables", "switchyard:0002_shard_epochs"])
+      expect(ran).toEqual(["switchyard:0001_tables", "switchyard:0002_shard_epochs", "switchyard:0003_inbox"])
       const rows = await Effect.runPromise(
         Postgres.withClient(
           url,

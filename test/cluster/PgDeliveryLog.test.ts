@@ -4,6 +4,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Option, Scope } from "effect"
+import { SqlClient } from "effect/sql"
 import { afterAll, beforeAll } from "vitest"
 import * as PgDeliveryLog from "../../src/cluster/PgDeliveryLog.js"
 import * as Postgres from "../../src/cluster/Postgres.js"
@@ -36,6 +37,33 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
       const entry = yield* withLog((log) => log.append({ channel: "c", to: "alice", body: { text: "hi" } }), "durable")
       const seen = yield* withLog((log) => log.get(entry.id), "durable")
       assert.deepStrictEqual(Option.getOrThrow(seen), entry)
+    }))
+
+  it.live("a table made before the attempt-started mark gets its column on open; its rows stay; the mark survives a new client", () =>
+    Effect.gen(function*() {
+      const table = "outbox_before_mark"
+      yield* Effect.scoped(Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        // The outbox table as it was created before `attempt_started` existed.
+        yield* sql.unsafe(`CREATE TABLE ${table} (
+          seq bigserial PRIMARY KEY, id text NOT NULL UNIQUE, channel text NOT NULL, recipient text NOT NULL,
+          body text NOT NULL, idempotency_key text, enqueued_at bigint NOT NULL, attempts integer NOT NULL DEFAULT 0,
+          last_error text, next_attempt_at bigint, status text NOT NULL, acked_at bigint, lease_owner text, lease_until bigint)`)
+        yield* sql.unsafe(
+          `INSERT INTO ${table} (id, channel, recipient, body, enqueued_at, status) VALUES ('old-1', 'c', 'x', '1', 5, 'pending')`
+        )
+      })).pipe(Effect.provide(Postgres.layer(db.url, { maxConnections: 1 })))
+      const old = yield* withLog((log) =>
+        Effect.gen(function*() {
+          const pending = yield* log.pending
+          assert.deepStrictEqual(pending.map((e) => [e.id, e.maybeSent]), [["old-1", undefined]])
+          yield* log.markStarted!("old-1")
+          return pending[0]!
+        }), table)
+      const after = yield* withLog((log) => log.get(old.id), table)
+      assert.isTrue(Option.getOrThrow(after).maybeSent, "the mark is committed: another client reads it")
+      yield* withLog((log) => log.attempt(old.id, { error: "x", nextAttemptAt: 0 }), table)
+      assert.isUndefined(Option.getOrThrow(yield* withLog((log) => log.get(old.id), table)).maybeSent)
     }))
 
   it.live("seq increases with every append and pending is oldest first", () =>

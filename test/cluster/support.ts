@@ -155,3 +155,30 @@ export const shardsSettled = (ports: ReadonlyArray<number>, shards: number, ms =
     const held = await Promise.all(ports.map(async (p) => (await status(p)).cluster.shards))
     return held.every((n) => n > 0) && held.reduce((a, b) => a + b, 0) === shards
   })
+
+/** SIGKILLs (after a SIGCONT, for a stopped one) every runner still alive; resolves once all exited. */
+export const killRunners = async (runners: ReadonlyArray<RunnerProcess>): Promise<void> => {
+  for (const r of runners) {
+    if (r.alive) {
+      r.child.kill("SIGCONT")
+      r.child.kill("SIGKILL")
+    }
+  }
+  await Promise.all(runners.map((r) => r.exited))
+}
+
+/** Waits until one of `runners` runs a turn on `lane` and returns it. */
+export const runningOn = async (
+  runners: ReadonlyArray<RunnerProcess>,
+  lane = "main",
+  ms = 10_000
+): Promise<RunnerProcess> => {
+  let found: RunnerProcess | undefined
+  await until(`a turn of lane ${lane} to run on one runner`, ms, async () => {
+    for (const r of runners) {
+      if ((await status(r.port)).lanes.some((l) => l.lane === lane && l.running > 0)) found = r
+    }
+    return found !== undefined
+  })
+  return found!
+}

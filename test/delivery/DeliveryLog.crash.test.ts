@@ -33,6 +33,21 @@ describe("DeliveryLog crash safety (SIGKILL)", () => {
     120_000
   )
 
+  it(
+    "a parent that reads late (blocked 500 ms after ready) still sees every line: nothing is reported lost",
+    async () => {
+      // Through stdout the child ran ahead of the parent's reading and the kill dropped the lines it had
+      // queued: an `A` line arrived, the `k` line of the ack that followed did not, and the acked entry
+      // was reported lost (4 runs in 6). The report channel makes the child wait instead.
+      const dir = join(root, "late")
+      const model = new Model()
+      const r = await runRound(dir, 0, model, 50, [], 500)
+      assert.strictEqual(r.signal, "SIGKILL", r.stderr)
+      await check(dir, model)
+    },
+    60_000
+  )
+
   const steps: ReadonlyArray<CompactionStep> = [
     "checkpointed",
     "temp-written",

@@ -106,7 +106,11 @@ describe("finishing is one record", () => {
       const e = yield* q.enqueue(msg)
       yield* q.idle
       const ops = log.calls.filter((c) => "id" in c && (c.id === e.id || c.op === "append")).map((c) => c.op)
-      assert.deepStrictEqual(ops, ["append", "attempt"])
+      assert.deepStrictEqual(
+        ops,
+        ["append", "markStarted", "attempt"],
+        "the mark, then one record: no separate dead-letter"
+      )
       assert.deepStrictEqual((yield* log.dead).map((x) => x.id), [e.id])
     }))
 })

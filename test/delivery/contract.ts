@@ -253,6 +253,48 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
         yield* log.ack(a.id)
       }))
 
+    it.effect("markStarted: the entry reads maybeSent until an outcome (attempt, requeue) is recorded", () =>
+      Effect.gen(function*() {
+        const log = yield* makeLog()
+        const markStarted = log.markStarted
+        assert.isDefined(markStarted, "the store writes the attempt-started mark")
+        const a = yield* log.append(msg("a", 1))
+        const b = yield* log.append(msg("b", 2))
+        assert.isUndefined(a.maybeSent)
+        yield* markStarted!(a.id)
+        yield* markStarted!(a.id) // twice: still one mark, no error
+        assert.isTrue(Option.getOrThrow(yield* log.get(a.id)).maybeSent)
+        assert.isUndefined(Option.getOrThrow(yield* log.get(b.id)).maybeSent)
+        assert.deepStrictEqual((yield* log.pending).map((e) => e.maybeSent === true), [true, false])
+        const attempted = yield* log.attempt(a.id, { error: "down", nextAttemptAt: 5 })
+        assert.isUndefined(attempted.maybeSent, "an outcome clears it")
+        assert.isUndefined(Option.getOrThrow(yield* log.get(a.id)).maybeSent)
+        yield* markStarted!(b.id)
+        yield* log.attempt(b.id, { error: "gone", nextAttemptAt: 0, dead: true })
+        yield* expectReason(markStarted!(b.id), "not-pending")
+        yield* log.requeue(b.id)
+        assert.isUndefined(Option.getOrThrow(yield* log.get(b.id)).maybeSent)
+        yield* markStarted!(b.id)
+        yield* log.ack(b.id)
+        assert.isTrue(Option.isNone(yield* log.get(b.id)))
+        yield* expectReason(markStarted!("no-such-id"), "unknown-id")
+      }))
+
+    it.effect("markStarted: concurrent marks all succeed; compact keeps maybeSent", () =>
+      Effect.gen(function*() {
+        const log = yield* makeLog()
+        const entries = yield* Effect.forEach(Array.from({ length: 20 }, (_, i) => msg(`r${i}`, i)), log.append, {
+          concurrency: "unbounded"
+        })
+        const chosen = new Set(entries.filter((_, i) => i % 2 === 0).map((e) => e.id))
+        yield* Effect.forEach(chosen, (id) => log.markStarted!(id), { concurrency: "unbounded" })
+        const marked = (yield* log.pending).map((e) => [e.id, e.maybeSent === true])
+        assert.deepStrictEqual(marked, (yield* log.pending).map((e) => [e.id, chosen.has(e.id)]))
+        assert.strictEqual(marked.filter(([, m]) => m).length, 10)
+        yield* log.compact
+        assert.deepStrictEqual((yield* log.pending).map((e) => [e.id, e.maybeSent === true]), marked)
+      }))
+
     if (makeReopenable !== undefined) {
       it.effect("reopen keeps pending (with attempts), dead, seq order; acked stays gone; keys still dedupe", () =>
         Effect.gen(function*() {
@@ -279,6 +321,34 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
           yield* log.ack(ids.a.id)
           const e = yield* log.append(msg("e", 5))
           assert.isAbove(e.seq, ids.d.seq, "seq is never reused")
+        }))
+
+      it.effect("reopen: an entry marked started without an outcome comes back maybeSent (also through compact)", () =>
+        Effect.gen(function*() {
+          const open = makeReopenable()
+          const ids = yield* Effect.scoped(
+            Effect.gen(function*() {
+              const log = yield* open()
+              const a = yield* log.append(msg("a", 1))
+              const b = yield* log.append(msg("b", 2))
+              const c = yield* log.append(msg("c", 3))
+              yield* log.markStarted!(a.id)
+              yield* log.markStarted!(b.id)
+              yield* log.attempt(b.id, { error: "e", nextAttemptAt: 9 })
+              yield* log.markStarted!(c.id)
+              yield* log.compact
+              yield* log.ack(c.id)
+              return { a, b }
+            })
+          )
+          const log = yield* open()
+          const pending = yield* log.pending
+          assert.deepStrictEqual(pending.map((e) => [e.id, e.maybeSent === true]), [[ids.a.id, true], [
+            ids.b.id,
+            false
+          ]])
+          yield* log.attempt(ids.a.id, { error: "after restart", nextAttemptAt: 1 })
+          assert.isUndefined(Option.getOrThrow(yield* log.get(ids.a.id)).maybeSent)
         }))
 
       it.effect("reopen after compact keeps the same state and seq keeps increasing", () =>

@@ -11,7 +11,7 @@ import { DeliveryLogError } from "../../src/delivery/errors.js"
 import type { DeliveryLogErrorReason } from "../../src/delivery/errors.js"
 import type { DeliveryEntry, DeliveryLog, DeliveryLogHealth, OutboundMessage } from "../../src/delivery/types.js"
 
-export type LogOpName = "append" | "attempt" | "ack" | "deadLetter" | "requeue" | "flush" | "compact"
+export type LogOpName = "append" | "attempt" | "ack" | "deadLetter" | "requeue" | "markStarted" | "flush" | "compact"
 
 export type LogCall =
   | { readonly op: "append"; readonly id: string; readonly message: OutboundMessage }
@@ -22,7 +22,7 @@ export type LogCall =
     readonly nextAttemptAt: number
     readonly at: number
   }
-  | { readonly op: "ack" | "requeue"; readonly id: string }
+  | { readonly op: "ack" | "requeue" | "markStarted"; readonly id: string }
   | { readonly op: "deadLetter"; readonly id: string; readonly reason: string }
   | { readonly op: "flush" | "compact" }
 
@@ -210,7 +210,7 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
     attempt: (id, failure) =>
       Effect.flatMap(Clock.currentTimeMillis, (at) =>
         lift("attempt", { op: "attempt", id, ...failure, at }, () => {
-          const e = mustGet(id)
+          const { maybeSent: _m, ...e } = mustGet(id)
           if (failure.dead === true) {
             const { nextAttemptAt: _n, ...rest } = e
             const next: DeliveryEntry = { ...rest, attempts: e.attempts + 1, lastError: failure.error, status: "dead" }
@@ -249,8 +249,19 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
     requeue: (id) =>
       lift("requeue", { op: "requeue", id }, () => {
         const e = mustGet(id)
-        const { nextAttemptAt: _n, ...rest } = e
+        const { nextAttemptAt: _n, maybeSent: _m, ...rest } = e
         live.set(id, { ...rest, status: "pending", attempts: 0 })
+      }),
+    markStarted: (id) =>
+      lift("markStarted", { op: "markStarted", id }, () => {
+        const e = mustGet(id)
+        if (e.status === "dead") {
+          throw new DeliveryLogError({
+            reason: "not-pending",
+            message: `Expected a pending entry to start an attempt of, got dead entry \`${id}\``
+          })
+        }
+        if (e.maybeSent !== true) live.set(id, { ...e, maybeSent: true })
       }),
     get: (id) => Effect.sync(() => Option.fromNullishOr(live.get(id))),
     pending: Effect.sync(() => [...live.values()].filter((e) => e.status === "pending").sort((a, b) => a.seq - b.seq)),

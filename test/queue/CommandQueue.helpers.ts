@@ -52,3 +52,34 @@ export const captureLogs = () => {
   })
   return { lines, layer: Logger.layer([logger]) as Layer.Layer<never> }
 }
+
+/** Lets forked activations and fibers run (a few macrotasks); TestClock time does not move. */
+export const flushFibers = Effect.promise(async () => {
+  for (let i = 0; i < 6; i++) await new Promise((r) => setImmediate(r))
+})
+
+/**
+ * Tasks that write their name into `log` when they start and then wait until released by name:
+ * the order of `log` is the order the queue started them.
+ */
+export const starts = () => {
+  const log: Array<string> = []
+  const gates = new Map<string, Deferred.Deferred<void>>()
+  const gateOf = (name: string) => {
+    let g = gates.get(name)
+    if (g === undefined) {
+      g = Deferred.makeUnsafe<void>()
+      gates.set(name, g)
+    }
+    return g
+  }
+  return {
+    log,
+    task: (name: string) =>
+      Effect.suspend(() => {
+        log.push(name)
+        return Effect.as(Deferred.await(gateOf(name)), name)
+      }),
+    release: (name: string) => Deferred.succeed(gateOf(name), undefined)
+  }
+}

@@ -1,279 +1,281 @@
-/** The run-time controls of the Effect API: waitForIdle, clear, onWait, keepAlive, nested dispatch. */
+/** Lanes changed while the queue runs (lanes-runtime.md): addLane, removeLane, unknownLane, setLimits, pause, resume. */
 import { describe, expect, it } from "@effect/vitest"
-import { Deferred, Effect, Fiber } from "effect"
+import { Effect, Exit, Fiber } from "effect"
 import { TestClock } from "effect/testing"
-import { CommandQueue, RequestError } from "../../src/queue/index.js"
-import type { WaitInfo } from "../../src/queue/index.js"
-import { captureLogs, gated, makeQueue } from "./CommandQueue.helpers.js"
+import { engineOf } from "../../src/queue/engine/Engine.js"
+import type { QueueFailure } from "../../src/queue/index.js"
+import { AdmissionError, RequestError } from "../../src/queue/index.js"
+import { flushFibers, makeQueue, starts } from "./CommandQueue.helpers.js"
 
-describe("CommandQueue waitForIdle", () => {
-  it.effect("waitForIdle waits until the lane has nothing running or waiting, and admission stays open", () =>
+const laneOf = (lanes: ReadonlyArray<{ readonly lane: string }>, name: string) => lanes.find((l) => l.lane === name)
+
+/** A lane `tools` added at run time (concurrent 1), task `a` running in it and `b` waiting. */
+const addedLaneWithTwoTasks = Effect.gen(function*() {
+  const queue = yield* makeQueue()
+  const s = starts()
+  yield* queue.addLane("tools", { concurrent: 1, queued: 4 })
+  const running = yield* queue.dispatch("tools", "a", s.task("a"))
+  const waiting = yield* queue.dispatch("tools", "b", s.task("b"))
+  return { queue, s, running, waiting }
+})
+
+describe("addLane / removeLane", () => {
+  it.effect("addLane adds a lane that takes work at once, with its limits in snapshot", () =>
     Effect.gen(function*() {
-      const queue = yield* makeQueue({ lanes: { main: { concurrent: 1, queued: 4 } } })
-      const g = yield* gated("a")
-      yield* queue.dispatch("main", "a", g.task)
-      const waiting = yield* queue.dispatch("main", "b", Effect.succeed("b"))
-      yield* g.started
-      const idle = yield* Effect.forkChild(queue.waitForIdle({ lane: "main" }))
-      // other lanes are idle at once; admission is still open while someone waits for idle
-      expect(yield* queue.waitForIdle({ lane: "cron" })).toEqual({ idle: true })
-      const later = yield* queue.dispatch("main", "c", Effect.succeed("c"))
-      expect(idle.pollUnsafe()).toBeUndefined()
-      yield* g.release
-      expect(yield* Fiber.join(idle)).toEqual({ idle: true })
+      const queue = yield* makeQueue()
+      yield* queue.addLane("subagents", { concurrent: 2, queued: 3, participation: "background" })
+      expect(laneOf(yield* queue.snapshot, "subagents")).toMatchObject({
+        concurrent: 2,
+        queued: 3,
+        participation: "background",
+        running: 0,
+        paused: false
+      })
+      const future = yield* queue.dispatch("subagents", "a", Effect.succeed(7))
+      expect(yield* future.await).toBe(7)
+    }))
+
+  it.effect("addLane refuses a name in use and a bad limit with RequestError (field limits.concurrent)", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue()
+      const taken = yield* Effect.flip(queue.addLane("main", { concurrent: 1, queued: 1 }))
+      expect(taken).toBeInstanceOf(RequestError)
+      expect(taken.message).toContain("it exists")
+      const bad = yield* Effect.flip(queue.addLane("x", { concurrent: 0, queued: 1 }))
+      expect(bad).toMatchObject({ _tag: "RequestError", field: "limits.concurrent" })
+      expect(bad.message).toBe("Expected `limits.concurrent` to be an integer from 1 and up, got `0`")
+      expect(laneOf(yield* queue.snapshot, "x")).toBeUndefined()
+    }))
+
+  it.effect("removeLane closes admission (AdmissionError closed), lets running tasks finish, then forgets the lane", () =>
+    Effect.gen(function*() {
+      const { queue, running, s, waiting } = yield* addedLaneWithTwoTasks
+      const removed = yield* Effect.forkChild(queue.removeLane("tools"))
+      yield* flushFibers
+      const refused = yield* Effect.flip(queue.dispatch("tools", "c", Effect.void))
+      expect(refused).toEqual(new AdmissionError({ lane: "tools", key: "c", reason: "closed" }))
+      expect(laneOf(yield* queue.snapshot, "tools")).toMatchObject({ draining: true, running: 1, waiting: 1 })
+      yield* s.release("a")
+      yield* flushFibers
+      expect(s.log).toEqual(["a", "b"]) // admitted work goes on, waiting work included
+      yield* s.release("b")
+      expect(yield* running.await).toBe("a")
       expect(yield* waiting.await).toBe("b")
-      expect(yield* later.await).toBe("c")
-      expect((yield* queue.snapshot).find((l) => l.lane === "main")).toMatchObject({ running: 0, waiting: 0 })
+      expect(yield* Fiber.join(removed)).toEqual({ completed: 2, canceled: 0, timedOut: false })
+      expect(laneOf(yield* queue.snapshot, "tools")).toBeUndefined()
+      const unknown = yield* Effect.flip(queue.dispatch("tools", "d", Effect.void))
+      expect(unknown).toBeInstanceOf(RequestError)
+      // the name is free again
+      yield* queue.addLane("tools", { concurrent: 1, queued: 1 })
     }))
 
-  it.effect("waitForIdle returns { idle: false } at the deadline and leaves the work alone", () =>
+  it.effect("removeLane fails what is left at the deadline closed, and reports timedOut", () =>
     Effect.gen(function*() {
-      const queue = yield* makeQueue()
-      const g = yield* gated("a")
-      const f = yield* queue.dispatch("cron", "tick", g.task)
-      yield* g.started
-      const idle = yield* Effect.forkChild(queue.waitForIdle({ timeoutMs: 1_000 }))
+      const { queue, running, s, waiting } = yield* addedLaneWithTwoTasks
+      const removed = yield* Effect.forkChild(queue.removeLane("tools", { timeoutMs: 1_000 }))
+      yield* flushFibers
       yield* TestClock.adjust(999)
-      expect(idle.pollUnsafe()).toBeUndefined()
+      expect(removed.pollUnsafe()).toBeUndefined()
       yield* TestClock.adjust(1)
-      expect(yield* Fiber.join(idle)).toEqual({ idle: false })
-      yield* g.release
-      expect(yield* f.await).toBe("a")
-      expect(yield* queue.waitForIdle({ timeoutMs: 0 })).toEqual({ idle: true })
+      expect(yield* Fiber.join(removed)).toEqual({ completed: 0, canceled: 2, timedOut: true })
+      for (const f of [running, waiting]) {
+        const exit = yield* Effect.exit(f.await)
+        expect(Exit.isFailure(exit) && exit.cause.reasons[0]).toMatchObject({
+          error: expect.objectContaining({ _tag: "QueueFailure", reason: "closed" })
+        })
+      }
+      const stageOf = (yield* Effect.flip(waiting.await)) as QueueFailure
+      expect(stageOf.stage).toBe("queued")
+      expect(s.log).toEqual(["a"])
+      expect(laneOf(yield* queue.snapshot, "tools")).toBeUndefined()
     }))
 
-  it.effect("waitForIdle with a bad option or an unknown lane dies with RequestError", () =>
+  it.effect("main, heartbeat and cron cannot be removed (RequestError)", () =>
     Effect.gen(function*() {
       const queue = yield* makeQueue()
-      const unknown = yield* Effect.exit(queue.waitForIdle({ lane: "nope" }))
-      expect(JSON.stringify(unknown)).toContain("RequestError")
-      const bad = yield* Effect.exit(queue.waitForIdle({ timeoutMs: -1 }))
-      expect(JSON.stringify(bad)).toContain("Expected `timeoutMs` to be a number from 0 and up, got `-1`")
-    }))
-})
-
-describe("CommandQueue clear", () => {
-  it.effect("clear fails every waiting task canceled (stage queued, finalizers run), leaves running ones, returns the count", () =>
-    Effect.gen(function*() {
-      const queue = yield* makeQueue({ lanes: { main: { concurrent: 1, queued: 8 } } })
-      const g = yield* gated("running")
-      const running = yield* queue.dispatch("main", "a", g.task)
-      yield* g.started
-      const finalized: Array<string> = []
-      let ran = 0
-      const waiting = []
-      for (const key of ["a", "b", "b", "c"]) {
-        waiting.push(
-          yield* queue.dispatch("main", key, Effect.sync(() => ran++), {
-            finalizer: () => Effect.sync(() => finalized.push(key))
-          })
-        )
+      for (const lane of ["main", "heartbeat", "cron"]) {
+        const error = yield* Effect.flip(queue.removeLane(lane))
+        expect(error).toBeInstanceOf(RequestError)
+        expect(error.message).toContain("other than `main`, `heartbeat` and `cron`")
       }
-      const other = yield* queue.dispatch("cron", "x", Effect.succeed("cron untouched"))
-      expect(yield* queue.clear("main")).toBe(4)
-      expect(finalized.sort()).toEqual(["a", "b", "b", "c"])
-      for (const f of waiting) {
-        expect(yield* Effect.flip(f.await)).toMatchObject({ _tag: "QueueFailure", reason: "canceled", stage: "queued" })
-      }
-      expect(running.poll.pipe(Effect.runSync)._tag).toBe("None")
-      yield* g.release
-      expect(yield* running.await).toBe("running")
-      expect(yield* other.await).toBe("cron untouched")
-      expect(ran).toBe(0)
-      expect(yield* queue.clear("main")).toBe(0)
-      expect(yield* Effect.flip(queue.clear("nope"))).toBeInstanceOf(RequestError)
-      // the lane works on afterwards
-      const after = yield* queue.dispatch("main", "a", Effect.succeed("after"))
-      expect(yield* after.await).toBe("after")
+      expect((yield* queue.snapshot).map((l) => l.lane)).toEqual(["main", "heartbeat", "cron"])
+      expect(yield* Effect.flip(queue.removeLane("nope"))).toBeInstanceOf(RequestError)
     }))
 })
 
-/** A queue whose main lane (concurrent 1, warnAfterMs 100) runs a gated task of key `a`; the `onWait` calls. */
-const busyMain = Effect.gen(function*() {
-  const calls: Array<WaitInfo> = []
-  const queue = yield* makeQueue({
-    lanes: { main: { concurrent: 1, queued: 8, warnAfterMs: 100 } },
-    onWait: (info) => {
-      calls.push(info)
-    }
-  })
-  const g = yield* gated("a")
-  yield* queue.dispatch("main", "a", g.task)
-  yield* g.started
-  return { calls, g, queue }
-})
-
-describe("CommandQueue onWait", () => {
-  it.effect("onWait is called once when a task has waited warnAfterMs and again when it starts, with queuedAhead", () =>
-    Effect.gen(function*() {
-      const { calls, g, queue } = yield* busyMain
-      // start order: b1 (b's turn), c1 (c's turn), a2 (a runs now: its follow-up queues last), b2 (b's second turn)
-      const b1 = yield* queue.dispatch("main", "b", Effect.void)
-      const c1 = yield* queue.dispatch("main", "c", Effect.void)
-      const a2 = yield* queue.dispatch("main", "a", Effect.void)
-      const b2 = yield* queue.dispatch("main", "b", Effect.void)
-      yield* TestClock.adjust(99)
-      expect(calls).toEqual([])
-      yield* TestClock.adjust(1)
-      const ahead = Object.fromEntries(calls.map((c) => [c.runId, c.queuedAhead]))
-      expect(ahead).toEqual({ [b1.runId]: 0, [c1.runId]: 1, [a2.runId]: 2, [b2.runId]: 3 })
-      expect(calls.every((c) => c.waitedMs === 100 && c.lane === "main")).toBe(true)
-      yield* TestClock.adjust(50)
-      yield* g.release
-      for (const f of [b1, c1, a2, b2]) yield* f.await
-      const starts = calls.slice(4)
-      expect(starts.map((c) => c.runId)).toEqual([b1.runId, c1.runId, a2.runId, b2.runId])
-      expect(starts.every((c) => c.queuedAhead === 0 && c.waitedMs === 150)).toBe(true)
-      expect(calls).toHaveLength(8)
-    }))
-
-  it.effect("onWait is not called for a task that starts before warnAfterMs, nor for a lane without it", () =>
-    Effect.gen(function*() {
-      const { calls, g, queue } = yield* busyMain
-      const quick = yield* queue.dispatch("main", "b", Effect.void)
-      const h = yield* gated("cron")
-      yield* queue.dispatch("heartbeat", "h", h.task)
-      const noWarn = yield* queue.dispatch("heartbeat", "h", Effect.void)
-      yield* TestClock.adjust(99)
-      yield* g.release
-      yield* quick.await
-      yield* TestClock.adjust(10_000)
-      yield* h.release
-      yield* noWarn.await
-      expect(calls).toEqual([])
-    }))
-
-  it.effect("a throwing onWait is logged and changes nothing", () => {
-    const logs = captureLogs()
-    return Effect.gen(function*() {
-      const queue = yield* makeQueue({
-        lanes: { main: { concurrent: 1, queued: 8, warnAfterMs: 10 } },
-        onWait: () => {
-          throw new Error("boom")
-        }
-      })
-      const g = yield* gated("a")
-      yield* queue.dispatch("main", "a", g.task)
-      yield* g.started
-      const f = yield* queue.dispatch("main", "b", Effect.succeed("b"))
-      yield* TestClock.adjust(10)
-      yield* g.release
-      expect(yield* f.await).toBe("b")
-      const thrown = logs.lines.filter((l) => l.message.includes("onWait threw"))
-      expect(thrown).toHaveLength(2)
-      expect(thrown[0]!.annotations).toMatchObject({ runId: f.runId, lane: "main", key: "b" })
-    }).pipe(Effect.provide(logs.layer))
-  })
-})
-
-describe("CommandQueue keepAlive", () => {
-  it.effect("keepAlive restarts turnTimeoutMs from now: a task that makes progress is not cut, a stuck one is", () =>
-    Effect.gen(function*() {
-      const queue = yield* makeQueue({ lanes: { main: { concurrent: 2, queued: 8, turnTimeoutMs: 1_000 } } })
-      const tick = yield* Deferred.make<void>()
-      let beats = 0
-      // progress: a beat every 600 ms (each under the timeout, all of them far over it), 5 beats
-      const progressing = Effect.gen(function*() {
-        for (let i = 0; i < 5; i++) {
-          yield* Effect.sleep(600)
-          yield* CommandQueue.keepAlive
-          beats++
-        }
-        yield* Deferred.succeed(tick, undefined)
-        return "done"
-      })
-      const alive = yield* queue.dispatch("main", "alive", progressing)
-      // stuck: one beat, then nothing
-      const stuck = yield* queue.dispatch(
-        "main",
-        "stuck",
-        Effect.andThen(Effect.andThen(Effect.sleep(600), CommandQueue.keepAlive), Effect.never)
-      )
-      yield* TestClock.adjust(1_599)
-      expect((yield* stuck.poll)._tag).toBe("None")
-      yield* TestClock.adjust(1)
-      expect(yield* Effect.flip(stuck.await)).toMatchObject({ reason: "timeout", stage: "running" })
-      yield* TestClock.adjust(1_400)
-      expect(yield* alive.await).toBe("done")
-      expect(beats).toBe(5)
-    }))
-
-  it.effect("keepAlive from a fiber the task forked renews it too; outside a task it does nothing", () =>
-    Effect.gen(function*() {
-      yield* CommandQueue.keepAlive
-      const queue = yield* makeQueue({ lanes: { main: { concurrent: 1, queued: 8, turnTimeoutMs: 100 } } })
-      const f = yield* queue.dispatch(
-        "main",
-        "k",
-        Effect.gen(function*() {
-          const child = yield* Effect.forkChild(Effect.gen(function*() {
-            for (let i = 0; i < 3; i++) {
-              yield* Effect.sleep(90)
-              yield* CommandQueue.keepAlive
-            }
-          }))
-          yield* Fiber.join(child)
-          return "renewed by a child"
-        })
-      )
-      yield* TestClock.adjust(270)
-      expect(yield* f.await).toBe("renewed by a child")
-    }))
-})
-
-describe("CommandQueue nested dispatch", () => {
-  it.effect("nested dispatch: a task awaits a subagent task of another lane, under full caps", () =>
-    Effect.gen(function*() {
-      const queue = yield* makeQueue({
-        lanes: { main: { concurrent: 1, queued: 1 }, subagent: { concurrent: 1, queued: 0 } }
-      })
-      const g = yield* gated("sub busy")
-      // the subagent lane is full (1 running, 0 queued): a nested dispatch is refused at once, never hangs
-      yield* queue.dispatch("subagent", "other", g.task)
-      yield* g.started
-      const parent = yield* queue.dispatch(
-        "main",
-        "session",
-        Effect.gen(function*() {
-          const refused = yield* Effect.flip(queue.dispatch("subagent", "child", Effect.succeed("x")))
-          yield* g.release
-          yield* queue.waitForIdle({ lane: "subagent" })
-          const child = yield* queue.dispatch("subagent", "child", Effect.succeed("child answer"))
-          const reason = refused._tag === "AdmissionError" ? refused.reason : refused.message
-          return `${refused._tag}: ${reason}; then ${yield* child.await}`
-        })
-      )
-      // main is full too (1 running + 1 waiting): the nested work does not need a main slot
-      yield* queue.dispatch("main", "other", Effect.void)
-      expect(yield* parent.await).toBe("AdmissionError: full; then child answer")
-    }))
-
-  it.effect("awaiting a task of your own lane and key from inside a task fails RequestError at once (would wait for itself)", () =>
+describe("unknownLane", () => {
+  it.effect("without unknownLane a dispatch to an unknown lane is a RequestError, and makes no lane", () =>
     Effect.gen(function*() {
       const queue = yield* makeQueue()
-      const selfRef = yield* Deferred.make<CommandQueue.Future<unknown, unknown>>()
-      const outer = yield* queue.dispatch(
-        "main",
-        "session",
-        Effect.gen(function*() {
-          const inner = yield* queue.dispatch("main", "session", Effect.succeed("inner"))
-          const nested = yield* Effect.flip(inner.await)
-          const timed = yield* Effect.flip(inner.awaitTimeout("1 hour"))
-          const itself = yield* Effect.flip((yield* Deferred.await(selfRef)).await)
-          // another key of the same lane is fine
-          const other = yield* queue.dispatch("main", "other", Effect.succeed("other"))
-          return { nested, timed, itself, other: yield* other.await, inner }
-        })
-      )
-      yield* Deferred.succeed(selfRef, outer)
-      const r = yield* outer.await
-      for (const e of [r.nested, r.timed, r.itself]) {
-        expect(e).toBeInstanceOf(RequestError)
-        expect(e).toMatchObject({ lane: "main", key: "session" })
-        expect((e as RequestError).message).toContain("would wait for itself")
+      expect(yield* Effect.flip(queue.dispatch("session:1", "k", Effect.void))).toBeInstanceOf(RequestError)
+      expect((yield* queue.snapshot).length).toBe(3)
+    }))
+
+  it.effect("with unknownLane a dispatch to a new name makes that lane with these limits", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue({ unknownLane: { concurrent: 1, queued: 2, participation: "background" } })
+      const future = yield* queue.dispatch("session:1", "k", Effect.succeed("ok"))
+      expect(laneOf(yield* queue.snapshot, "session:1")).toMatchObject({
+        concurrent: 1,
+        queued: 2,
+        participation: "background"
+      })
+      expect(yield* future.await).toBe("ok")
+    }))
+
+  it.effect("a lane made by unknownLane is forgotten once idle (no task, no key) for idleMs; a busy one is kept", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue({ unknownLane: { concurrent: 1, queued: 2, idleMs: 1_000 } })
+      const s = starts()
+      yield* Effect.andThen(queue.dispatch("idle", "k", Effect.void), flushFibers)
+      const busy = yield* queue.dispatch("busy", "k", s.task("busy"))
+      yield* flushFibers
+      yield* TestClock.adjust(999)
+      expect((yield* queue.snapshot).map((l) => l.lane)).toContain("idle")
+      yield* TestClock.adjust(1)
+      const names = (yield* queue.snapshot).map((l) => l.lane)
+      expect(names).not.toContain("idle")
+      expect(names).toContain("busy")
+      yield* TestClock.adjust(5_000)
+      expect((yield* queue.snapshot).map((l) => l.lane)).toContain("busy")
+      yield* s.release("busy")
+      yield* busy.await
+      yield* TestClock.adjust(999)
+      expect((yield* queue.snapshot).map((l) => l.lane)).toContain("busy")
+      yield* TestClock.adjust(1)
+      expect((yield* queue.snapshot).map((l) => l.lane)).toEqual(["main", "heartbeat", "cron"])
+      // a forgotten name works again
+      expect(yield* Effect.flatMap(queue.dispatch("idle", "k", Effect.succeed(1)), (f) => f.await)).toBe(1)
+    }))
+
+  it.effect(
+    "20,000 unknown lane names cost no memory once idle: every lane and timer is gone after idleMs",
+    () =>
+      Effect.gen(function*() {
+        const queue = yield* makeQueue({ unknownLane: { concurrent: 1, queued: 1 } })
+        const engine = engineOf(queue)
+        for (let i = 0; i < 20_000; i++) {
+          const f = yield* queue.dispatch(`session:${i}`, "k", Effect.void)
+          if (i % 5_000 === 0) yield* f.await
+        }
+        yield* flushFibers
+        expect(engine.byName.size).toBe(20_003)
+        yield* TestClock.adjust(60_000)
+        expect(engine.byName.size).toBe(3)
+        expect(engine.autoLanes.head).toBeUndefined()
+        expect(engine.sweeper).toBeUndefined()
+      }),
+    60_000
+  )
+})
+
+describe("setLimits / pause / resume", () => {
+  it.effect("setLimits with a larger concurrent starts waiting tasks at once", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue({ lanes: { tools: { concurrent: 1, queued: 8 } } })
+      const s = starts()
+      for (const k of ["a", "b", "c"]) yield* queue.dispatch("tools", k, s.task(k))
+      expect(laneOf(yield* queue.snapshot, "tools")).toMatchObject({ running: 1, waiting: 2 })
+      yield* queue.setLimits("tools", { concurrent: 3 })
+      expect(laneOf(yield* queue.snapshot, "tools")).toMatchObject({ running: 3, waiting: 0, concurrent: 3 })
+      yield* flushFibers
+      expect(s.log).toEqual(["a", "b", "c"])
+    }))
+
+  it.effect("setLimits with a smaller concurrent lets running tasks finish and starts nothing until the lane is under it", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue({ lanes: { tools: { concurrent: 3, queued: 8 } } })
+      const s = starts()
+      const futures = []
+      for (const k of ["a", "b", "c", "d"]) futures.push(yield* queue.dispatch("tools", k, s.task(k)))
+      yield* flushFibers
+      yield* queue.setLimits("tools", { concurrent: 1 })
+      expect(laneOf(yield* queue.snapshot, "tools")).toMatchObject({ running: 3, waiting: 1, concurrent: 1 })
+      yield* s.release("a")
+      yield* futures[0]!.await
+      yield* s.release("b")
+      yield* futures[1]!.await
+      expect(laneOf(yield* queue.snapshot, "tools")).toMatchObject({ running: 1, waiting: 1 })
+      expect(s.log).toEqual(["a", "b", "c"])
+      yield* s.release("c")
+      yield* futures[2]!.await
+      yield* flushFibers
+      expect(s.log).toEqual(["a", "b", "c", "d"])
+    }))
+
+  it.effect("setLimits with a smaller queued drops nothing admitted; only later admissions see it", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue({ lanes: { tools: { concurrent: 1, queued: 4 } } })
+      const s = starts()
+      const futures = []
+      for (const k of ["a", "b", "c", "d"]) futures.push(yield* queue.dispatch("tools", k, s.task(k)))
+      yield* queue.setLimits("tools", { queued: 1 })
+      expect(laneOf(yield* queue.snapshot, "tools")).toMatchObject({ running: 1, waiting: 3, queued: 1 })
+      const full = yield* Effect.flip(queue.dispatch("tools", "e", Effect.void))
+      expect(full).toMatchObject({ _tag: "AdmissionError", reason: "full" })
+      for (const k of ["a", "b", "c", "d"]) yield* s.release(k)
+      expect(yield* Effect.all(futures.map((f) => f.await))).toEqual(["a", "b", "c", "d"])
+    }))
+
+  it.effect("setLimits validates every value as make does, with field naming it (limits.concurrent)", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue()
+      const cases = [
+        [
+          { concurrent: 0 },
+          "limits.concurrent",
+          "Expected `limits.concurrent` to be an integer from 1 and up, got `0`"
+        ],
+        [{ queued: 10_001 }, "limits.queued", "got `10001`"],
+        [{ turnTimeoutMs: -1 }, "limits.turnTimeoutMs", "finite number greater than 0"],
+        [{ agingMs: 0 }, "limits.agingMs", "got `0`"],
+        [{ participation: "urgent" as never }, "limits.participation", "`blocking` or `background`"]
+      ] as const
+      for (const [limits, field, message] of cases) {
+        const error = yield* Effect.flip(queue.setLimits("main", limits))
+        expect(error).toMatchObject({ _tag: "RequestError", lane: "main", field })
+        expect(error.message).toContain(message)
       }
-      expect(r.other).toBe("other")
-      // from outside, the same future is awaited normally
-      expect(yield* r.inner.await).toBe("inner")
+      expect(laneOf(yield* queue.snapshot, "main")).toMatchObject({ concurrent: 4, queued: 64 })
+      expect(yield* Effect.flip(queue.setLimits("nope", { concurrent: 1 }))).toBeInstanceOf(RequestError)
+    }))
+
+  it.effect("pause keeps admission open and starts nothing; running tasks go on; snapshot shows paused", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue({ lanes: { tools: { concurrent: 2, queued: 2 } } })
+      const s = starts()
+      const a = yield* queue.dispatch("tools", "a", s.task("a"))
+      yield* queue.pause("tools")
+      expect(laneOf(yield* queue.snapshot, "tools")).toMatchObject({ paused: true, running: 1 })
+      const b = yield* queue.dispatch("tools", "b", s.task("b"))
+      expect(b.admission).toBe("queued")
+      yield* queue.dispatch("tools", "c", s.task("c"))
+      yield* queue.dispatch("tools", "d", s.task("d"))
+      // admission stays open up to the bound, concurrent + queued
+      expect(yield* Effect.flip(queue.dispatch("tools", "e", Effect.void))).toMatchObject({ reason: "full" })
+      yield* s.release("a")
+      expect(yield* a.await).toBe("a")
+      yield* flushFibers
+      expect(s.log).toEqual(["a"])
+      expect(laneOf(yield* queue.snapshot, "tools")).toMatchObject({ paused: true, running: 0, waiting: 3 })
+      expect(yield* Effect.flip(queue.pause("nope"))).toBeInstanceOf(RequestError)
+    }))
+
+  it.effect("resume starts what waits, longest waiter first", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue({ lanes: { tools: { concurrent: 1, queued: 8 } } })
+      const s = starts()
+      yield* queue.pause("tools")
+      for (const k of ["c", "a", "b"]) yield* queue.dispatch("tools", k, s.task(k))
+      yield* flushFibers
+      expect(s.log).toEqual([])
+      yield* queue.resume("tools")
+      expect(laneOf(yield* queue.snapshot, "tools")).toMatchObject({ paused: false, running: 1 })
+      yield* flushFibers
+      yield* s.release("c")
+      yield* flushFibers
+      yield* s.release("a")
+      yield* flushFibers
+      expect(s.log).toEqual(["c", "a", "b"])
     }))
 })

@@ -46,6 +46,8 @@ export interface Chatbot {
   ) => Promise<ChatEvent>
   /** Resolves with the first stderr line (past or future) matching `pattern`. */
   readonly waitForStderr: (pattern: RegExp, timeoutMs?: number) => Promise<string>
+  /** Resolves with the first stdout line (past or future) matching `pattern`. */
+  readonly waitForStdout: (pattern: RegExp, timeoutMs?: number) => Promise<string>
   /** Resolves when the child has exited. */
   readonly exited: Promise<ChildExit>
   /** Waits for the exit (failing after the deadline, killing the child). */
@@ -78,15 +80,21 @@ const childEnv = (env?: Readonly<Record<string, string>>): NodeJS.ProcessEnv => 
   delete out.ANTHROPIC_API_KEY
   delete out.ANTHROPIC_BASE_URL
   delete out.NODE_OPTIONS
+  delete out.TELEGRAM_BOT_TOKEN
+  delete out.TELEGRAM_API_BASE
   return { ...out, ...env }
 }
 
 /** Starts the chatbot with `args`. */
 export const startChatbot = (
   args: ReadonlyArray<string>,
-  options?: { readonly env?: Readonly<Record<string, string>> }
+  options?: {
+    readonly env?: Readonly<Record<string, string>>
+    /** Another program to run the same way (default the chatbot, `examples/chatbot/main.ts`). */
+    readonly script?: string
+  }
 ): Chatbot => {
-  const child = spawn(process.execPath, ["--import", "tsx", "examples/chatbot/main.ts", ...args], {
+  const child = spawn(process.execPath, ["--import", "tsx", options?.script ?? "examples/chatbot/main.ts", ...args], {
     cwd: ROOT,
     env: childEnv(options?.env),
     stdio: ["pipe", "pipe", "pipe"]
@@ -200,6 +208,8 @@ export const startChatbot = (
       ),
     waitForStderr: (pattern, timeoutMs = DEFAULT_WAIT_MS) =>
       waitFor(() => stderr.find((line) => pattern.test(line)), `stderr matching ${pattern}`, timeoutMs),
+    waitForStdout: (pattern, timeoutMs = DEFAULT_WAIT_MS) =>
+      waitFor(() => stdout.find((line) => pattern.test(line)), `stdout matching ${pattern}`, timeoutMs),
     exited,
     waitForExit: (timeoutMs = DEFAULT_WAIT_MS) =>
       new Promise<ChildExit>((resolve, reject) => {
@@ -239,7 +249,7 @@ export const untilMainRuns = async (bot: Chatbot, running = 1): Promise<ChatEven
 export const runChatbot = async (
   args: ReadonlyArray<string>,
   input = "",
-  options?: { readonly env?: Readonly<Record<string, string>>; readonly timeoutMs?: number }
+  options?: { readonly env?: Readonly<Record<string, string>>; readonly timeoutMs?: number; readonly script?: string }
 ): Promise<{ readonly exit: ChildExit; readonly bot: Chatbot }> => {
   const bot = startChatbot(args, options)
   bot.end(input)

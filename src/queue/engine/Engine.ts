@@ -12,16 +12,25 @@ import { Effect } from "effect"
 import type { Context, Scope } from "effect"
 import type { AdmissionError, RequestError } from "../errors.js"
 import { FutureImpl } from "../Future.js"
-import { createLanesInternal } from "../lanes/scheduler.js"
+import { CapacityGroup } from "../lanes/group.js"
 import type { CommandQueue } from "../types.js"
 import { admit, wake } from "./admit.js"
 import { cancelKey, drain, restartLane, snapshotUnsafe } from "./control.js"
 import { clear, waitForIdle } from "./idle.js"
-import { LaneMetrics } from "./metrics.js"
+import { makeLane } from "./makeLane.js"
 import type { ResolvedOptions } from "./options.js"
-import { activator, runTask } from "./run.js"
-import type { TaskOptions } from "./state.js"
-import { EFFECT_BODY, EngineState, LaneState, Task, unknownLane, WAKE } from "./state.js"
+import { runTask } from "./run.js"
+import {
+  addLaneUnsafe,
+  armSweeper,
+  groupSnapshotUnsafe,
+  removeLane,
+  setGroupLimitsUnsafe,
+  setLimitsUnsafe,
+  setPausedUnsafe
+} from "./runtime.js"
+import type { GroupState, TaskOptions } from "./state.js"
+import { EFFECT_BODY, EngineState, Task, unknownLane, WAKE } from "./state.js"
 
 const engines = new WeakMap<object, EngineState>()
 /** The engine behind a queue made by `CommandQueue.make`. @internal */
@@ -31,19 +40,16 @@ export const engineOf = (queue: CommandQueue): EngineState => engines.get(queue)
 export const makeEngine = (options: ResolvedOptions): Effect.Effect<CommandQueue, never, Scope.Scope> =>
   Effect.flatMap(Effect.context<Scope.Scope>(), (context) => {
     const engine = new EngineState(context as Context.Context<never>, options, runTask)
+    engine.armSweeper = armSweeper
+    const groupOf = new Map<string, GroupState>()
+    for (const g of options.groups) {
+      const group: GroupState = { name: g.name, budget: new CapacityGroup(g.name, g.concurrent), lanes: [] }
+      engine.groups.set(g.name, group)
+      for (const lane of g.lanes) groupOf.set(lane, group)
+    }
+    for (const [name, limits] of options.lanes) makeLane(engine, name, limits, groupOf.get(name))
     return Effect.gen(function*() {
-      for (const [name, limits] of options.lanes) {
-        const lane = new LaneState(name, limits)
-        lane.engine = engine
-        lane.lanes = yield* Effect.orDie(createLanesInternal<string>({
-          maxConcurrent: limits.concurrent,
-          activate: activator(engine, lane)
-        }, { uninterruptibleWork: true, inlineWork: true }))
-        engine.byName.set(name, lane)
-        engine.all.push(lane)
-        lane.metrics = new LaneMetrics(lane, engine.context)
-      }
-      // Added after the lanes: Scope finalizers run in reverse, so the drain runs before they close.
+      // The drain closes every lane (those added at run time too) before it reports.
       yield* Effect.addFinalizer(() => drain(engine, undefined))
       const queue = api(engine)
       engines.set(queue, engine)
@@ -85,5 +91,19 @@ const api = (engine: EngineState): CommandQueue => ({
   drain: (options) => drain(engine, options),
   snapshot: Effect.sync(() => snapshotUnsafe(engine)),
   waitForIdle: (options) => waitForIdle(engine, options),
-  clear: (lane) => clear(engine, lane)
+  clear: (lane) => clear(engine, lane),
+  addLane: (name, limits) => fromUnsafe(() => addLaneUnsafe(engine, name, limits)),
+  removeLane: (name, options) => removeLane(engine, name, options),
+  setLimits: (lane, limits) => fromUnsafe(() => setLimitsUnsafe(engine, lane, limits)),
+  pause: (lane) => fromUnsafe(() => setPausedUnsafe(engine, lane, true)),
+  resume: (lane) => fromUnsafe(() => setPausedUnsafe(engine, lane, false)),
+  groupSnapshot: Effect.sync(() => groupSnapshotUnsafe(engine)),
+  setGroupLimits: (group, limits) => fromUnsafe(() => setGroupLimitsUnsafe(engine, group, limits))
 })
+
+/** A synchronous control as an Effect: its refusal is the failure. */
+const fromUnsafe = (f: () => RequestError | undefined): Effect.Effect<void, RequestError> =>
+  Effect.suspend(() => {
+    const error = f()
+    return error === undefined ? Effect.void : Effect.fail(error)
+  })

@@ -10,9 +10,21 @@ import type { WakeResult } from "../lanes/types.js"
 import { expected } from "../show.js"
 import type { Admission } from "../types.js"
 import { complete, drop } from "./end.js"
+import { makeLane } from "./makeLane.js"
 import { checkDispatchOptions, checkKey } from "./options.js"
-import type { BodyKind, EngineState, TaskOptions } from "./state.js"
-import { DROPPING, EFFECT_BODY, ENDED, failureOf, KeyTasks, Task, unknownLane, WAITING, WAKE } from "./state.js"
+import type { BodyKind, EngineState, LaneState, TaskOptions } from "./state.js"
+import {
+  DROPPING,
+  EFFECT_BODY,
+  ENDED,
+  failureOf,
+  KeyTasks,
+  Task,
+  touchAuto,
+  unknownLane,
+  WAITING,
+  WAKE
+} from "./state.js"
 import { armWaitTimer } from "./watch.js"
 
 /** The process-wide task counter behind every runId. */
@@ -33,7 +45,7 @@ export function admit(
   context: Context.Context<never> | undefined,
   preCanceled: boolean
 ): Task | AdmissionError | RequestError {
-  const lane = engine.byName.get(laneName)
+  const lane = engine.byName.get(laneName) ?? autoLane(engine, laneName)
   if (lane === undefined) return unknownLane(engine, laneName, key)
   const badKey = checkKey(key)
   if (badKey !== undefined) return new RequestError({ lane: laneName, key: String(key), message: badKey })
@@ -45,7 +57,9 @@ export function admit(
     const what = kind === EFFECT_BODY ? "an Effect" : "a function"
     return new RequestError({ lane: laneName, key, message: expected("task", what, body) })
   }
-  if (engine.draining) return new AdmissionError({ lane: laneName, key, reason: "closed" })
+  if (engine.draining || lane.removal !== undefined) {
+    return new AdmissionError({ lane: laneName, key, reason: "closed" })
+  }
   let ks = lane.keys.get(key)
   if (!preCanceled && options?.coalesce === true && ks !== undefined && ks.tail !== undefined) {
     engine.admission = "coalesced"
@@ -67,6 +81,10 @@ export function admit(
   lane.waiting++
   lane.live++
   engine.live++
+  if (options?.priority !== undefined && options.priority !== 0 && !lane.prioritized) {
+    lane.prioritized = true
+    lane.lanes.prioritize()
+  }
   engine.admission = "queued"
   if (preCanceled) {
     // Never enters a FIFO: it fails `canceled` (stage queued) now, finalizer and report included.
@@ -90,6 +108,16 @@ export function admit(
     engine.admission = WAKE
   }
   return task
+}
+
+/** With `unknownLane`, a dispatch to a new name makes that lane (not while draining). */
+function autoLane(engine: EngineState, name: string): LaneState | undefined {
+  const auto = engine.options.unknownLane
+  if (auto === undefined || typeof name !== "string" || name.length === 0 || engine.draining) return undefined
+  const lane = makeLane(engine, name, auto.limits, undefined)
+  lane.auto = true
+  touchAuto(engine, lane)
+  return lane
 }
 
 /** After `admit` left `WAKE`: wakes the task's key now (synchronously); its admission, or the refusal. */

@@ -192,6 +192,8 @@ export function runDrain(engine: EngineState, timeoutMs: number): Effect.Effect<
       yield* Deferred.await(engine.idle)
     }
     engine.closing = true
+    engine.sweeper?.interruptUnsafe()
+    engine.sweeper = undefined
     for (const lane of engine.all) yield* lane.lanes.close
     for (const lane of engine.all) lane.metrics.unregister()
     Deferred.doneUnsafe(
@@ -216,6 +218,8 @@ export function snapshotUnsafe(engine: EngineState): ReadonlyArray<LaneSnapshot>
     keys: lane.keys.size,
     concurrent: lane.limits.concurrent,
     queued: lane.limits.queued,
-    draining: engine.draining
+    draining: engine.draining || lane.removal !== undefined,
+    paused: lane.paused,
+    ...(lane.group === undefined ? {} : { group: lane.group.name })
   }))
 }

@@ -8,7 +8,7 @@ import { Cause, Deferred, Effect, Exit, Option } from "effect"
 import type { QueueFailureReason } from "../errors.js"
 import type { TaskReport } from "../types.js"
 import type { EngineState, KeyTasks, LaneState, Listener, Task } from "./state.js"
-import { DROPPING, ENDED, failureOf, FINISHING, WAIT_NOTIFIED } from "./state.js"
+import { DROPPING, ENDED, failureOf, FINISHING, touchAuto, WAIT_NOTIFIED } from "./state.js"
 
 /** What a part of a task's end returns when it finished synchronously (compared by identity). */
 export const VOID: Effect.Effect<void> = Effect.void
@@ -105,6 +105,11 @@ export function release(engine: EngineState, task: Task, exit: Exit.Exit<any, an
     if (outcome === "closed") engine.drainCanceled++
     else if (outcome === "success" || outcome === "failure" || outcome === "defect") engine.drainCompleted++
   }
+  const removal = lane.removal
+  if (removal !== undefined) {
+    if (outcome === "closed") removal.canceled++
+    else if (outcome === "success" || outcome === "failure" || outcome === "defect") removal.completed++
+  }
 }
 
 /** Calls `listener` when the task settles (at once if it has). */
@@ -130,11 +135,13 @@ export function settle(engine: EngineState, task: Task, exit: Exit.Exit<any, any
     else callListener(listeners, exit)
   }
   const lane = task.lane
-  if (--lane.live === 0 && lane.idle !== undefined) {
+  lane.live--
+  if (lane.live === 0 && lane.idle !== undefined) {
     const idle = lane.idle
     lane.idle = undefined
     Deferred.doneUnsafe(idle, Exit.void)
   }
+  if (lane.auto) touchAuto(engine, lane)
   engine.live--
   if (engine.live === 0 && engine.idle !== undefined) {
     const idle = engine.idle

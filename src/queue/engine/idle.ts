@@ -44,7 +44,12 @@ export function waitForIdle(
     const laneName = options?.lane
     if (laneName !== undefined) {
       const lane = engine.byName.get(laneName)
-      if (lane === undefined) return Effect.die(unknownLane(engine, laneName, ""))
+      if (lane === undefined) {
+        // with `unknownLane`, a name no lane has is a lane that holds nothing (yet)
+        return engine.options.unknownLane !== undefined && typeof laneName === "string" && laneName.length > 0
+          ? Effect.succeed(IDLE)
+          : Effect.die(unknownLane(engine, laneName, ""))
+      }
       if (lane.live === 0) return Effect.succeed(IDLE)
       wait = lane.idle ??= Deferred.makeUnsafe<void>()
     } else {

@@ -25,6 +25,10 @@ export const DEFAULT_LANES: Readonly<
 export const DEFAULT_DRAIN_TIMEOUT_MS = 30_000
 export const DEFAULT_AUDIT_TIMEOUT_MS = 1_000
 export const DEFAULT_FINALIZATION_TIMEOUT_MS = 5_000
+export const DEFAULT_AGING_MS = 5_000
+export const DEFAULT_IDLE_MS = 60_000
+/** The lanes that every queue keeps: `removeLane` refuses them. */
+export const PERMANENT_LANES: ReadonlySet<string> = new Set(Object.keys(DEFAULT_LANES))
 
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v)
 const isTimeout = (v: unknown): v is number => typeof v === "number" && Number.isFinite(v) && v > 0
@@ -42,6 +46,8 @@ export interface ResolvedLimits {
   readonly queueTimeoutMs: number | undefined
   readonly warnAfterMs: number | undefined
   readonly finalizationTimeoutMs: number
+  /** Milliseconds of waiting that add 1 to a task's effective priority. */
+  readonly agingMs: number
   readonly abortGraceMs: number | undefined
 }
 
@@ -54,6 +60,11 @@ export const checkWaitTimeout = (timeoutMs: unknown): string | undefined =>
 /** The resolved options of `CommandQueue.make`. */
 export interface ResolvedOptions {
   readonly lanes: ReadonlyArray<readonly [string, ResolvedLimits]>
+  /** The limits of a lane made by a dispatch to an unknown name, and how long it may idle. */
+  readonly unknownLane: { readonly limits: ResolvedLimits; readonly idleMs: number } | undefined
+  readonly groups: ReadonlyArray<
+    { readonly name: string; readonly concurrent: number; readonly lanes: ReadonlyArray<string> }
+  >
   readonly drainTimeoutMs: number
   readonly auditTimeoutMs: number
   readonly onTaskExit: ((report: TaskReport) => unknown) | undefined
@@ -62,16 +73,21 @@ export interface ResolvedOptions {
 
 const fail = (field: string, message: string) => new LanesConfigInvalid({ field, message })
 
-const resolveLane = (name: string, given: unknown): ResolvedLimits | LanesConfigInvalid => {
-  const path = `lanes.${name}`
+/**
+ * Resolves lane limits given at `path` (`lanes.main`, `limits`, `unknownLane`) over `base` (a
+ * default lane's limits, or a lane's current ones), or names the first bad one.
+ */
+export const resolveLimitsAt = (
+  path: string,
+  given: unknown,
+  base: object | undefined
+): ResolvedLimits | LanesConfigInvalid => {
   if (typeof given !== "object" || given === null || Array.isArray(given)) {
     return fail(path, expected(path, "an object of lane limits", given))
   }
   const g = given as Record<string, unknown>
-  const d = DEFAULT_LANES[name]
-  const pick = (
-    field: string
-  ): unknown => (g[field] !== undefined ? g[field] : (d as Record<string, unknown> | undefined)?.[field])
+  const d = base as Record<string, unknown> | undefined
+  const pick = (field: string): unknown => (g[field] !== undefined ? g[field] : d?.[field])
   const concurrent = pick("concurrent")
   if (!isInt(concurrent) || concurrent < 1) {
     return fail(`${path}.concurrent`, expected(`${path}.concurrent`, "an integer from 1 and up", concurrent))
@@ -84,7 +100,16 @@ const resolveLane = (name: string, given: unknown): ResolvedLimits | LanesConfig
   if (participation !== "blocking" && participation !== "background") {
     return fail(`${path}.participation`, expected(`${path}.participation`, "`blocking` or `background`", participation))
   }
-  for (const field of ["turnTimeoutMs", "queueTimeoutMs", "warnAfterMs", "finalizationTimeoutMs", "abortGraceMs"]) {
+  for (
+    const field of [
+      "turnTimeoutMs",
+      "queueTimeoutMs",
+      "warnAfterMs",
+      "finalizationTimeoutMs",
+      "agingMs",
+      "abortGraceMs"
+    ]
+  ) {
     const message = checkTimeout(`${path}.${field}`, pick(field))
     if (message !== undefined) return fail(`${path}.${field}`, message)
   }
@@ -96,8 +121,63 @@ const resolveLane = (name: string, given: unknown): ResolvedLimits | LanesConfig
     queueTimeoutMs: pick("queueTimeoutMs") as number | undefined,
     warnAfterMs: pick("warnAfterMs") as number | undefined,
     finalizationTimeoutMs: (pick("finalizationTimeoutMs") as number | undefined) ?? DEFAULT_FINALIZATION_TIMEOUT_MS,
+    agingMs: (pick("agingMs") as number | undefined) ?? DEFAULT_AGING_MS,
     abortGraceMs: pick("abortGraceMs") as number | undefined
   }
+}
+
+const resolveLane = (name: string, given: unknown): ResolvedLimits | LanesConfigInvalid =>
+  resolveLimitsAt(`lanes.${name}`, given, DEFAULT_LANES[name])
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v)
+
+const resolveUnknownLane = (given: unknown): ResolvedOptions["unknownLane"] | LanesConfigInvalid => {
+  if (given === undefined) return undefined
+  const limits = resolveLimitsAt("unknownLane", given, undefined)
+  if (limits instanceof LanesConfigInvalid) return limits
+  const idleMs = (given as Record<string, unknown>).idleMs
+  const bad = checkTimeout("unknownLane.idleMs", idleMs)
+  if (bad !== undefined) return fail("unknownLane.idleMs", bad)
+  return { limits, idleMs: (idleMs as number | undefined) ?? DEFAULT_IDLE_MS }
+}
+
+const resolveGroups = (
+  given: unknown,
+  lanes: ReadonlyArray<string>
+): ResolvedOptions["groups"] | LanesConfigInvalid => {
+  if (given === undefined) return []
+  if (!isRecord(given)) return fail("groups", expected("groups", "an object of capacity groups by name", given))
+  const out: Array<ResolvedOptions["groups"][number]> = []
+  const owner = new Map<string, string>()
+  for (const [name, g] of Object.entries(given)) {
+    const path = `groups.${name}`
+    if (name.length === 0) return fail("groups", "Expected every group name to be a non-empty string, got `\"\"`")
+    if (!isRecord(g)) return fail(path, expected(path, "an object `{ concurrent, lanes }`", g))
+    const concurrent = g.concurrent
+    if (!isInt(concurrent) || concurrent < 1) {
+      return fail(`${path}.concurrent`, expected(`${path}.concurrent`, "an integer from 1 and up", concurrent))
+    }
+    const members = g.lanes
+    if (!Array.isArray(members) || members.length === 0) {
+      return fail(`${path}.lanes`, expected(`${path}.lanes`, "a non-empty array of lane names", members))
+    }
+    for (const lane of members as ReadonlyArray<unknown>) {
+      if (typeof lane !== "string" || !lanes.includes(lane)) {
+        const names = lanes.map((l) => `\`${l}\``).join(", ")
+        return fail(`${path}.lanes`, expected(`${path}.lanes`, `an array of lane names among ${names}`, lane))
+      }
+      const other = owner.get(lane)
+      if (other !== undefined) {
+        return fail(
+          `${path}.lanes`,
+          `Expected a lane to be in at most one group, got \`${lane}\` in \`${other}\` and \`${name}\``
+        )
+      }
+      owner.set(lane, name)
+    }
+    out.push({ name, concurrent, lanes: members as ReadonlyArray<string> })
+  }
+  return out
 }
 
 /** Resolves `CommandQueue.make`'s options over the defaults, or names the first bad one. */
@@ -133,8 +213,14 @@ export const resolveOptions = (options: unknown): ResolvedOptions | LanesConfigI
   if (o.onWait !== undefined && typeof o.onWait !== "function") {
     return fail("onWait", expected("onWait", "a function when given", o.onWait))
   }
+  const unknownLane = resolveUnknownLane(o.unknownLane)
+  if (unknownLane instanceof LanesConfigInvalid) return unknownLane
+  const groups = resolveGroups(o.groups, names)
+  if (groups instanceof LanesConfigInvalid) return groups
   return {
     lanes,
+    unknownLane,
+    groups,
     drainTimeoutMs: (o.drainTimeoutMs as number | undefined) ?? DEFAULT_DRAIN_TIMEOUT_MS,
     auditTimeoutMs: (o.auditTimeoutMs as number | undefined) ?? DEFAULT_AUDIT_TIMEOUT_MS,
     onTaskExit: o.onTaskExit as ((report: TaskReport) => unknown) | undefined,
@@ -153,6 +239,9 @@ export const checkDispatchOptions = (options: unknown): string | undefined => {
   if (qt !== undefined) return qt
   const tt = checkTimeout("turnTimeoutMs", o.turnTimeoutMs)
   if (tt !== undefined) return tt
+  if (o.priority !== undefined && (typeof o.priority !== "number" || !Number.isFinite(o.priority))) {
+    return expected("priority", "a finite number", o.priority)
+  }
   if (o.finalizer !== undefined && typeof o.finalizer !== "function") {
     return expected("finalizer", "a function when given", o.finalizer)
   }

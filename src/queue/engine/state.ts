@@ -11,6 +11,7 @@ import type { QueueFailureReason, QueueFailureStage } from "../errors.js"
 import { Fifo } from "../fifo.js"
 import { RunInline } from "../lanes/entry.js"
 import type { InlineWork, LanesInternal } from "../lanes/entry.js"
+import type { CapacityGroup } from "../lanes/group.js"
 import { show } from "../show.js"
 import type { Admission, DrainReport } from "../types.js"
 import type { LaneMetrics } from "./metrics.js"
@@ -42,6 +43,7 @@ export interface TaskOptions {
   readonly queueTimeoutMs?: number | undefined
   readonly turnTimeoutMs?: number | undefined
   readonly finalizer?: ((exit: Exit.Exit<any, any>) => Effect.Effect<void, unknown>) | undefined
+  readonly priority?: number | undefined
 }
 
 /** Called when the task settles (Promise API futures, abort-signal clean-up). */
@@ -113,23 +115,44 @@ export class KeyTasks extends Fifo<Task> {
   }
 }
 
+/** What a `removeLane` in progress counts, and the Deferred its callers wait on. */
+export interface Removal {
+  completed: number
+  canceled: number
+  readonly done: Deferred.Deferred<DrainReport>
+}
+
 /** One lane: its limits, its keyed lanes, its keys' FIFOs and its counters. */
 export class LaneState {
   generation = 0
   /** Tasks admitted and not ended (the ownership bound is `capacity`). */
   owned = 0
-  /** Tasks admitted and not settled (`waitForIdle` of the lane waits for 0). */
-  live = 0
-  /** Completed when `live` reaches 0 (made by the first `waitForIdle` that has to wait). */
-  idle: Deferred.Deferred<void> | undefined = undefined
   running = 0
   waiting = 0
+  /** Tasks admitted and not settled. */
+  live = 0
+  /** Completed when `live` reaches 0 (removeLane and `waitForIdle` wait on it). */
+  idle: Deferred.Deferred<void> | undefined = undefined
   readonly keys = new Map<string, KeyTasks>()
-  readonly capacity: number
+  /** `concurrent + queued`: the ownership bound. */
+  capacity: number
+  /** A dispatch has asked for a priority other than 0: the lanes rank keys (see `rankOf`). */
+  prioritized = false
+  paused = false
+  /** Set by `removeLane`: admission is closed, the lane is forgotten once its tasks ended. */
+  removal: Removal | undefined = undefined
+  /** Made by a dispatch to an unknown name (`unknownLane`): forgotten when idle long enough. */
+  auto = false
+  /** When an auto lane was last seen idle or busy (its place in `EngineState.autoLanes`). */
+  touchedAt = 0
+  prev: LaneState | undefined = undefined
+  next: LaneState | undefined = undefined
   lanes!: LanesInternal<string>
   engine!: EngineState
   metrics!: LaneMetrics
-  constructor(readonly name: string, readonly limits: ResolvedLimits) {
+  /** The capacity group the lane is in, if any. */
+  group: GroupState | undefined = undefined
+  constructor(readonly name: string, public limits: ResolvedLimits) {
     this.capacity = limits.concurrent + limits.queued
   }
 }
@@ -141,14 +164,27 @@ export class LaneState {
 export const CurrentTask = Context.Reference<Task | undefined>("switchyard/queue/CurrentTask", {
   defaultValue: () => undefined
 })
+/** A capacity group: its budget (shared with its lanes' schedulers) and its lanes. */
+export interface GroupState {
+  readonly name: string
+  readonly budget: CapacityGroup
+  readonly lanes: Array<LaneState>
+}
 
 /** `admit` left the key idle: the caller must wake it. */
 export const WAKE = "wake" as const
 
 /** The queue-wide state of one queue: its lanes, its drain, and what every operation shares. */
 export class EngineState {
+  /** The lanes by name, in the order they were made. */
   readonly byName = new Map<string, LaneState>()
-  readonly all: Array<LaneState> = []
+  readonly groups = new Map<string, GroupState>()
+  /** Auto lanes (`unknownLane`), least recently touched first: the sweep forgets idle ones from the head. */
+  readonly autoLanes = new Fifo<LaneState>()
+  /** The timer that forgets idle auto lanes, while one is armed. */
+  sweeper: Fiber.Fiber<unknown, unknown> | undefined = undefined
+  /** Arms the sweeper (given by the layer that wires the engine). */
+  armSweeper: (engine: EngineState) => void = () => {}
   readonly fork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.Fiber<A, E>
   readonly clock: Clock.Clock
   /** Admission is closed. */
@@ -184,6 +220,21 @@ export class EngineState {
     this.fork = Effect.runForkWith(context)
     this.clock = Context.get(context, Clock.Clock)
   }
+
+  /** Every lane, in the order they were made. */
+  get all(): Array<LaneState> {
+    return Array.from(this.byName.values())
+  }
+}
+
+/** An auto lane had activity: it moves to the tail of the sweep's order. */
+export const touchAuto = (engine: EngineState, lane: LaneState): void => {
+  if (lane.removal !== undefined || engine.byName.get(lane.name) !== lane) return
+  lane.touchedAt = engine.clock.currentTimeMillisUnsafe()
+  const list = engine.autoLanes
+  if (lane.prev !== undefined || list.head === lane) list.unlink(lane)
+  list.push(lane)
+  if (engine.sweeper === undefined) engine.armSweeper(engine)
 }
 
 /** The failure of a task the queue stops or drops. */

@@ -43,49 +43,53 @@ function notify(engine: EngineState, task: Task, waitedMs: number, ahead: number
     .pipe(Effect.asVoid)
 }
 
+/** A task's effective priority at `now`, as the lanes rank a key's head (`rankOf` in makeLane.ts). */
+const rankAt = (lane: LaneState, t: Task, now: number): number =>
+  (t.options?.priority ?? 0) + Math.floor((now - t.admittedAt) / lane.limits.agingMs)
+
 /**
- * The tasks of the lane that will start before `task`, following the lane's start order: a key gets
- * one start per turn, keys take turns in the order the lanes queue them, and a key that runs now
- * (or has just been handed a slot) comes after those, in the order its tasks were admitted; a key
- * runs its own tasks in admission order. O(tasks waiting in the lane); only `onWait` asks.
+ * The tasks of the lane that will start before `task`, by replaying the lane's start rule on what
+ * waits now: keys take turns in the order the lanes queue them (a key that runs now queues its
+ * follow-up at the tail, after those), one start per turn, a key's own tasks in admission order;
+ * once the lane has seen a priority, each turn goes to the key whose next task ranks highest
+ * (`priority + floor(waitedMs / agingMs)`, as of now; ties: first in that order). Later
+ * admissions, aging and a group's other lanes can still change it. O(tasks waiting, times keys
+ * with priorities); only `onWait` asks.
  */
 export function queuedAhead(task: Task): number {
   const lane = task.lane
-  const mine = lane.keys.get(task.key)
-  if (mine === undefined) return 0
-  let index = 0
-  for (let t = mine.head; t !== undefined && t !== task; t = t.next) index++
   // turn order: the queued keys, then the keys that run (their follow-up will queue at the tail)
-  const order: Array<string> = []
+  const turns: Array<Task> = []
   const seen = new Set<string>()
-  for (const key of lane.lanes.queuedKeys()) {
-    if (!seen.has(key)) {
-      seen.add(key)
-      order.push(key)
-    }
+  const take = (key: string): void => {
+    if (seen.has(key)) return
+    seen.add(key)
+    const ks = lane.keys.get(key)
+    if (ks?.head !== undefined) turns.push(ks.head)
   }
-  for (const [key, ks] of lane.keys) {
-    if (!seen.has(key) && ks.head !== undefined) {
-      seen.add(key)
-      order.push(key)
+  for (const key of lane.lanes.queuedKeys()) take(key)
+  for (const key of lane.keys.keys()) take(key)
+  const now = lane.engine.clock.currentTimeMillisUnsafe()
+  let ahead = 0
+  // `turns` holds each key's next task, in turn order; a key that takes its turn goes to the tail
+  for (let i = 0; i < turns.length; i++) {
+    let best = i
+    if (lane.prioritized) {
+      let bestRank = rankAt(lane, turns[i]!, now)
+      for (let j = i + 1; j < turns.length; j++) {
+        const r = rankAt(lane, turns[j]!, now)
+        if (r > bestRank) {
+          best = j
+          bestRank = r
+        }
+      }
     }
-  }
-  let ahead = index
-  let before = true
-  for (const key of order) {
-    if (key === task.key) {
-      before = false
-      continue
-    }
-    const waiting = countWaiting(lane, key)
-    // keys before mine in a turn start in rounds 0..index, keys after it in rounds 0..index-1
-    ahead += Math.min(waiting, before ? index + 1 : index)
+    const t = turns[best]!
+    if (t === task) return ahead
+    ahead++
+    turns.splice(best, 1)
+    turns.splice(i, 0, t)
+    if (t.next !== undefined) turns.push(t.next)
   }
   return ahead
-}
-
-const countWaiting = (lane: LaneState, key: string): number => {
-  let n = 0
-  for (let t = lane.keys.get(key)?.head; t !== undefined; t = t.next) n++
-  return n
 }

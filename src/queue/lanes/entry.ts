@@ -6,6 +6,7 @@
 import { Cause, Effect, Exit } from "effect"
 import type { Deferred, Fiber, Scope } from "effect"
 import { LaneQueueFull, LanesClosed } from "../errors.js"
+import type { CapacityGroup } from "./group.js"
 import type { ActivationExit, Lanes, WakeResult } from "./types.js"
 
 /**
@@ -18,12 +19,25 @@ export interface LanesInternal<K> extends Lanes<K> {
   readonly wakeUnsafe: (key: K) => WakeResult | LaneQueueFull | LanesClosed
   /** Ends the activation of `key` whose inline work returned `PENDING` (nothing otherwise). */
   readonly endInline: (key: K) => void
+  /** A new `maxConcurrent`: a larger one starts waiting keys at once, a smaller one lets running ones finish. */
+  readonly setConcurrent: (maxConcurrent: number) => void
+  /** Paused: nothing starts (wakes still queue); resumed: what waits starts, as a freed slot would. */
+  readonly setPaused: (paused: boolean) => void
+  /** From now on a freed slot goes to the queued key that `rank` ranks highest (first in the FIFO on ties). */
+  readonly prioritize: () => void
   /** The keys queued for a slot, in the order they would get one (for `onWait`'s `queuedAhead`). */
   readonly queuedKeys: () => Array<K>
 }
 
 /** Options of `createLanesInternal` that users of `createLanes` never see. @internal */
-export interface InternalOptions {
+export interface InternalOptions<K = unknown> {
+  /** A capacity group the lanes belong to: an activation starts only when the group has a slot too. */
+  readonly group?: CapacityGroup | undefined
+  /**
+   * Called once per pick once `prioritize()` was called: returns the rank of a queued key (higher
+   * starts first). A factory so that it can read the clock once per pick.
+   */
+  readonly rank?: (() => (key: K) => number) | undefined
   /**
    * `activate`'s Effect runs uninterruptibly: cancel, close and timeout never cut it short (the
    * command queue stops its tasks itself, and a task's end must always run). Saves entering and
@@ -88,6 +102,8 @@ export class Entry<K> {
   owed = false
   /** Why the lanes interrupt the current activation (set once per activation). */
   reason: Reason | undefined = undefined
+  /** Its place in its capacity group's enqueue sequence (grouped lanes only). */
+  seq = 0
   /** Links in the FIFO of queued keys (QUEUED) or in the start list (STARTING). */
   prev: Entry<K> | undefined = undefined
   next: Entry<K> | undefined = undefined

@@ -37,7 +37,7 @@ import type { ActivationExit, LanesOptions, WakeResult } from "./types.js"
 /** `createLanes`, typed with its synchronous wake (for the command queue's engine). @internal */
 export const createLanesInternal = <K, E = never, R = never>(
   options: LanesOptions<K, E, R>,
-  internal?: InternalOptions
+  internal?: InternalOptions<K>
 ): Effect.Effect<LanesInternal<K>, LanesConfigInvalid, Scope.Scope | R> =>
   Effect.suspend(() => {
     const error = validateLanesOptions(options)
@@ -48,15 +48,31 @@ export const createLanesInternal = <K, E = never, R = never>(
     })
   })
 
+/**
+ * The lanes, made now without validation and without a finalizer: the command queue's engine
+ * closes them itself (a lane removed at run time leaves nothing in the queue's Scope). @internal
+ */
+export const makeLanesUnsafe = <K, E, R>(
+  options: LanesOptions<K, E, R>,
+  context: Context.Context<Scope.Scope | R>,
+  internal: InternalOptions<K> | undefined
+): LanesInternal<K> => make(options, context, internal)
+
 const make = <K, E, R>(
   options: LanesOptions<K, E, R>,
   context: Context.Context<Scope.Scope | R>,
-  internal: InternalOptions | undefined
+  internal: InternalOptions<K> | undefined
 ): LanesInternal<K> => {
   const interruptibleWork = internal?.uninterruptibleWork !== true
   const inline = internal?.inlineWork === true && !interruptibleWork && options.onExit === undefined &&
     options.turnTimeoutMs === undefined
-  const maxConcurrent = options.maxConcurrent
+  let maxConcurrent = options.maxConcurrent
+  // `maxConcurrent`, or 0 while paused: every check reads this one number, so pause costs nothing.
+  let cap = maxConcurrent
+  let paused = false
+  const group = internal?.group
+  const rank = internal?.rank
+  let prioritized = false
   const maxQueued = options.maxQueued ?? Number.POSITIVE_INFINITY
   const turnTimeoutMs = options.turnTimeoutMs
   const activate = options.activate
@@ -81,7 +97,32 @@ const make = <K, E, R>(
 
   const enqueue = (e: Entry<K>): void => {
     e.state = QUEUED
+    if (group !== undefined) e.seq = ++group.seq
     queue.push(e)
+  }
+
+  /** The queued entry a freed slot goes to: the FIFO's head, or the highest ranked (first on ties). */
+  const next = (): Entry<K> => {
+    let best = queue.head!
+    if (!prioritized || rank === undefined) return best
+    const rankOf = rank()
+    let bestRank = rankOf(best.key)
+    for (let e = best.next; e !== undefined; e = e.next) {
+      const r = rankOf(e.key)
+      if (r > bestRank) {
+        best = e
+        bestRank = r
+      }
+    }
+    return best
+  }
+
+  /** Takes the next queued entry off the FIFO and gives it a slot. */
+  const startNext = (): void => {
+    const e = next()
+    queue.unlink(e)
+    waiting--
+    start(e)
   }
 
   /** Calls `onExit(exit)` now (see `callOnExit`). */
@@ -167,6 +208,7 @@ const make = <K, E, R>(
     e.state = RUNNING
     e.reason = undefined
     running++
+    if (group !== undefined) group.running++
     e.work = callActivate(e.key)
     e.state = STARTING
     starts.push(e)
@@ -270,6 +312,7 @@ const make = <K, E, R>(
   /** The activation of `e` has ended (Scope closed, `onExit` returned): the key moves on, the slot passes on. */
   const finish = (e: Entry<K>): void => {
     running--
+    if (group !== undefined) group.running--
     e.fiber = undefined
     if (e.owed) {
       e.owed = false
@@ -282,13 +325,32 @@ const make = <K, E, R>(
     drain()
   }
 
+  /** Gives free slots to waiting keys (through the group, when the lanes are in one). */
   const drain = (): void => {
-    while (running < maxConcurrent && queue.head !== undefined) {
-      const e = queue.head
-      queue.unlink(e)
-      waiting--
-      start(e)
-    }
+    if (group !== undefined) return group.pump()
+    while (running < cap && queue.head !== undefined) startNext()
+  }
+
+  const member = {
+    startable: (): number | undefined => (running < cap && queue.head !== undefined ? queue.head.seq : undefined),
+    startNext
+  }
+  if (group !== undefined) group.members.push(member)
+
+  const setConcurrent = (n: number): void => {
+    maxConcurrent = n
+    if (!paused) cap = n
+    drain()
+  }
+
+  const setPaused = (p: boolean): void => {
+    paused = p
+    cap = p ? 0 : maxConcurrent
+    if (!p) drain()
+  }
+
+  const prioritize = (): void => {
+    prioritized = true
   }
 
   /**
@@ -302,7 +364,8 @@ const make = <K, E, R>(
     lookedUp = false
     if (e === undefined) {
       // With a slot free the queue is empty (every freed slot drains it), so the key starts now.
-      if (running < maxConcurrent) {
+      // In a group the group needs a slot too; with one free, no member has a startable waiter.
+      if (running < cap && (group === undefined || group.running < group.concurrent)) {
         const fresh = new Entry(key)
         lookedUp = false
         entries.set(key, fresh)
@@ -388,6 +451,7 @@ const make = <K, E, R>(
       return Effect.andThen(Fiber.awaitAll(fibers), Effect.all(inlineEnds(), { discard: true }))
     }
     closed = true
+    if (group !== undefined) group.leave(member)
     const drops: Array<K> = []
     for (let e = queue.head; e !== undefined;) {
       const next = e.next
@@ -439,5 +503,5 @@ const make = <K, E, R>(
     return out
   }
 
-  return { wake, cancel, close, stats, wakeUnsafe, endInline, queuedKeys }
+  return { wake, cancel, close, stats, wakeUnsafe, endInline, setConcurrent, setPaused, prioritize, queuedKeys }
 }

@@ -1,0 +1,157 @@
+/**
+ * The runner's HTTP API as an `effect/http-api` definition: every route, its Schema-validated
+ * params, query and body, its answers and its typed errors (JSON `{ _tag, error, reason }` with the
+ * status of the error). `GET /openapi.json` serves the OpenAPI document generated from it.
+ * Every route but `/healthz` sits behind {@link Authorization} (a bearer token, when one is set).
+ */
+import { Schema } from "effect"
+import {
+  HttpApi,
+  HttpApiEndpoint,
+  HttpApiGroup,
+  HttpApiMiddleware,
+  HttpApiSchema,
+  HttpApiSecurity,
+  OpenApi
+} from "effect/http-api"
+import { reservedSession } from "./ClusterAgent.js"
+
+/** 400: a request that does not fit (`reason`: `invalid`, or `reserved` for the runner's own sessions). */
+export class RequestInvalid extends Schema.TaggedError<RequestInvalid>()("RequestInvalid", {
+  error: Schema.String,
+  reason: Schema.Literals(["invalid", "reserved"])
+}, { httpApiStatus: 400 }) {}
+
+/** 401: a token is set and the request did not carry it (`Authorization: Bearer <token>`). */
+export class Unauthorized extends Schema.TaggedError<Unauthorized>()("Unauthorized", {
+  error: Schema.String,
+  reason: Schema.Literal("unauthorized")
+}, { httpApiStatus: 401 }) {}
+
+/** 413: a body over the ingress' limit. */
+export class TooLarge extends Schema.TaggedError<TooLarge>()("TooLarge", {
+  error: Schema.String,
+  reason: Schema.Literal("too-large")
+}, { httpApiStatus: 413 }) {}
+
+/** 429: this runner holds as many messages of the lane as it may (`concurrent + queued`). */
+export class Busy extends Schema.TaggedError<Busy>()("Busy", {
+  error: Schema.String,
+  reason: Schema.Literal("full")
+}, { httpApiStatus: 429 }) {}
+
+/** 503: the runner shuts down and takes no new messages. */
+export class Closed extends Schema.TaggedError<Closed>()("Closed", {
+  error: Schema.String,
+  reason: Schema.Literal("closed")
+}, { httpApiStatus: 503 }) {}
+
+/** 502: the turn failed (the message was taken; the failure is its outcome). */
+export class TurnFailed extends Schema.TaggedError<TurnFailed>()("TurnFailed", {
+  runId: Schema.String,
+  session: Schema.String,
+  runner: Schema.String,
+  error: Schema.String,
+  reason: Schema.optional(Schema.String)
+}, { httpApiStatus: 502 }) {}
+
+/** 500: something this runner could not do (Postgres down, ...). */
+export class Internal extends Schema.TaggedError<Internal>()("Internal", {
+  error: Schema.String,
+  reason: Schema.Literal("internal")
+}, { httpApiStatus: 500 }) {}
+
+/** 503 of `/healthz`: the runner stops. */
+export class NotHealthy extends Schema.TaggedError<NotHealthy>()("NotHealthy", {
+  ok: Schema.Literal(false),
+  runner: Schema.String,
+  pid: Schema.Number
+}, { httpApiStatus: 503 }) {}
+
+/** Why `?wait=` is not whole milliseconds from 0 to `maxWaitMs`, or `undefined`. */
+export const waitProblem = (raw: string, maxWaitMs: number): string | undefined =>
+  /^\d{1,9}$/.test(raw) && Number(raw) <= maxWaitMs
+    ? undefined
+    : `Expected \`wait\` to be an integer of milliseconds from 0 to ${maxWaitMs}, got \`${raw}\``
+
+/** Why `session` is not a session a client may write to, or `undefined`. */
+export const sessionProblem = (session: string): string | undefined => {
+  const reserved = reservedSession(session)
+  return reserved === undefined ? undefined : `Expected a session name of your own, got \`${session}\`: ${reserved}`
+}
+
+/** The body of `POST /sessions/:id/messages`. */
+export const MessageBody = Schema.Struct({
+  text: Schema.String.check(Schema.isNonEmpty()),
+  /** A client message id: the run id becomes `msg:<session>:<id>`, so re-sending joins the first run. */
+  id: Schema.optional(Schema.String)
+})
+
+const Accepted = Schema.Struct({
+  runId: Schema.String,
+  session: Schema.String,
+  runner: Schema.String,
+  /** Set when `?wait=` passed before the reply came: the message is answered through the outbox. */
+  pending: Schema.optional(Schema.Literal(true))
+}).pipe(HttpApiSchema.status(202))
+
+const Replied = Schema.Struct({
+  runId: Schema.String,
+  session: Schema.String,
+  runner: Schema.String,
+  reply: Schema.Unknown
+})
+
+/** The bearer token check of every route but `/healthz`. */
+export class Authorization
+  extends HttpApiMiddleware.Service<Authorization>()("switchyard/cluster/Ingress/Authorization", {
+    security: { bearer: HttpApiSecurity.bearer },
+    error: Unauthorized
+  })
+{}
+
+/** The runner's HTTP API for a `?wait=` bound of `maxWaitMs`. */
+export const make = (maxWaitMs: number) => {
+  const Wait = Schema.String.check(Schema.makeFilter((raw: string) => waitProblem(raw, maxWaitMs)))
+  const Session = Schema.String.check(Schema.makeFilter((s: string) => sessionProblem(s)))
+  const runner = HttpApiGroup.make("runner", { topLevel: true })
+    .add(
+      HttpApiEndpoint.post("message", "/sessions/:id/messages", {
+        params: { id: Session },
+        query: { wait: Schema.optional(Wait) },
+        payload: MessageBody,
+        success: [Replied, Accepted],
+        error: [RequestInvalid, TooLarge, Busy, Closed, TurnFailed, Internal]
+      }),
+      HttpApiEndpoint.post("cancel", "/sessions/:id/cancel", {
+        params: { id: Session },
+        success: Schema.Struct({ session: Schema.String, canceled: Schema.Literal(true) }),
+        error: [RequestInvalid, Internal]
+      }),
+      HttpApiEndpoint.post("restart", "/lanes/:lane/restart", {
+        params: { lane: Schema.String },
+        success: Schema.Struct({ lane: Schema.String, generation: Schema.Number }),
+        error: [RequestInvalid, Internal]
+      }),
+      HttpApiEndpoint.get("status", "/status", { success: Schema.Unknown, error: Internal }),
+      HttpApiEndpoint.get("metrics", "/metrics", {
+        success: Schema.String.pipe(HttpApiSchema.asText({ contentType: "text/plain; version=0.0.4; charset=utf-8" })),
+        error: Internal
+      }),
+      HttpApiEndpoint.get("openapi", "/openapi.json", { success: Schema.Unknown })
+    )
+    .middleware(Authorization)
+  const health = HttpApiGroup.make("health", { topLevel: true }).add(
+    HttpApiEndpoint.get("healthz", "/healthz", {
+      success: Schema.Struct({ ok: Schema.Literal(true), runner: Schema.String, pid: Schema.Number }),
+      error: NotHealthy
+    })
+  )
+  return HttpApi.make("switchyard-runner").add(runner).add(health).annotateMerge(OpenApi.annotations({
+    title: "switchyard runner",
+    description: "One runner of a switchyard cluster: messages in, replies out (see docs/cluster.md)."
+  }))
+}
+
+/** The OpenAPI document of {@link make}. */
+export const openApi = (api: ReturnType<typeof make>) => OpenApi.fromApi(api)

@@ -1,0 +1,72 @@
+/**
+ * Making a lane (at `make`, by `addLane`, or by a dispatch to an unknown name with `unknownLane`)
+ * and the rank its scheduler orders waiting keys by once priorities are in use. Internal to
+ * `src/queue` (part of the engine; below it: `run.ts`, `metrics.ts`, `state.ts`).
+ */
+import type { Context, Scope } from "effect"
+import { makeLanesUnsafe } from "../lanes/scheduler.js"
+import { LaneMetrics } from "./metrics.js"
+import type { ResolvedLimits } from "./options.js"
+import { activator } from "./run.js"
+import type { EngineState, GroupState } from "./state.js"
+import { LaneState } from "./state.js"
+
+/**
+ * The effective priority of the next task of `key` (the head of its FIFO):
+ * `priority + floor(waitedMs / agingMs)`. This is the order a lane's waiting keys start in once
+ * it has seen a priority other than 0 (ties: first in the lanes FIFO, the longest waiter). A key
+ * that has no task left to start ranks first, so that its empty activation passes at once.
+ */
+export function rankOf(lane: LaneState, key: string, now: number): number {
+  const ks = lane.keys.get(key)
+  const head = ks?.head
+  if (ks === undefined || head === undefined || ks.cancelling || ks.running !== undefined) {
+    return Number.POSITIVE_INFINITY
+  }
+  return (head.options?.priority ?? 0) + Math.floor((now - head.admittedAt) / lane.limits.agingMs)
+}
+
+/** Makes a lane and registers it under its name (its scheduler, its metrics, its group). */
+export function makeLane(
+  engine: EngineState,
+  name: string,
+  limits: ResolvedLimits,
+  group: GroupState | undefined
+): LaneState {
+  const lane = new LaneState(name, limits)
+  lane.engine = engine
+  lane.group = group
+  const clock = engine.clock
+  lane.lanes = makeLanesUnsafe<string, never, never>(
+    {
+      maxConcurrent: limits.concurrent,
+      activate: activator(engine, lane)
+    },
+    engine.context as Context.Context<Scope.Scope>,
+    {
+      uninterruptibleWork: true,
+      inlineWork: true,
+      group: group?.budget,
+      rank: () => {
+        const now = clock.currentTimeMillisUnsafe()
+        return (key) => rankOf(lane, key, now)
+      }
+    }
+  )
+  group?.lanes.push(lane)
+  engine.byName.set(name, lane)
+  lane.metrics = new LaneMetrics(lane, engine.context)
+  return lane
+}
+
+/** The lane stops being known: no name, no group, no metrics. Its scheduler was closed (or never ran). */
+export function forgetLane(engine: EngineState, lane: LaneState): void {
+  if (engine.byName.get(lane.name) === lane) engine.byName.delete(lane.name)
+  const group = lane.group
+  if (group !== undefined) {
+    const i = group.lanes.indexOf(lane)
+    if (i >= 0) group.lanes.splice(i, 1)
+  }
+  if (lane.auto && (lane.prev !== undefined || engine.autoLanes.head === lane)) engine.autoLanes.unlink(lane)
+  lane.metrics.unregister()
+}
