@@ -10,10 +10,10 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
+import type { AckedCopy } from "./ackedWindow.js"
 import { ackedBytes, entryBytes, type EntryData, writeAcked, writeEntry } from "./payload.js"
 import { encode, HEADER_BYTES, Kind, seal } from "./record.js"
 import { FILE_MODE, fsyncDir, segmentName } from "./segment.js"
-import type { Acked } from "./state.js"
 
 /** Points where a test may crash the process (`hooks.step`). */
 export type CompactionStep =
@@ -33,7 +33,7 @@ export interface CompactionHooks {
 /** The live state captured at the checkpoint (copies: the live entries go on changing). */
 export interface Captured {
   readonly entries: ReadonlyArray<EntryData>
-  readonly acked: ReadonlyArray<readonly [string, Acked]>
+  readonly acked: AckedCopy
   readonly nextSeq: number
   readonly nextLsn: number
 }
@@ -95,13 +95,13 @@ export const writeSnapshot = async (
       nextSeq: captured.nextSeq,
       nextLsn: captured.nextLsn,
       entries: captured.entries.length,
-      acked: captured.acked.length
+      acked: captured.acked.size
     })
     for (const e of captured.entries) {
       await putBinary(Kind.snapshotEntry, entryBytes(e), (buf, at) => writeEntry(buf, at, e))
     }
-    for (const [id, a] of captured.acked) {
-      await putBinary(Kind.snapshotAcked, ackedBytes(id, a.entry), (buf, at) => writeAcked(buf, at, id, a.at, a.entry))
+    for (const [id, time, entry] of captured.acked) {
+      await putBinary(Kind.snapshotAcked, ackedBytes(id, entry), (buf, at) => writeAcked(buf, at, id, time, entry))
     }
     await put(Kind.snapshotEnd, { records: lsn + 1 })
     await writeAll(fh, bufs, size)

@@ -263,8 +263,8 @@ export class LogCore {
             ? done(undefined, live.toEntry())
             : this.afterDurable(() => live.toEntry(), done)
         }
-        const acked = state.acked.get(id)
-        if (acked?.entry !== undefined) return this.afterDurable(() => acked.entry!.toEntry(), done)
+        const acked = state.acked.entry(id)
+        if (acked !== undefined) return this.afterDurable(() => acked.toEntry(), done)
       }
     }
     const id = randomUUID()
@@ -483,7 +483,7 @@ export class LogCore {
     r.state.evict(this.lastNow, this.o.dedupeWindowMs)
     return {
       entries: Array.from(r.state.live.values()),
-      acked: Array.from(r.state.acked),
+      acked: r.state.acked.copy(),
       nextSeq: r.state.nextSeq,
       nextLsn: r.nextLsn
     }
@@ -501,7 +501,7 @@ export class LogCore {
           this.state.evict(this.lastNow, this.o.dedupeWindowMs)
           return {
             entries: Array.from(this.state.live.values(), (l) => l.clone()),
-            acked: Array.from(this.state.acked),
+            acked: this.state.acked.copy(),
             nextSeq: this.state.nextSeq,
             nextLsn: this.nextLsn
           }

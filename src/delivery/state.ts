@@ -3,6 +3,7 @@
  * through the same `apply*` functions that replay uses, so a re-open rebuilds exactly this state.
  * Entries are `EntryData` (payload.ts): the message stays its JSON text until an entry is read.
  */
+import { AckedWindow } from "./ackedWindow.js"
 import type { EntryData } from "./payload.js"
 
 /** First record of a snapshot: where the log goes on after it. */
@@ -17,23 +18,14 @@ export interface SnapshotEndPayload {
   readonly records: number
 }
 
-/** An id acked within the dedupe window; `entry` (as it was when acked) when it had an idempotency key. */
-export interface Acked {
-  readonly at: number
-  readonly entry?: EntryData
-  readonly bytes: number
-}
-
-const ACKED_BYTES = 80
-
 /** Pending and dead entries in seq order, idempotency keys, and ids acked within the window. */
 export class LogState {
   /** Insertion order is append order, which is seq order. */
   readonly live = new Map<string, EntryData>()
   /** idempotencyKey -> id, for live entries and for keyed acked ones. */
   readonly keys = new Map<string, string>()
-  /** Insertion order is ack order. */
-  readonly acked = new Map<string, Acked>()
+  /** Ids acked within the window, in ack order (with their entry when keyed). */
+  readonly acked = new AckedWindow()
   nextSeq = 1
   pending = 0
   dead = 0
@@ -104,34 +96,31 @@ export class LogState {
     else this.dead--
     this.liveBytes -= l.bytes
     if (l.key !== undefined) {
-      this.acked.set(id, { at, entry: l, bytes: l.bytes })
+      this.acked.add(id, at, l, l.bytes)
       this.liveBytes += l.bytes
     } else {
-      this.acked.set(id, { at, bytes: ACKED_BYTES })
-      this.liveBytes += ACKED_BYTES
+      this.acked.add(id, at, undefined, AckedWindow.ID_BYTES)
+      this.liveBytes += AckedWindow.ID_BYTES
     }
   }
 
   /** A snapshot's acked id. */
   applyAcked(id: string, at: number, entry: EntryData | undefined, bytes: number): void {
     if (entry !== undefined) {
-      this.acked.set(id, { at, entry, bytes })
       if (entry.key !== undefined) this.keys.set(entry.key, id)
       if (entry.seq >= this.nextSeq) this.nextSeq = entry.seq + 1
-    } else {
-      this.acked.set(id, { at, bytes })
     }
-    this.liveBytes += bytes
+    this.acked.add(id, at, entry, entry === undefined ? AckedWindow.ID_BYTES : bytes)
+    this.liveBytes += entry === undefined ? AckedWindow.ID_BYTES : bytes
   }
 
   /** Forget ids acked `windowMs` or more before `now` (oldest first; amortised O(1) per ack). */
   evict(now: number, windowMs: number): void {
-    for (const [id, a] of this.acked) {
-      if (now - a.at < windowMs) return
-      this.acked.delete(id)
-      this.liveBytes -= a.bytes
-      const key = a.entry?.key
-      if (key !== undefined && this.keys.get(key) === id) this.keys.delete(key)
-    }
+    this.liveBytes -= this.acked.evict(now, windowMs, this.forgetKey)
+  }
+
+  private readonly forgetKey = (id: string, entry: EntryData | undefined): void => {
+    const key = entry?.key
+    if (key !== undefined && this.keys.get(key) === id) this.keys.delete(key)
   }
 }

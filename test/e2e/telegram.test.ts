@@ -6,9 +6,9 @@
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
-import { afterEach, describe, expect, it } from "vitest"
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest"
 import { splitMessage } from "../../examples/telegram/split.js"
-import { runChatbot, startChatbot, useTempDirs } from "../support/chatbot.js"
+import { removeDir, runChatbot, startChatbot, tempDir, useTempDirs } from "../support/chatbot.js"
 import type { Chatbot } from "../support/chatbot.js"
 import { FAKE_TOKEN, startFakeTelegram } from "../support/fakeTelegram.js"
 import type { FakeTelegram } from "../support/fakeTelegram.js"
@@ -66,11 +66,31 @@ const kill9 = async (bot: Chatbot) => {
 
 const texts = (f: FakeTelegram, chat: number) => f.sent.filter((m) => m.chat === String(chat)).map((m) => m.text)
 
-describe("npm run telegram", () => {
-  it("each text message is answered in its chat; the offset confirms them (state.json 0600 in a 0700 folder); SIGTERM exits 0", async () => {
-    const f = await fake()
-    const stateDir = path.join(fresh(), "state")
-    const bot = await startBot(f, stateDir)
+/**
+ * One bot for the cases that need no restart (a bot's start is the slow part): each case has chats
+ * of its own; the last one stops the bot and reads what the log kept.
+ */
+describe("npm run telegram: one bot, many chats", () => {
+  let f: FakeTelegram
+  let bot: Chatbot
+  let stateDir: string
+  beforeAll(async () => {
+    f = await startFakeTelegram()
+    stateDir = path.join(tempDir("switchyard-telegram-"), "state")
+    bot = startChatbot(["--state-dir", stateDir, "--offline", "--latency", "0", "--poll-timeout", "1"], {
+      script: SCRIPT,
+      env: env(f)
+    })
+    await bot.waitForStdout(/^switchyard telegram: @fake_switchyard_bot is listening/)
+  })
+  afterAll(async () => {
+    bot.kill("SIGKILL")
+    await bot.exited
+    await f.close()
+    removeDir(path.dirname(stateDir))
+  })
+
+  it("each text message is answered in its chat; the offset confirms them (state.json 0600 in a 0700 folder)", async () => {
     f.pushText(1, "hello")
     f.pushText(2, "hi there")
     await f.until((sent) => (sent.length >= 2 ? true : undefined), "two replies")
@@ -84,15 +104,9 @@ describe("npm run telegram", () => {
     expect(JSON.parse(fs.readFileSync(path.join(telegramDir, "state.json"), "utf8"))).toEqual({
       offset: f.polls.at(-1)
     })
-    const exit = await stop(bot)
-    expect(exit.code).toBe(0)
-    expect(bot.stdout.at(-1)).toMatch(/^bye \(SIGTERM\): /)
-    expect([...bot.stdout, ...bot.stderr].join("\n")).not.toContain(FAKE_TOKEN)
   })
 
   it("a reply longer than 4,096 characters is sent as parts of at most 4,096, in order, an emoji never cut", async () => {
-    const f = await fake()
-    await startBot(f, path.join(fresh(), "state"))
     // The reply is "You said: " (10) + the text: its 4,096th code unit is the first half of the emoji.
     const text = "a".repeat(4085) + "😀" + "b".repeat(5000) + "c".repeat(100)
     f.pushText(7, text)
@@ -106,8 +120,6 @@ describe("npm run telegram", () => {
   })
 
   it("a 429 storm: each retry waits Telegram's retry_after; the reply goes out once", async () => {
-    const f = await fake()
-    await startBot(f, path.join(fresh(), "state"))
     f.storm(3, 1)
     f.pushText(3, "storm")
     await f.until((sent) => (sent.some((m) => m.chat === "3") ? true : undefined), "the reply after the storm")
@@ -120,9 +132,6 @@ describe("npm run telegram", () => {
   })
 
   it("a user who blocked the bot: one attempt (403 is permanent), one error line, the others are answered", async () => {
-    const f = await fake()
-    const stateDir = path.join(fresh(), "state")
-    const bot = await startBot(f, stateDir)
     f.block(4)
     f.pushText(4, "are you there?")
     await bot.waitForStderr(
@@ -130,19 +139,10 @@ describe("npm run telegram", () => {
     )
     f.pushText(5, "me too")
     await f.until((sent) => (sent.some((m) => m.chat === "5") ? true : undefined), "the other chat's reply")
-    expect((await stop(bot)).code).toBe(0)
     expect(f.attempts.filter((a) => a.chat === "4").map((a) => a.answered)).toEqual([403])
-    // The log says so: the reply is a dead letter, with the reason.
-    const { bot: list } = await runChatbot(["deliveries", "--state-dir", stateDir, "--json"])
-    const report = JSON.parse(list.stdout.join("\n"))
-    expect(report.dead).toHaveLength(1)
-    expect(report.dead[0]).toMatchObject({ recipient: "telegram:4", attempts: 1 })
-    expect(report.dead[0].lastError).toContain("403")
   })
 
   it("a photo and a sticker get a polite reply; nothing crashes, the next text is answered", async () => {
-    const f = await fake()
-    const bot = await startBot(f, path.join(fresh(), "state"))
     f.pushUpdate({
       message: {
         message_id: 1,
@@ -164,9 +164,45 @@ describe("npm run telegram", () => {
     )
     expect(replies).toContain("You said: and text")
     expect(bot.stdout.some((l) => /ignored \(edited_message, not a message\)/.test(l))).toBe(true)
-    expect((await stop(bot)).code).toBe(0)
   })
 
+  it("getUpdates failing (502, then 409 Conflict): one line each streak, it polls again and answers", async () => {
+    f.failPolls(2, 502)
+    await bot.waitForStderr(/getUpdates answered 502/) // the poll held now ends, and the next ones fail
+    f.pushText(11, "after the outage")
+    await f.until((sent) => (sent.some((m) => m.chat === "11") ? true : undefined), "the reply after the outage")
+    f.failPolls(1, 409)
+    await bot.waitForStderr(/getUpdates answered 409/)
+    f.pushText(11, "after the conflict")
+    await f.until(
+      (sent) => (sent.filter((m) => m.chat === "11").length >= 2 ? true : undefined),
+      "the reply after the conflict"
+    )
+    expect(bot.stderr.filter((l) => l.includes("getUpdates answered 502"))).toHaveLength(1)
+    expect(bot.stderr.filter((l) => l.includes("getUpdates answered 409"))).toEqual([
+      expect.stringContaining(
+        "(another process polls this bot, or a webhook is set: deleteWebhook); polling again in 1 s"
+      )
+    ])
+    expect(texts(f, 11)).toEqual(["You said: after the outage", "You said: after the conflict"])
+  })
+
+  it("SIGTERM: exit 0, bye last, the token never printed; the log holds the blocked user's reply as a dead letter", async () => {
+    bot.kill("SIGTERM")
+    const exit = await bot.waitForExit()
+    expect(exit.code).toBe(0)
+    expect(bot.stdout.at(-1)).toMatch(/^bye \(SIGTERM\): /)
+    expect([...bot.stdout, ...bot.stderr].join("\n")).not.toContain(FAKE_TOKEN)
+    const { bot: list } = await runChatbot(["deliveries", "--state-dir", stateDir, "--json"])
+    const report = JSON.parse(list.stdout.join("\n"))
+    expect(report.dead).toHaveLength(1)
+    expect(report.dead[0]).toMatchObject({ recipient: "telegram:4", attempts: 1 })
+    expect(report.dead[0].lastError).toContain("403")
+    expect(report.pending).toEqual([])
+  })
+})
+
+describe("npm run telegram: restarts and bad configuration", () => {
   it("SIGKILL while a reply is in flight, then a restart: every message answered once, no reply sent twice", async () => {
     const f = await fake()
     const stateDir = path.join(fresh(), "state")
@@ -249,27 +285,6 @@ describe("npm run telegram", () => {
     await f.confirmed()
     expect((await stop(second)).code).toBe(0)
     expect(texts(f, 10)).toEqual(["You said: only once"])
-  })
-
-  it("getUpdates failing (502, then 409 Conflict): one line each streak, it polls again and answers", async () => {
-    const f = await fake()
-    const bot = await startBot(f, path.join(fresh(), "state"))
-    f.failPolls(2, 502)
-    f.pushText(11, "after the outage")
-    await f.until((sent) => (sent.some((m) => m.chat === "11") ? true : undefined), "the reply after the outage")
-    f.failPolls(1, 409)
-    f.pushText(11, "after the conflict")
-    await f.until(
-      (sent) => (sent.filter((m) => m.chat === "11").length >= 2 ? true : undefined),
-      "the reply after the conflict"
-    )
-    expect(bot.stderr.filter((l) => l.includes("getUpdates answered 502"))).toHaveLength(1)
-    expect(bot.stderr.filter((l) => l.includes("getUpdates answered 409"))).toEqual([
-      expect.stringContaining(
-        "(another process polls this bot, or a webhook is set: deleteWebhook); polling again in 1 s"
-      )
-    ])
-    expect(texts(f, 11)).toEqual(["You said: after the outage", "You said: after the conflict"])
   })
 
   it("a token revoked while running: one line, the agent shuts down, exit 1, the token never printed", async () => {
