@@ -12,6 +12,8 @@ import { Effect } from "effect"
 import type { Scope } from "effect"
 import { makeEngine } from "./engine/Engine.js"
 import { resolveOptions } from "./engine/options.js"
+import { keepAlive as keepTaskAlive } from "./engine/run.js"
+import { CurrentTask } from "./engine/state.js"
 import type { LanesConfigInvalid } from "./errors.js"
 import type { CommandQueue, CommandQueueOptions } from "./types.js"
 
@@ -26,7 +28,8 @@ export type {
   LaneLimits,
   LaneSnapshot,
   TaskReport,
-  UnknownLaneLimits
+  UnknownLaneLimits,
+  WaitInfo
 } from "./types.js"
 
 /**
@@ -39,3 +42,15 @@ export const make = (options?: CommandQueueOptions): Effect.Effect<CommandQueue,
     if (!("lanes" in resolved) || resolved instanceof Error) return Effect.fail(resolved as LanesConfigInvalid)
     return makeEngine(resolved)
   })
+
+/**
+ * Inside a running task (Effect API): restarts the task's `turnTimeoutMs` from now, so a turn that
+ * makes progress (a streamed model reply, chunk by chunk) is not cut while a stuck one still is.
+ * Reads the running task from the fiber's context (fibers the task forks see it too); outside a
+ * task, or for a task without a turn timeout, it does nothing.
+ */
+export const keepAlive: Effect.Effect<void> = Effect.withFiber((fiber) => {
+  const task = fiber.getRef(CurrentTask)
+  if (task !== undefined) keepTaskAlive(task.lane.engine, task)
+  return Effect.void
+})

@@ -5,7 +5,7 @@
 import type { Duration, Effect, Exit, Option } from "effect"
 import { awaitTask, awaitTaskTimeout, cancelTask, pollTask } from "./engine/control.js"
 import type { Task } from "./engine/state.js"
-import type { FutureTimeout, QueueFailure } from "./errors.js"
+import type { FutureTimeout, QueueFailure, RequestError } from "./errors.js"
 import type { Admission, Future } from "./types.js"
 
 export type { Admission, Future } from "./types.js"
@@ -29,13 +29,13 @@ export class TaskHandle {
 
 /** @internal */
 export class FutureImpl<A, E> extends TaskHandle implements Future<A, E> {
-  get await(): Effect.Effect<A, E | QueueFailure> {
+  get await(): Effect.Effect<A, E | QueueFailure | RequestError> {
     return awaitTask(this.task)
   }
   get poll(): Effect.Effect<Option.Option<Exit.Exit<A, E | QueueFailure>>> {
     return pollTask(this.task)
   }
-  get awaitTimeout(): (timeout: Duration.Input) => Effect.Effect<A, E | QueueFailure | FutureTimeout> {
+  get awaitTimeout(): (timeout: Duration.Input) => Effect.Effect<A, E | QueueFailure | FutureTimeout | RequestError> {
     return (timeout) => awaitTaskTimeout(this.task, timeout)
   }
   get cancel(): Effect.Effect<void> {

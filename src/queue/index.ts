@@ -9,8 +9,10 @@
  *   `scheduler.ts` (one activation per key under a global cap); `Lanes.ts` (`createLanes`) on top.
  * - `engine/`, the command queue: `options.ts` (resolved limits) -> `metrics.ts` -> `state.ts`
  *   (Task, KeyTasks, LaneState, EngineState) -> `end.ts` (how a task ends: finalizer, report,
- *   settle; a waiting one dropped) -> `run.ts` (an activation runs one task) -> `admit.ts` (how a
- *   task is admitted) -> `control.ts` (await, cancel, restart, drain, snapshot).
+ *   settle; a waiting one dropped) -> `watch.ts` (`onWait`, `queuedAhead`) -> `run.ts` (an
+ *   activation runs one task; turn timers and `keepAlive`, `abortGraceMs`) -> `admit.ts` (how a
+ *   task is admitted) -> `control.ts` (await, cancel, restart, drain, snapshot) -> `idle.ts`
+ *   (`waitForIdle`, `clear`).
  * - `Future.ts` (the handle), `engine/Engine.ts` (wires the engine), then the two skins:
  *   `CommandQueue.ts` (Effect) and `promise.ts` (Promise).
  */
@@ -24,10 +26,11 @@ export type {
   LaneLimits,
   LaneSnapshot,
   TaskReport,
-  UnknownLaneLimits
+  UnknownLaneLimits,
+  WaitInfo
 } from "./CommandQueue.js"
 export * from "./errors.js"
 export type { Admission, Future } from "./Future.js"
 export * from "./Lanes.js"
 export { createCommandQueue } from "./promise.js"
-export type { AsyncCommandQueue, AsyncDispatchOptions, AsyncFuture, AsyncPoll } from "./promise.js"
+export type { AsyncCommandQueue, AsyncDispatchOptions, AsyncFuture, AsyncPoll, TaskControl } from "./promise.js"

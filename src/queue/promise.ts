@@ -6,10 +6,13 @@
 import { Cause, Effect, Exit, Scope } from "effect"
 import * as CommandQueue from "./CommandQueue.js"
 import { admit, wake } from "./engine/admit.js"
-import { cancelTask, snapshotUnsafe } from "./engine/control.js"
+import { cancelTask, selfWait, snapshotUnsafe, waitsForItself } from "./engine/control.js"
 import { addListener } from "./engine/end.js"
 import { engineOf } from "./engine/Engine.js"
 import { checkWaitTimeout } from "./engine/options.js"
+import { syncRunningTask } from "./engine/run.js"
+import type { TaskControl } from "./engine/run.js"
+export type { TaskControl } from "./engine/run.js"
 import {
   addLaneUnsafe,
   groupSnapshotUnsafe,
@@ -61,11 +64,15 @@ export interface AsyncFuture<A> {
 
 /** The command queue for Promise code; see `CommandQueue.CommandQueue` for each rule. */
 export interface AsyncCommandQueue {
-  /** Admits `task`, or throws `AdmissionError` / `RequestError` synchronously. `task` gets an AbortSignal aborted (with the `QueueFailure` as reason) when the queue stops it. */
+  /**
+   * Admits `task`, or throws `AdmissionError` / `RequestError` synchronously. `task` gets an
+   * AbortSignal aborted (with the `QueueFailure` as reason) when the queue stops it, and a
+   * `TaskControl` (`task.keepAlive()` restarts its `turnTimeoutMs` from now).
+   */
   dispatch<A>(
     lane: string,
     key: string,
-    task: (signal: AbortSignal) => A | Promise<A>,
+    task: (signal: AbortSignal, task: TaskControl) => A | Promise<A>,
     options?: AsyncDispatchOptions
   ): AsyncFuture<A>
   restartLane(lane: string): Promise<number>
@@ -75,6 +82,10 @@ export interface AsyncCommandQueue {
   cancel(lane: string, key: string): Promise<void>
   snapshot(): ReadonlyArray<LaneSnapshot>
   drain(options?: { readonly timeoutMs?: number }): Promise<DrainReport>
+  /** Resolves `{ idle: true }` once the lane (or every lane) holds no task, `{ idle: false }` at the deadline; admission stays open. */
+  waitForIdle(options?: { readonly lane?: string; readonly timeoutMs?: number }): Promise<{ readonly idle: boolean }>
+  /** Fails every waiting task of `lane` `canceled` (running ones go on); resolves how many it dropped. */
+  clear(lane: string): Promise<number>
   /** Drains with the default deadline, then releases everything. Idempotent. */
   close(): Promise<void>
   /** Adds a lane now; throws `RequestError` if the name is taken or a limit is bad. */
@@ -126,6 +137,12 @@ class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
     super(task, admission)
   }
   get result(): Promise<A> {
+    // Read from inside a task of the same lane and key, before its first await: it would wait for itself.
+    if (this.task.exit === undefined && waitsForItself(syncRunningTask(), this.task)) {
+      const rejected = Promise.reject(selfWait(this.task))
+      rejected.catch(noop)
+      return rejected
+    }
     if (this._result === undefined) {
       const exit = this.task.exit
       if (exit !== undefined) {
@@ -166,10 +183,11 @@ class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
       rejected.catch(noop)
       return rejected
     }
+    const result = this.result
     const p = new Promise<A>((resolve, reject) => {
       // Chained: a plain setTimeout over 2^31−1 ms would fire after 1 ms.
       const timer = setLongTimeout(() => reject(new FutureTimeout({ runId: this.runId, timeoutMs })), timeoutMs)
-      this.result.then(
+      result.then(
         (value) => {
           timer.clear()
           resolve(value)
@@ -199,7 +217,7 @@ class AsyncQueue implements AsyncCommandQueue {
   dispatch<A>(
     lane: string,
     key: string,
-    task: (signal: AbortSignal) => A | Promise<A>,
+    task: (signal: AbortSignal, task: TaskControl) => A | Promise<A>,
     options?: AsyncDispatchOptions
   ): AsyncFuture<A> {
     const engine = this.engine
@@ -238,6 +256,12 @@ class AsyncQueue implements AsyncCommandQueue {
   }
   drain(options?: { readonly timeoutMs?: number }): Promise<DrainReport> {
     return run(this.queue.drain(options))
+  }
+  waitForIdle(options?: { readonly lane?: string; readonly timeoutMs?: number }): Promise<{ readonly idle: boolean }> {
+    return run(this.queue.waitForIdle(options))
+  }
+  clear(lane: string): Promise<number> {
+    return run(this.queue.clear(lane))
   }
   close(): Promise<void> {
     return (this._closing ??= run(Scope.close(this.scope, Exit.void)))

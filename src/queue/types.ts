@@ -17,12 +17,16 @@ export interface Future<A, E> {
   /** The lane's generation at admission. */
   readonly generation: number
   readonly admission: Admission
-  /** The task's value, its own failure unchanged, or a `QueueFailure`; a defect stays a defect. Interrupting the awaiting fiber never cancels the task. */
-  readonly await: Effect.Effect<A, E | QueueFailure>
+  /**
+   * The task's value, its own failure unchanged, or a `QueueFailure`; a defect stays a defect.
+   * Interrupting the awaiting fiber never cancels the task. Awaited from inside a task of the same
+   * lane and key (it would wait for itself), it fails `RequestError` at once.
+   */
+  readonly await: Effect.Effect<A, E | QueueFailure | RequestError>
   /** The outcome if the task has settled; never waits. */
   readonly poll: Effect.Effect<Option.Option<Exit.Exit<A, E | QueueFailure>>>
   /** As `await`, but fails `FutureTimeout` when the deadline passes first; the task goes on. */
-  readonly awaitTimeout: (timeout: Duration.Input) => Effect.Effect<A, E | QueueFailure | FutureTimeout>
+  readonly awaitTimeout: (timeout: Duration.Input) => Effect.Effect<A, E | QueueFailure | FutureTimeout | RequestError>
   /** Drops the task if it waits, interrupts it if it runs; returns once it ended. A task that ended keeps its outcome. */
   readonly cancel: Effect.Effect<void>
 }
@@ -43,6 +47,11 @@ export interface LaneLimits {
   readonly warnAfterMs?: number
   /** Bound on each task's finalizer; default 5_000. */
   readonly finalizationTimeoutMs?: number
+  /**
+   * Promise API: after a task's signal aborts, its slot stays held up to this long for the task to
+   * clean up; then the slot is freed and a late result dropped. Without it the slot is freed at once.
+   */
+  readonly abortGraceMs?: number
   /** Each `agingMs` a task waits adds 1 to its effective priority (see `DispatchOptions.priority`); default 5_000. */
   readonly agingMs?: number
 }
@@ -82,6 +91,18 @@ export interface TaskReport {
   readonly ranMs: number
 }
 
+/**
+ * What `onWait` receives: once when a task has waited the lane's `warnAfterMs`, and again when it
+ * starts. `queuedAhead`: tasks of the lane that will start before it, as things stand (0 at its start).
+ */
+export interface WaitInfo {
+  readonly runId: string
+  readonly lane: string
+  readonly key: string
+  readonly waitedMs: number
+  readonly queuedAhead: number
+}
+
 /** One lane as `snapshot` sees it. `running` and `waiting` count tasks; `keys` counts keys holding tasks. */
 export interface LaneSnapshot {
   readonly lane: string
@@ -116,6 +137,11 @@ export interface CommandQueueOptions {
   readonly auditTimeoutMs?: number
   /** Called once per task after its finalizer; a failure or overrun is logged as a warning. */
   readonly onTaskExit?: (report: TaskReport) => Effect.Effect<void> | void
+  /**
+   * Called once per task that has waited its lane's `warnAfterMs`, and again when it starts
+   * (lanes without `warnAfterMs` never call it). A throw (or a failing Effect) is logged and changes nothing.
+   */
+  readonly onWait?: (info: WaitInfo) => Effect.Effect<void> | void
   /** When given, a dispatch to a lane name no lane has makes that lane with these limits; it is forgotten once idle for `idleMs`. */
   readonly unknownLane?: UnknownLaneLimits
   /** Capacity groups: a task of a lane in a group starts only when its lane and its group have a free slot. */
@@ -198,4 +224,16 @@ export interface CommandQueue {
     group: string,
     limits: { readonly concurrent: number }
   ) => Effect.Effect<void, RequestError>
+  /**
+   * Waits until the lane (or every lane) has nothing running or waiting, or until `timeoutMs`
+   * passed (then `{ idle: false }`). Admission stays open, unlike `drain`.
+   */
+  readonly waitForIdle: (
+    options?: { readonly lane?: string; readonly timeoutMs?: number }
+  ) => Effect.Effect<{ readonly idle: boolean }>
+  /**
+   * Fails every waiting task of `lane` `QueueFailure` `canceled` (stage queued; finalizers run),
+   * leaves running ones alone, and returns how many it dropped once they settled.
+   */
+  readonly clear: (lane: string) => Effect.Effect<number, RequestError>
 }

@@ -16,6 +16,7 @@ import { CapacityGroup } from "../lanes/group.js"
 import type { CommandQueue } from "../types.js"
 import { admit, wake } from "./admit.js"
 import { cancelKey, drain, restartLane, snapshotUnsafe } from "./control.js"
+import { clear, waitForIdle } from "./idle.js"
 import { makeLane } from "./makeLane.js"
 import type { ResolvedOptions } from "./options.js"
 import { runTask } from "./run.js"
@@ -89,6 +90,8 @@ const api = (engine: EngineState): CommandQueue => ({
   cancel: (lane, key) => cancelKey(engine, lane, key),
   drain: (options) => drain(engine, options),
   snapshot: Effect.sync(() => snapshotUnsafe(engine)),
+  waitForIdle: (options) => waitForIdle(engine, options),
+  clear: (lane) => clear(engine, lane),
   addLane: (name, limits) => fromUnsafe(() => addLaneUnsafe(engine, name, limits)),
   removeLane: (name, options) => removeLane(engine, name, options),
   setLimits: (lane, limits) => fromUnsafe(() => setLimitsUnsafe(engine, lane, limits)),

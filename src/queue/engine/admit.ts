@@ -25,6 +25,7 @@ import {
   WAITING,
   WAKE
 } from "./state.js"
+import { armWaitTimer } from "./watch.js"
 
 /** The process-wide task counter behind every runId. */
 let runSeq = 0
@@ -102,6 +103,7 @@ export function admit(
   if (ks.head !== task || ks.running !== undefined || ks.cancelling) {
     // The key runs or owes an activation already; the one that ends next asks for a follow-up.
     armQueueTimer(engine, task)
+    armWaitTimer(engine, task)
   } else {
     engine.admission = WAKE
   }
@@ -128,6 +130,7 @@ export function wake(engine: EngineState, task: Task): Admission | AdmissionErro
 function woke(engine: EngineState, task: Task, result: WakeResult): Admission {
   if (result === "started") return "started"
   armQueueTimer(engine, task)
+  armWaitTimer(engine, task)
   return "queued"
 }
 

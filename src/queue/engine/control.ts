@@ -11,7 +11,7 @@ import { drop } from "./end.js"
 import { checkWaitTimeout } from "./options.js"
 import { stop } from "./run.js"
 import type { EngineState, KeyTasks, Task } from "./state.js"
-import { ENDED, RUNNING, unknownLane, WAITING } from "./state.js"
+import { CurrentTask, ENDED, RUNNING, unknownLane, WAITING } from "./state.js"
 
 /** The task's Deferred, made when first needed (completed at once if the task has settled). */
 export function deferredOf(task: Task): Deferred.Deferred<any, any> {
@@ -22,9 +22,32 @@ export function deferredOf(task: Task): Deferred.Deferred<any, any> {
   return task.deferred
 }
 
-/** The task's outcome, as its future's `await`. */
+/**
+ * Whether `me` (a running task) awaiting `task` would wait forever: `task` is `me`, or waits behind
+ * it in the same lane and key (a key runs one task at a time, in order).
+ */
+export function waitsForItself(me: Task | undefined, task: Task): boolean {
+  return me !== undefined && me.state === RUNNING && me.key === task.key && me.lane === task.lane &&
+    (me === task || task.state === WAITING)
+}
+
+/** The `RequestError` of a task that awaits its own lane and key. */
+export function selfWait(task: Task): RequestError {
+  return new RequestError({
+    lane: task.lane.name,
+    key: task.key,
+    message:
+      `Expected to await a task of another lane or key, got ${task.runId} of lane \`${task.lane.name}\`, key \`${task.key}\`, awaited from inside a task of that lane and key: it would wait for itself`
+  })
+}
+
+/** The task's outcome, as its future's `await`; fails `RequestError` at once when awaited from its own lane and key. */
 export function awaitTask(task: Task): Effect.Effect<any, any> {
-  return Effect.suspend(() => (task.exit !== undefined ? task.exit : Deferred.await(deferredOf(task))))
+  return Effect.withFiber((fiber) => {
+    if (task.exit !== undefined) return task.exit
+    if (waitsForItself(fiber.getRef(CurrentTask), task)) return Effect.fail(selfWait(task))
+    return Deferred.await(deferredOf(task))
+  })
 }
 
 /** The task's exit if it has settled; never waits. */

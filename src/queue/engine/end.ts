@@ -8,7 +8,7 @@ import { Cause, Deferred, Effect, Exit, Option } from "effect"
 import type { QueueFailureReason } from "../errors.js"
 import type { TaskReport } from "../types.js"
 import type { EngineState, KeyTasks, LaneState, Listener, Task } from "./state.js"
-import { DROPPING, ENDED, failureOf, FINISHING, touchAuto } from "./state.js"
+import { DROPPING, ENDED, failureOf, FINISHING, touchAuto, WAIT_NOTIFIED } from "./state.js"
 
 /** What a part of a task's end returns when it finished synchronously (compared by identity). */
 export const VOID: Effect.Effect<void> = Effect.void
@@ -202,6 +202,16 @@ export function wakeKey(engine: EngineState, lane: LaneState, key: string, ks: K
   return VOID
 }
 
+/** Stops the task's `onWait` timer (`watch.ts`); whether `onWait` was called for it while it waited. */
+export function clearWaitTimer(task: Task): boolean {
+  const timer = task.waitTimer
+  if (timer === undefined) return false
+  task.waitTimer = undefined
+  if (timer === WAIT_NOTIFIED) return true
+  timer.interruptUnsafe()
+  return false
+}
+
 /** Drops a waiting task now (synchronously) and returns the rest of its end: finalizer, report, settle. */
 export function drop(engine: EngineState, task: Task, reason: QueueFailureReason): Effect.Effect<void> {
   const lane = task.lane
@@ -215,6 +225,7 @@ export function drop(engine: EngineState, task: Task, reason: QueueFailureReason
   }
   task.state = DROPPING
   lane.waiting--
+  if (task.waitTimer !== undefined) clearWaitTimer(task)
   const timer = task.timer
   if (timer !== undefined) {
     task.timer = undefined

@@ -6,7 +6,7 @@
 import { LanesConfigInvalid, MAX_QUEUED } from "../errors.js"
 import type { Participation } from "../errors.js"
 import { expected } from "../show.js"
-import type { TaskReport } from "../types.js"
+import type { TaskReport, WaitInfo } from "../types.js"
 
 /** The lanes every queue has, merged under the caller's `lanes`. */
 export const DEFAULT_LANES: Readonly<
@@ -48,6 +48,7 @@ export interface ResolvedLimits {
   readonly finalizationTimeoutMs: number
   /** Milliseconds of waiting that add 1 to a task's effective priority. */
   readonly agingMs: number
+  readonly abortGraceMs: number | undefined
 }
 
 /** The message for a bad wait deadline (`drain`'s, a Promise future's `wait`): a number from 0 up; or undefined. */
@@ -67,6 +68,7 @@ export interface ResolvedOptions {
   readonly drainTimeoutMs: number
   readonly auditTimeoutMs: number
   readonly onTaskExit: ((report: TaskReport) => unknown) | undefined
+  readonly onWait: ((info: WaitInfo) => unknown) | undefined
 }
 
 const fail = (field: string, message: string) => new LanesConfigInvalid({ field, message })
@@ -98,7 +100,16 @@ export const resolveLimitsAt = (
   if (participation !== "blocking" && participation !== "background") {
     return fail(`${path}.participation`, expected(`${path}.participation`, "`blocking` or `background`", participation))
   }
-  for (const field of ["turnTimeoutMs", "queueTimeoutMs", "warnAfterMs", "finalizationTimeoutMs", "agingMs"]) {
+  for (
+    const field of [
+      "turnTimeoutMs",
+      "queueTimeoutMs",
+      "warnAfterMs",
+      "finalizationTimeoutMs",
+      "agingMs",
+      "abortGraceMs"
+    ]
+  ) {
     const message = checkTimeout(`${path}.${field}`, pick(field))
     if (message !== undefined) return fail(`${path}.${field}`, message)
   }
@@ -110,7 +121,8 @@ export const resolveLimitsAt = (
     queueTimeoutMs: pick("queueTimeoutMs") as number | undefined,
     warnAfterMs: pick("warnAfterMs") as number | undefined,
     finalizationTimeoutMs: (pick("finalizationTimeoutMs") as number | undefined) ?? DEFAULT_FINALIZATION_TIMEOUT_MS,
-    agingMs: (pick("agingMs") as number | undefined) ?? DEFAULT_AGING_MS
+    agingMs: (pick("agingMs") as number | undefined) ?? DEFAULT_AGING_MS,
+    abortGraceMs: pick("abortGraceMs") as number | undefined
   }
 }
 
@@ -198,6 +210,9 @@ export const resolveOptions = (options: unknown): ResolvedOptions | LanesConfigI
   if (o.onTaskExit !== undefined && typeof o.onTaskExit !== "function") {
     return fail("onTaskExit", expected("onTaskExit", "a function when given", o.onTaskExit))
   }
+  if (o.onWait !== undefined && typeof o.onWait !== "function") {
+    return fail("onWait", expected("onWait", "a function when given", o.onWait))
+  }
   const unknownLane = resolveUnknownLane(o.unknownLane)
   if (unknownLane instanceof LanesConfigInvalid) return unknownLane
   const groups = resolveGroups(o.groups, names)
@@ -208,7 +223,8 @@ export const resolveOptions = (options: unknown): ResolvedOptions | LanesConfigI
     groups,
     drainTimeoutMs: (o.drainTimeoutMs as number | undefined) ?? DEFAULT_DRAIN_TIMEOUT_MS,
     auditTimeoutMs: (o.auditTimeoutMs as number | undefined) ?? DEFAULT_AUDIT_TIMEOUT_MS,
-    onTaskExit: o.onTaskExit as ((report: TaskReport) => unknown) | undefined
+    onTaskExit: o.onTaskExit as ((report: TaskReport) => unknown) | undefined,
+    onWait: o.onWait as ((info: WaitInfo) => unknown) | undefined
   }
 }
 

@@ -4,12 +4,13 @@
  * can be interrupted alone), a Promise body with its AbortSignal; and stopping a running task.
  * Internal to `src/queue` (part of the engine; below it: `end.ts`, `state.ts`).
  */
-import { Effect, Exit, Fiber } from "effect"
+import { Context, Effect, Exit, Fiber } from "effect"
 import type { QueueFailureReason } from "../errors.js"
 import { PENDING } from "../lanes/entry.js"
 import { finish, VOID } from "./end.js"
 import type { EngineState, LaneState, Task } from "./state.js"
-import { EFFECT_BODY, failureOf, RUNNING } from "./state.js"
+import { CurrentTask, EFFECT_BODY, failureOf, RUNNING } from "./state.js"
+import { waitStarted } from "./watch.js"
 
 /**
  * What `createLanes` calls when the key gets its slot: the key's next task starts now (it runs,
@@ -45,6 +46,7 @@ export function pick(engine: EngineState, lane: LaneState, key: string): Task | 
   }
   task.startedAt = engine.clock.currentTimeMillisUnsafe()
   lane.metrics.waited(task.startedAt - task.admittedAt)
+  if (task.waitTimer !== undefined) waitStarted(engine, task)
   return task
 }
 
@@ -76,10 +78,62 @@ export const mayReadSignal = (fn: (...args: ReadonlyArray<never>) => unknown): b
 const isThenable = (u: unknown): u is PromiseLike<unknown> =>
   typeof u === "object" && u !== null && typeof (u as { then?: unknown }).then === "function"
 
-/** A fiber that stops the task `timeout` after `ms` (interrupted when the task ends first). */
-export function turnTimer(engine: EngineState, task: Task, ms: number): Fiber.Fiber<void> {
-  return engine.fork(Effect.andThen(Effect.sleep(ms), Effect.sync(() => stop(engine, task, "timeout"))))
+/**
+ * A fiber that stops the task `timeout` once its `deadline` passed (interrupted when the task ends
+ * first). `keepAlive` moves the deadline; the fiber sleeps again until the new one.
+ */
+export function turnTimer(engine: EngineState, task: Task): Fiber.Fiber<void> {
+  const check: Effect.Effect<void> = Effect.suspend(() => {
+    // -1: not renewed since the last check (no clock read: the timer alone decides, as without keepAlive)
+    const deadline = task.deadline
+    task.deadline = -1
+    const left = deadline < 0 ? 0 : deadline - engine.clock.currentTimeMillisUnsafe()
+    if (left > 0) return Effect.andThen(Effect.sleep(left), check)
+    stop(engine, task, "timeout")
+    return Effect.void
+  })
+  return engine.fork(Effect.andThen(Effect.sleep(task.turnMs!), check))
 }
+
+/** Restarts the running task's turn timeout from now (nothing when it has none or does not run). */
+export function keepAlive(engine: EngineState, task: Task): void {
+  if (task.state !== RUNNING || task.turnMs === undefined || task.stopped !== undefined) return
+  task.deadline = engine.clock.currentTimeMillisUnsafe() + task.turnMs
+}
+
+/** What a Promise task receives as its second argument. */
+export interface TaskControl {
+  readonly runId: string
+  readonly lane: string
+  readonly key: string
+  /** Restarts the task's `turnTimeoutMs` from now (as `CommandQueue.keepAlive` does for an Effect task). */
+  keepAlive(): void
+}
+
+class TaskControlImpl implements TaskControl {
+  constructor(private readonly task: Task) {}
+  get runId(): string {
+    return this.task.runId
+  }
+  get lane(): string {
+    return this.task.lane.name
+  }
+  get key(): string {
+    return this.task.key
+  }
+  keepAlive(): void {
+    keepAlive(this.task.lane.engine, this.task)
+  }
+}
+
+/**
+ * The Promise task whose function runs synchronously right now (its call, up to its first
+ * `await`): what the Promise API's "would wait for itself" check can see.
+ */
+let syncRunning: Task | undefined = undefined
+
+/** The Promise task whose function runs synchronously right now, if any. */
+export const syncRunningTask = (): Task | undefined => syncRunning
 
 /** Forks the body in the caller's context; its exit if it ended synchronously, else an Effect of it. */
 export function startEffect(
@@ -90,7 +144,7 @@ export function startEffect(
 ): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> | typeof PENDING {
   const body = task.body as Effect.Effect<any, any>
   task.body = undefined
-  const fiber = Effect.runForkWith(task.context!)(body)
+  const fiber = Effect.runForkWith(Context.add(task.context!, CurrentTask, task))(body)
   task.handle = fiber
   const exit = fiber.pollUnsafe()
   if (exit !== undefined) return exit
@@ -100,7 +154,7 @@ export function startEffect(
     const interrupted = fiber.pollUnsafe()
     if (interrupted !== undefined) return interrupted
   } else if (turnMs !== undefined) {
-    task.timer = turnTimer(engine, task, turnMs)
+    task.timer = turnTimer(engine, task)
   }
   if (inline) {
     // No activation fiber: the body's own fiber ends the task when it exits.
@@ -125,16 +179,20 @@ export function startPromise(
   const fn = task.body as (signal: AbortSignal) => unknown
   task.body = undefined
   let out: unknown
+  const outer = syncRunning
+  syncRunning = task
   try {
     if (mayReadSignal(fn)) {
       const controller = new AbortController()
       task.handle = controller
-      out = fn(controller.signal)
+      out = (fn as (signal: AbortSignal, task: TaskControl) => unknown)(controller.signal, new TaskControlImpl(task))
     } else {
       out = (fn as () => unknown)()
     }
   } catch (error) {
     return Exit.fail(error)
+  } finally {
+    syncRunning = outer
   }
   if (!isThenable(out)) return Exit.succeed(out)
   const promise = out
@@ -144,19 +202,19 @@ export function startPromise(
       promise.then(noop, noop)
       return Exit.fail(task.stopped)
     }
-    if (turnMs !== undefined) task.timer = turnTimer(engine, task, turnMs)
+    if (turnMs !== undefined) task.timer = turnTimer(engine, task)
     // No fiber: the promise's outcome, or the queue's stop, whichever comes first, ends the task.
     task.resume = (exit) => {
       task.resume = undefined
       resumeInline(engine, task, exit)
     }
     promise.then(
-      (value) => task.resume?.(Exit.succeed(value)),
-      (error) => task.resume?.(Exit.fail(error))
+      (value) => task.resume?.(settledAs(task, Exit.succeed(value))),
+      (error) => task.resume?.(settledAs(task, Exit.fail(error)))
     )
     return PENDING
   }
-  if (turnMs !== undefined) task.timer = turnTimer(engine, task, turnMs)
+  if (turnMs !== undefined) task.timer = turnTimer(engine, task)
   return Effect.callback<Exit.Exit<any, any>>((resume) => {
     let settled = false
     task.resume = (exit) => {
@@ -166,15 +224,22 @@ export function startPromise(
       resume(Effect.succeed(exit))
     }
     promise.then(
-      (value) => task.resume?.(Exit.succeed(value)),
-      (error) => task.resume?.(Exit.fail(error))
+      (value) => task.resume?.(settledAs(task, Exit.succeed(value))),
+      (error) => task.resume?.(settledAs(task, Exit.fail(error)))
     )
     // Stopped before this point: its late result is dropped.
     if (task.stopped !== undefined) task.resume(Exit.fail(task.stopped))
   })
 }
 
-/** Stops a running task: interrupts its fiber, or aborts its signal and drops its late result. */
+/** A Promise body's outcome, unless the queue stopped it meanwhile (then its stop: the late result is dropped). */
+const settledAs = (task: Task, exit: Exit.Exit<any, any>): Exit.Exit<any, any> =>
+  task.stopped === undefined ? exit : Exit.fail(task.stopped)
+
+/**
+ * Stops a running task: interrupts its fiber, or aborts its signal and drops its late result. A
+ * Promise task keeps its slot up to the lane's `abortGraceMs` after the abort, to clean up.
+ */
 export function stop(engine: EngineState, task: Task, reason: QueueFailureReason): void {
   if (task.state !== RUNNING || task.stopped !== undefined) return
   const failure = failureOf(task, "running", reason)
@@ -182,10 +247,18 @@ export function stop(engine: EngineState, task: Task, reason: QueueFailureReason
   const handle = task.handle
   if (task.kind === EFFECT_BODY) {
     ;(handle as Fiber.Fiber<unknown, unknown> | undefined)?.interruptUnsafe()
-  } else {
-    ;(handle as AbortController | undefined)?.abort(failure)
-    task.resume?.(Exit.fail(failure))
+    return
   }
+  ;(handle as AbortController | undefined)?.abort(failure)
+  const grace = task.lane.limits.abortGraceMs
+  if (grace === undefined || task.resume === undefined) {
+    task.resume?.(Exit.fail(failure))
+    return
+  }
+  // The promise settling ends the task (as `failure`); else the grace timer does.
+  const turn = task.timer
+  task.timer = engine.fork(Effect.andThen(Effect.sleep(grace), Effect.sync(() => task.resume?.(Exit.fail(failure)))))
+  turn?.interruptUnsafe()
 }
 
 /**
@@ -222,6 +295,7 @@ function runBody(engine: EngineState, lane: LaneState, key: string, task: Task, 
   // Stopped (cancel, restart, drain) between its slot and its first step: the body never runs.
   if (task.stopped !== undefined) return finish(engine, lane, key, task, Exit.fail(task.stopped))
   const turnMs = task.options?.turnTimeoutMs ?? lane.limits.turnTimeoutMs
+  task.turnMs = turnMs
   const body = task.kind === EFFECT_BODY
     ? startEffect(engine, task, turnMs, inline)
     : startPromise(engine, task, turnMs, inline)

@@ -29,6 +29,9 @@ export const DROPPING = 3
 export const ENDED = 4
 export type TaskState = typeof WAITING | typeof RUNNING | typeof FINISHING | typeof DROPPING | typeof ENDED
 
+/** `Task.waitTimer` once `onWait` was called for the task while it waited. */
+export const WAIT_NOTIFIED = 1
+
 /** The body is an Effect (Effect API) or a function of an AbortSignal (Promise API). */
 export const EFFECT_BODY = 0
 export const PROMISE_BODY = 1
@@ -70,6 +73,12 @@ export class Task implements InlineWork {
   /** Promise body: settles the running stage once (late results are dropped). */
   resume: ((exit: Exit.Exit<any, any>) => void) | undefined = undefined
   listeners: Listener | Array<Listener> | undefined = undefined
+  /** While it runs with a turn timeout: the deadline the last `keepAlive` set, -1 when none since the turn timer last looked. */
+  deadline = -1
+  /** Its turn timeout while it runs, if any (what `keepAlive` restarts). */
+  turnMs: number | undefined = undefined
+  /** The `onWait` timer while it waits (`watch.ts`); `WAIT_NOTIFIED` once `onWait` was called for it. */
+  waitTimer: Fiber.Fiber<unknown, unknown> | typeof WAIT_NOTIFIED | undefined = undefined
   constructor(
     /** Its place in the process-wide sequence; `runId` is made from it when asked for. */
     readonly seq: number,
@@ -122,7 +131,7 @@ export class LaneState {
   waiting = 0
   /** Tasks admitted and not settled. */
   live = 0
-  /** Completed when `live` reaches 0 (removeLane waits on it). */
+  /** Completed when `live` reaches 0 (removeLane and `waitForIdle` wait on it). */
   idle: Deferred.Deferred<void> | undefined = undefined
   readonly keys = new Map<string, KeyTasks>()
   /** `concurrent + queued`: the ownership bound. */
@@ -148,6 +157,13 @@ export class LaneState {
   }
 }
 
+/**
+ * The task whose body the current fiber runs (in its context from its start; `CommandQueue.keepAlive`
+ * and the "would wait for itself" check read it). Undefined outside a task.
+ */
+export const CurrentTask = Context.Reference<Task | undefined>("switchyard/queue/CurrentTask", {
+  defaultValue: () => undefined
+})
 /** A capacity group: its budget (shared with its lanes' schedulers) and its lanes. */
 export interface GroupState {
   readonly name: string

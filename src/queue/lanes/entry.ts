@@ -25,6 +25,8 @@ export interface LanesInternal<K> extends Lanes<K> {
   readonly setPaused: (paused: boolean) => void
   /** From now on a freed slot goes to the queued key that `rank` ranks highest (first in the FIFO on ties). */
   readonly prioritize: () => void
+  /** The keys queued for a slot, in the order they would get one (for `onWait`'s `queuedAhead`). */
+  readonly queuedKeys: () => Array<K>
 }
 
 /** Options of `createLanesInternal` that users of `createLanes` never see. @internal */

@@ -497,5 +497,11 @@ const make = <K, E, R>(
 
   const stats = Effect.sync(() => ({ running, waiting, keys: entries.size }))
 
-  return { wake, cancel, close, stats, wakeUnsafe, endInline, setConcurrent, setPaused, prioritize }
+  const queuedKeys = (): Array<K> => {
+    const out: Array<K> = []
+    for (let e = queue.head; e !== undefined; e = e.next) out.push(e.key)
+    return out
+  }
+
+  return { wake, cancel, close, stats, wakeUnsafe, endInline, setConcurrent, setPaused, prioritize, queuedKeys }
 }

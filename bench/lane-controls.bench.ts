@@ -1,0 +1,74 @@
+/**
+ * The cost of the run-time lane controls on dispatch: Promise-API dispatch + await of synchronous
+ * no-op tasks over 1_000 keys, concurrent 4, in a plain lane, side by side with the same lane in a
+ * capacity group (budget 4, shared with an idle lane), and with priorities (1 dispatch in 10 with
+ * priority 1, or every one with a priority from 0 to 3: then each start ranks the lane's waiting
+ * keys). `npm run bench -- lane-controls`
+ */
+import { createCommandQueue } from "../src/queue/index.js"
+import type { AsyncDispatchOptions, CommandQueueOptions } from "../src/queue/index.js"
+import { opsPerSecond, ratio, table } from "./lib.js"
+
+const BATCH = 10_000
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3)
+const MIN_MS = Number(process.env.BENCH_MS ?? 1_000)
+const noop = (i: number) => i
+
+const lanes = { bench: { concurrent: 4, queued: BATCH }, other: { concurrent: 4, queued: 8 } }
+
+const variant =
+  (keys: number, options: CommandQueueOptions, priorityOf: (i: number) => number | undefined) => async () => {
+    const q = await createCommandQueue(options)
+    const names = Array.from({ length: keys }, (_, i) => `key-${i}`)
+    const opts = Array.from({ length: 4 }, (_, p): AsyncDispatchOptions => ({ priority: p }))
+    return {
+      run: () => {
+        const all: Array<Promise<unknown>> = []
+        for (let i = 0; i < BATCH; i++) {
+          const p = priorityOf(i)
+          const task = () => noop(i)
+          all.push(q.dispatch("bench", names[i % keys]!, task, p === undefined ? undefined : opts[p]).result)
+        }
+        return Promise.all(all).then(() => undefined)
+      },
+      close: () => q.close()
+    }
+  }
+
+const none = () => undefined
+const grouped: CommandQueueOptions = { lanes, groups: { g: { concurrent: 4, lanes: ["bench", "other"] } } }
+
+const rows: ReadonlyArray<readonly [string, () => Promise<{ run: () => Promise<void>; close: () => Promise<void> }>]> =
+  [
+    ["plain lane (no option used), 1_000 keys", variant(1_000, { lanes }, none)],
+    ["lane in a capacity group, 1_000 keys", variant(1_000, grouped, none)],
+    [
+      "priorities: 1 dispatch in 10 has priority 1, 1_000 keys",
+      variant(1_000, { lanes }, (i) => (i % 10 === 0 ? 1 : undefined))
+    ],
+    ["priorities: every dispatch 0..3, 1_000 keys", variant(1_000, { lanes }, (i) => i % 4)],
+    ["plain lane (no option used), 100 keys", variant(100, { lanes }, none)],
+    ["priorities: every dispatch 0..3, 100 keys", variant(100, { lanes }, (i) => i % 4)]
+  ]
+
+const best = new Map<string, number>()
+for (let round = 0; round < ROUNDS; round++) {
+  for (const [name, make] of rows) {
+    const v = await make()
+    const ops = await opsPerSecond(BATCH, v.run, MIN_MS)
+    await v.close()
+    best.set(name, Math.max(best.get(name) ?? 0, ops))
+  }
+}
+const base1000 = best.get(rows[0]![0])!
+const base100 = best.get(rows[4]![0])!
+table(
+  `Promise API dispatch + await, synchronous no-op tasks, batches of ${
+    BATCH.toLocaleString("en-US")
+  }, concurrent 4, best of ${ROUNDS} rounds`,
+  rows.map(([name], i) => ({
+    name,
+    "tasks/s": best.get(name)!,
+    "vs plain lane": ratio(best.get(name)!, i >= 4 ? base100 : base1000)
+  }))
+)
