@@ -16,6 +16,8 @@ import type * as AnthropicSdk from "@anthropic-ai/sdk"
 import type { Anthropic as AnthropicClient } from "@anthropic-ai/sdk"
 import type { MessageCreateParamsNonStreaming } from "@anthropic-ai/sdk/resources/messages"
 import { Effect, Layer, Redacted } from "effect"
+import type { Context } from "effect"
+import { CommandQueue } from "../queue/index.js"
 import {
   Model,
   ModelError,
@@ -233,7 +235,8 @@ const streamReply = async (
   client: AnthropicClient,
   body: Body,
   request: ModelRequest,
-  signal: AbortSignal
+  signal: AbortSignal,
+  progress: () => void
 ): Promise<ModelReply> => {
   const stream = await client.messages.create({ ...body, stream: true }, { signal })
   let text = ""
@@ -243,6 +246,8 @@ const streamReply = async (
   let stopped = false
   try {
     for await (const event of stream) {
+      // every event is progress: the queue's turn timeout restarts (a stuck stream is still cut)
+      progress()
       switch (event.type) {
         case "message_start":
           inputTokens = event.message.usage.input_tokens
@@ -353,9 +358,16 @@ export const layer = (options: AnthropicModelOptions): Layer.Layer<Model> => {
           messages,
           ...(request.system.trim().length === 0 ? {} : { system: request.system })
         }
-        return Effect.tryPromise({
-          try: (signal) => (streaming ? streamReply : wholeReply)(client, body, request, signal),
-          catch: (error) => error
+        return Effect.contextWith((context: Context.Context<never>) => {
+          // inside a queue task, each streamed event restarts its turnTimeoutMs (CommandQueue.keepAlive)
+          const progress = () => Effect.runSyncWith(context)(CommandQueue.keepAlive)
+          return Effect.tryPromise({
+            try: (signal) =>
+              streaming
+                ? streamReply(client, body, request, signal, progress)
+                : wholeReply(client, body, request, signal),
+            catch: (error) => error
+          })
         }).pipe(
           Effect.catch((error) =>
             error instanceof CallbackFailed

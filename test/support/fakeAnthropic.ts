@@ -37,6 +37,8 @@ export type FakeResponse =
     readonly delayMs?: number
     /** Wait this long between two streamed chunks. */
     readonly chunkDelayMs?: number
+    /** Awaited before each streamed chunk after the first (a test's latch: it says when the next one goes). */
+    readonly beforeChunk?: (index: number) => Promise<void>
   }
   | {
     /** An HTTP error answer with the API's error body `{ type: "error", error: { type, message } }`. */
@@ -336,6 +338,7 @@ const answer = async (res: http.ServerResponse, request: RecordedRequest, isOpen
       writeStreamHead(res, model)
       for (let i = 0; i < chunks.length; i++) {
         if (i > 0 && response.chunkDelayMs) await sleep(response.chunkDelayMs)
+        if (i > 0 && response.beforeChunk) await response.beforeChunk(i)
         if (!isOpen()) return
         textDelta(res, chunks[i]!)
       }
