@@ -27,17 +27,17 @@ export function deferredOf(task: Task): Deferred.Deferred<any, any> {
  * it in the same lane and key (a key runs one task at a time, in order).
  */
 export function waitsForItself(me: Task | undefined, task: Task): boolean {
-  return me !== undefined && me.state === RUNNING && me.key === task.key && me.lane === task.lane &&
+  return me !== undefined && me.state === RUNNING && me.key === task.key && me.laneState === task.laneState &&
     (me === task || task.state === WAITING)
 }
 
 /** The `RequestError` of a task that awaits its own lane and key. */
 export function selfWait(task: Task): RequestError {
   return new RequestError({
-    lane: task.lane.name,
+    lane: task.laneState.name,
     key: task.key,
     message:
-      `Expected to await a task of another lane or key, got ${task.runId} of lane \`${task.lane.name}\`, key \`${task.key}\`, awaited from inside a task of that lane and key: it would wait for itself`
+      `Expected to await a task of another lane or key, got ${task.runId} of lane \`${task.laneState.name}\`, key \`${task.key}\`, awaited from inside a task of that lane and key: it would wait for itself`
   })
 }
 

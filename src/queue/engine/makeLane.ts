@@ -36,7 +36,6 @@ export function makeLane(
   const lane = new LaneState(name, limits)
   lane.engine = engine
   lane.group = group
-  const clock = engine.clock
   lane.lanes = makeLanesUnsafe<string, never, never>(
     {
       maxConcurrent: limits.concurrent,
@@ -48,7 +47,7 @@ export function makeLane(
       inlineWork: true,
       group: group?.budget,
       rank: () => {
-        const now = clock.currentTimeMillisUnsafe()
+        const now = engine.now()
         return (key) => rankOf(lane, key, now)
       }
     }
