@@ -18,6 +18,7 @@ import {
   EFFECT_BODY,
   ENDED,
   failureOf,
+  forgetKey,
   KeyTasks,
   moreOf,
   touchAuto,
@@ -87,7 +88,7 @@ export function admit(
     return task
   }
   if (ks === undefined) {
-    ks = new KeyTasks()
+    ks = new KeyTasks(key)
     lane.keys.set(key, ks)
   }
   ks.push(task)
@@ -131,7 +132,7 @@ function wakeFailed(engine: EngineState, task: Task): AdmissionError {
   const ks = lane.keys.get(task.key)
   if (ks !== undefined) {
     ks.unlink(task)
-    if (ks.idle && !ks.cancelling) lane.keys.delete(task.key)
+    forgetKey(lane, ks)
   }
   task.state = ENDED
   lane.owned--

@@ -11,7 +11,7 @@ import { drop } from "./end.js"
 import { checkWaitTimeout } from "./options.js"
 import { stop } from "./run.js"
 import type { EngineState, KeyTasks, Task } from "./state.js"
-import { CurrentTask, ENDED, RUNNING, unknownLane, WAITING } from "./state.js"
+import { CurrentTask, ENDED, keysHeld, RUNNING, unknownLane, WAITING } from "./state.js"
 
 /** The task's Deferred, made when first needed (completed at once if the task has settled). */
 export function deferredOf(task: Task): Deferred.Deferred<any, any> {
@@ -215,7 +215,7 @@ export function snapshotUnsafe(engine: EngineState): ReadonlyArray<LaneSnapshot>
     generation: lane.generation,
     running: lane.running,
     waiting: lane.waiting,
-    keys: lane.keys.size,
+    keys: keysHeld(lane),
     concurrent: lane.limits.concurrent,
     queued: lane.limits.queued,
     draining: engine.draining || lane.removal !== undefined,

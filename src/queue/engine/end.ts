@@ -8,7 +8,7 @@ import { Cause, Deferred, Effect, Exit, Option } from "effect"
 import type { QueueFailureReason } from "../errors.js"
 import type { TaskReport } from "../types.js"
 import type { EngineState, KeyTasks, LaneState, Listener, Task } from "./state.js"
-import { DROPPING, ENDED, failureOf, FINISHING, moreOf, touchAuto, WAIT_NOTIFIED } from "./state.js"
+import { DROPPING, ENDED, failureOf, FINISHING, forgetKey, moreOf, touchAuto, WAIT_NOTIFIED } from "./state.js"
 
 /** What a part of a task's end returns when it finished synchronously (compared by identity). */
 export const VOID: Effect.Effect<void> = Effect.void
@@ -96,7 +96,7 @@ export function release(engine: EngineState, task: Task, exit: Exit.Exit<any, an
     const ks = lane.keys.get(task.key)
     if (ks !== undefined && ks.running === task) {
       ks.running = undefined
-      if (ks.head === undefined && !ks.cancelling) lane.keys.delete(task.key)
+      forgetKey(lane, ks)
     }
   }
   const outcome = lane.metrics.ended(exit)
@@ -228,7 +228,7 @@ export function drop(engine: EngineState, task: Task, reason: QueueFailureReason
   if (ks !== undefined) {
     ks.unlink(task)
     if (ks.idle && !ks.cancelling) {
-      if (engine.closing) lane.keys.delete(task.key)
+      if (engine.closing) forgetKey(lane, ks)
       else dropOwedActivation(engine, lane, task.key, ks)
     }
   }
@@ -258,7 +258,7 @@ function dropOwedActivation(engine: EngineState, lane: LaneState, key: string, k
       ks.cancelling = false
       if (lane.keys.get(key) !== ks) return Effect.void
       if (ks.head !== undefined) return wakeKey(engine, lane, key, ks)
-      if (ks.running === undefined) lane.keys.delete(key)
+      forgetKey(lane, ks)
       return Effect.void
     })
   ))

@@ -8,8 +8,9 @@ import { Clock, Context, Effect } from "effect"
 import type { Deferred, Exit, Fiber } from "effect"
 import { QueueFailure, RequestError } from "../errors.js"
 import type { QueueFailureReason, QueueFailureStage } from "../errors.js"
-import { Fifo } from "../fifo.js"
-import { RunInline } from "../lanes/entry.js"
+import { Fifo, pushTo, unlinkFrom } from "../fifo.js"
+import type { Ends } from "../fifo.js"
+import { Entry, IDLE, RunInline } from "../lanes/entry.js"
 import type { InlineWork, LanesInternal } from "../lanes/entry.js"
 import type { CapacityGroup } from "../lanes/group.js"
 import { show } from "../show.js"
@@ -186,8 +187,14 @@ export type TaskClass = new(
   context: Context.Context<never> | undefined
 ) => Task
 
-/** The FIFO of one key's waiting tasks and the task it runs. Deleted from the lane when empty. */
-export class KeyTasks extends Fifo<Task> {
+/**
+ * One key of a lane: the FIFO of its waiting tasks and the task it runs. The same object is the
+ * key's entry in the lanes (`Entry`, one map for both: `LaneState.keys`), so a key costs one
+ * object and one map slot. It leaves the map once neither side holds the key (`forgetKey`).
+ */
+export class KeyTasks extends Entry<string> implements Ends<Task> {
+  head: Task | undefined = undefined
+  tail: Task | undefined = undefined
   running: Task | undefined = undefined
   /** A `lanes.cancel(key)` is in flight to drop an activation owed for tasks that are gone. */
   cancelling = false
@@ -196,6 +203,29 @@ export class KeyTasks extends Fifo<Task> {
   get idle(): boolean {
     return this.head === undefined && this.running === undefined
   }
+
+  push(task: Task): void {
+    pushTo(this, task)
+  }
+
+  unlink(task: Task): void {
+    unlinkFrom(this, task)
+  }
+}
+
+/** Whether the engine still holds the key (the lanes must keep its entry in the map). */
+export const engineHolds = (ks: KeyTasks): boolean => ks.head !== undefined || ks.running !== undefined || ks.cancelling
+
+/** The engine is done with the key: it leaves the map unless the lanes still hold it. */
+export const forgetKey = (lane: LaneState, ks: KeyTasks): void => {
+  if (ks.state === IDLE && !engineHolds(ks)) lane.keys.delete(ks.key)
+}
+
+/** The keys the engine holds (those the lanes alone still hold, between a task's end and its activation's, are not counted). */
+export const keysHeld = (lane: LaneState): number => {
+  let n = 0
+  for (const ks of lane.keys.values()) if (engineHolds(ks)) n++
+  return n
 }
 
 /** What a `removeLane` in progress counts, and the Deferred its callers wait on. */
