@@ -92,6 +92,7 @@ export function admit(
     lane.keys.set(key, ks)
   }
   ks.push(task)
+  task.keyTasks = ks
   if (ks.head !== task || ks.running !== undefined || ks.cancelling) {
     // The key runs or owes an activation already; the one that ends next asks for a follow-up.
     armQueueTimer(engine, task)
@@ -114,7 +115,7 @@ function autoLane(engine: EngineState, name: string): LaneState | undefined {
 
 /** After `admit` left `WAKE`: wakes the task's key now (synchronously); its admission, or the refusal. */
 export function wake(engine: EngineState, task: Task): Admission | AdmissionError {
-  const result = task.laneState.lanes.wakeUnsafe(task.key)
+  const result = task.laneState.lanes.wakeEntryUnsafe(task.keyTasks!)
   return typeof result === "string" ? woke(engine, task, result) : wakeFailed(engine, task)
 }
 
@@ -129,7 +130,7 @@ function woke(engine: EngineState, task: Task, result: WakeResult): Admission {
 /** The wake failed (the lanes closed): the task was never admitted. */
 function wakeFailed(engine: EngineState, task: Task): AdmissionError {
   const lane = task.laneState
-  const ks = lane.keys.get(task.key)
+  const ks = task.keyTasks
   if (ks !== undefined) {
     ks.unlink(task)
     forgetKey(lane, ks)

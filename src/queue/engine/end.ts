@@ -93,7 +93,7 @@ export function release(engine: EngineState, task: Task, exit: Exit.Exit<any, an
   lane.owned--
   if (task.state === FINISHING) {
     lane.running--
-    const ks = lane.keys.get(task.key)
+    const ks = task.keyTasks
     if (ks !== undefined && ks.running === task) {
       ks.running = undefined
       forgetKey(lane, ks)
@@ -126,6 +126,7 @@ export function settle(engine: EngineState, task: Task, exit: Exit.Exit<any, any
   task.state = ENDED
   task.exit = exit
   task.body = undefined
+  task.keyTasks = undefined
   if (task.deferred !== undefined) Deferred.doneUnsafe(task.deferred, exit)
   try {
     task.onSettled(exit)
@@ -185,21 +186,22 @@ export function finish(
     if (stopped !== undefined && Exit.isFailure(exit) && Cause.hasInterrupts(exit.cause)) final = Exit.fail(stopped)
   }
   task.dropHandle()
+  // the key's entry stays in the map while its activation runs (the lanes hold it)
+  const ks = task.keyTasks
   const rest = complete(engine, task, final)
-  if (rest === VOID) return afterRun(engine, lane, key)
-  return Effect.andThen(rest, Effect.suspend(() => afterRun(engine, lane, key)))
+  if (rest === VOID) return afterRun(engine, lane, ks)
+  return Effect.andThen(rest, Effect.suspend(() => afterRun(engine, lane, ks)))
 }
 
 /** Still inside the activation: if the key has more tasks, a follow-up is owed (it queues at the tail). */
-export function afterRun(engine: EngineState, lane: LaneState, key: string): Effect.Effect<void> {
-  const ks = lane.keys.get(key)
+export function afterRun(engine: EngineState, lane: LaneState, ks: KeyTasks | undefined): Effect.Effect<void> {
   if (ks === undefined || ks.head === undefined || ks.running !== undefined || ks.cancelling) return VOID
-  return wakeKey(engine, lane, key, ks)
+  return wakeKey(engine, lane, ks)
 }
 
 /** Wakes a key that has tasks waiting; when the lanes closed (end of a drain), drops them `closed`. */
-export function wakeKey(engine: EngineState, lane: LaneState, key: string, ks: KeyTasks): Effect.Effect<void> {
-  if (typeof lane.lanes.wakeUnsafe(key) !== "string") {
+export function wakeKey(engine: EngineState, lane: LaneState, ks: KeyTasks): Effect.Effect<void> {
+  if (typeof lane.lanes.wakeEntryUnsafe(ks) !== "string") {
     // The lanes closed (end of a drain): nothing may run any more.
     for (let t = ks.head; t !== undefined;) {
       const next = t.next
@@ -224,7 +226,7 @@ export function clearWaitTimer(task: Task): boolean {
 /** Drops a waiting task now (synchronously) and returns the rest of its end: finalizer, report, settle. */
 export function drop(engine: EngineState, task: Task, reason: QueueFailureReason): Effect.Effect<void> {
   const lane = task.laneState
-  const ks = lane.keys.get(task.key)
+  const ks = task.keyTasks
   if (ks !== undefined) {
     ks.unlink(task)
     if (ks.idle && !ks.cancelling) {
@@ -257,7 +259,7 @@ function dropOwedActivation(engine: EngineState, lane: LaneState, key: string, k
     Effect.suspend(() => {
       ks.cancelling = false
       if (lane.keys.get(key) !== ks) return Effect.void
-      if (ks.head !== undefined) return wakeKey(engine, lane, key, ks)
+      if (ks.head !== undefined) return wakeKey(engine, lane, ks)
       forgetKey(lane, ks)
       return Effect.void
     })

@@ -8,7 +8,7 @@ import type { Entry } from "../lanes/entry.js"
 import { makeLanesUnsafe } from "../lanes/scheduler.js"
 import { LaneMetrics } from "./metrics.js"
 import type { ResolvedLimits } from "./options.js"
-import { activator } from "./run.js"
+import { activator, entryActivator } from "./run.js"
 import type { EngineState, GroupState } from "./state.js"
 import { engineHolds, KeyTasks, LaneState } from "./state.js"
 
@@ -46,6 +46,7 @@ export function makeLane(
     {
       uninterruptibleWork: true,
       inlineWork: true,
+      activateEntry: entryActivator(engine, lane),
       // one map and one object per key for the engine and its lanes
       entries: {
         map: lane.keys as Map<string, Entry<string>>,

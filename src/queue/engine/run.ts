@@ -7,8 +7,9 @@
 import { Context, Effect, Exit, Fiber } from "effect"
 import type { QueueFailureReason } from "../errors.js"
 import { PENDING } from "../lanes/entry.js"
+import type { Entry } from "../lanes/entry.js"
 import { finish, VOID } from "./end.js"
-import type { EffectTask, EngineState, LaneState, PromiseBodyTask, Task } from "./state.js"
+import type { EffectTask, EngineState, KeyTasks, LaneState, PromiseBodyTask, Task } from "./state.js"
 import { CurrentTask, EFFECT_BODY, failureOf, moreOf, RESUME_INLINE, RUNNING, stoppedOf } from "./state.js"
 import { waitStarted } from "./watch.js"
 
@@ -18,18 +19,24 @@ import { waitStarted } from "./watch.js"
  * activation's fiber does, right after.
  */
 export function activator(engine: EngineState, lane: LaneState): (key: string) => Effect.Effect<void> {
-  return (key) => {
-    const task = pick(engine, lane, key)
-    // The task is the activation's work (an InlineWork: `run` when its turn comes, as plain
-    // code; a fiber only for what does not end synchronously). The lanes run it
-    // uninterruptibly: a task's end always runs; the engine stops tasks itself.
-    return task === undefined ? VOID : (task as unknown as Effect.Effect<void>)
-  }
+  return (key) => activation(engine, lane, lane.keys.get(key))
+}
+
+/** `activator`, given the key's entry (a `KeyTasks`, the lanes' entry of the key: no lookup). */
+export function entryActivator(engine: EngineState, lane: LaneState): (e: Entry<string>) => Effect.Effect<void> {
+  return (e) => activation(engine, lane, e as KeyTasks)
+}
+
+function activation(engine: EngineState, lane: LaneState, ks: KeyTasks | undefined): Effect.Effect<void> {
+  const task = pick(engine, lane, ks)
+  // The task is the activation's work (an InlineWork: `run` when its turn comes, as plain
+  // code; a fiber only for what does not end synchronously). The lanes run it
+  // uninterruptibly: a task's end always runs; the engine stops tasks itself.
+  return task === undefined ? VOID : (task as unknown as Effect.Effect<void>)
 }
 
 /** Takes the key's next task off its FIFO and makes it the running one (synchronously). */
-export function pick(engine: EngineState, lane: LaneState, key: string): Task | undefined {
-  const ks = lane.keys.get(key)
+export function pick(engine: EngineState, lane: LaneState, ks: KeyTasks | undefined): Task | undefined {
   // A key whose owed activation is being cancelled, or that has nothing left: nothing to do.
   if (ks === undefined || ks.cancelling || ks.running !== undefined) return undefined
   const task = ks.head
@@ -333,6 +340,7 @@ function runBody(engine: EngineState, lane: LaneState, key: string, task: Task, 
 export function resumeInline(engine: EngineState, task: Task, exit: Exit.Exit<any, any>): void {
   const lane = task.laneState
   const key = task.key
+  const ks = task.keyTasks! // a running task's key, held by the lanes until its activation ends
   let rest: Effect.Effect<void>
   try {
     rest = finish(engine, lane, key, task, exit)
@@ -340,10 +348,10 @@ export function resumeInline(engine: EngineState, task: Task, exit: Exit.Exit<an
     rest = Effect.die(defect)
   }
   if (rest === VOID) {
-    lane.lanes.endInline(key)
+    lane.lanes.endInlineEntry(ks)
     return
   }
   engine.fork(
-    Effect.uninterruptible(Effect.ensuring(Effect.ignoreCause(rest), Effect.sync(() => lane.lanes.endInline(key))))
+    Effect.uninterruptible(Effect.ensuring(Effect.ignoreCause(rest), Effect.sync(() => lane.lanes.endInlineEntry(ks))))
   )
 }

@@ -92,6 +92,8 @@ export abstract class Task implements InlineWork {
   /** When it started, in ms since the engine's epoch (`EngineState.now`); -1 before. */
   startedAt = -1
   more: TaskMore | undefined = undefined
+  /** Its key's entry while it waits or runs (saves the lookups); let go when it settles. */
+  keyTasks: KeyTasks | undefined = undefined
   /** Created lazily, when an Effect caller (or `cancel`) awaits; completed when the task settles. */
   abstract deferred: Deferred.Deferred<any, any> | undefined
   constructor(

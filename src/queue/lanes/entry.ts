@@ -17,8 +17,12 @@ import type { ActivationExit, Lanes, WakeResult } from "./types.js"
 export interface LanesInternal<K> extends Lanes<K> {
   /** The transition of `wake(key)`, run now; the refusal is returned as a value. */
   readonly wakeUnsafe: (key: K) => WakeResult | LaneQueueFull | LanesClosed
+  /** `wakeUnsafe` of the key of `e`, an entry of the shared map (`InternalOptions.entries`), without a lookup. */
+  readonly wakeEntryUnsafe: (e: Entry<K>) => WakeResult | LaneQueueFull | LanesClosed
   /** Ends the activation of `key` whose inline work returned `PENDING` (nothing otherwise). */
   readonly endInline: (key: K) => void
+  /** `endInline` of the key of `e`, an entry of the shared map, without a lookup. */
+  readonly endInlineEntry: (e: Entry<K>) => void
   /** A new `maxConcurrent`: a larger one starts waiting keys at once, a smaller one lets running ones finish. */
   readonly setConcurrent: (maxConcurrent: number) => void
   /** Paused: nothing starts (wakes still queue); resumed: what waits starts, as a freed slot would. */
@@ -57,6 +61,8 @@ export interface InternalOptions<K = unknown> {
    * entry (in state IDLE); the lanes delete one they are done with only when `keep(e)` is false
    * (else it stays, IDLE, and the engine deletes it once both sides are done).
    */
+  /** Called instead of `activate(key)` with the key's entry (an entry of the shared map). */
+  readonly activateEntry?: ((e: Entry<K>) => unknown) | undefined
   readonly entries?: {
     readonly map: Map<K, Entry<K>>
     readonly make: (key: K) => Entry<K>

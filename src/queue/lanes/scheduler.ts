@@ -60,6 +60,8 @@ export const makeLanesUnsafe = <K, E, R>(
   internal: InternalOptions<K> | undefined
 ): LanesInternal<K> => make(options, context, internal)
 
+const RESOLVED: Promise<void> = Promise.resolve()
+
 const make = <K, E, R>(
   options: LanesOptions<K, E, R>,
   context: Context.Context<Scope.Scope | R>,
@@ -99,13 +101,10 @@ const make = <K, E, R>(
     const e = entries.get(key)
     return e === undefined || e.state === IDLE ? undefined : e
   }
-  /** The lanes take `key` up (its IDLE entry, if the shared map has one, or a new one). */
-  const acquire = (key: K): Entry<K> => {
+  /** The lanes take `key` up: its IDLE entry (`idle`, kept in the shared map), or a new one. */
+  const acquire = (key: K, idle: Entry<K> | undefined): Entry<K> => {
     held++
-    if (shared !== undefined) {
-      const idle = entries.get(key)
-      if (idle !== undefined) return idle
-    }
+    if (idle !== undefined) return idle
     const fresh = makeEntry === undefined ? new Entry(key) : makeEntry(key)
     lookedUp = false
     entries.set(key, fresh)
@@ -165,11 +164,14 @@ const make = <K, E, R>(
   const report = (exit: ActivationExit<K, E>): Effect.Effect<void> =>
     onExit === undefined ? Effect.void : Effect.suspend(() => callOnExitOf(onExit, exit))
 
+  const activateEntry = internal?.activateEntry
+
   /** Calls `activate(key)`; a throw, or a value that is not an Effect, becomes a defect of the activation. */
-  const callActivate = (key: K): Effect.Effect<unknown, E, Scope.Scope> => {
+  const callActivate = (e: Entry<K>): Effect.Effect<unknown, E, Scope.Scope> => {
     try {
-      const r = activate(key)
-      return Effect.isEffect(r) || (inline && isInlineWork(r))
+      const r = activateEntry === undefined ? activate(e.key) : activateEntry(e)
+      // inline work first: the command queue's activations are its tasks
+      return (inline && isInlineWork(r)) || Effect.isEffect(r)
         ? (r as Effect.Effect<unknown, E, Scope.Scope>)
         : Effect.die(new TypeError(`activate must return an Effect, got ${show(r)}`))
     } catch (defect) {
@@ -242,12 +244,13 @@ const make = <K, E, R>(
     e.reason = undefined
     running++
     if (group !== undefined) group.running++
-    e.work = callActivate(e.key)
+    e.work = callActivate(e)
     e.state = STARTING
     starts.push(e)
     if (!startScheduled) {
       startScheduled = true
-      if (startedSinceMacrotask < START_BUDGET) queueMicrotask(runStarts)
+      // a reaction on a settled promise: a microtask without `queueMicrotask`'s AsyncResource and bound function
+      if (startedSinceMacrotask < START_BUDGET) void RESOLVED.then(runStartsInMicrotask)
       else setImmediate(runStartsAfterMacrotask)
     }
   }
@@ -311,6 +314,17 @@ const make = <K, E, R>(
     }
   }
 
+  /** `runStarts` as a promise reaction: a throw (a bug) is reported as uncaught, as `queueMicrotask` would. */
+  const runStartsInMicrotask = (): void => {
+    try {
+      runStarts()
+    } catch (defect) {
+      queueMicrotask(() => {
+        throw defect
+      })
+    }
+  }
+
   const runStartsAfterMacrotask = (): void => {
     startedSinceMacrotask = 0
     runStarts()
@@ -319,7 +333,12 @@ const make = <K, E, R>(
   /** The inline activation of `key` (it returned `PENDING`) is over: the key moves on, the slot passes on. */
   const endInline = (key: K): void => {
     const e = entries.get(key)
-    if (e === undefined || e.state !== INLINE) return
+    if (e !== undefined) endInlineEntry(e)
+  }
+
+  /** `endInline` of the key of `e` (an entry of the shared map). */
+  const endInlineEntry = (e: Entry<K>): void => {
+    if (e.state !== INLINE) return
     e.state = RUNNING
     const ended = e.work as Deferred.Deferred<void> | undefined
     e.work = undefined
@@ -393,22 +412,35 @@ const make = <K, E, R>(
   const wakeUnsafe = (key: K): WakeResult | LaneQueueFull | LanesClosed => {
     if (closed) return CLOSED_ERROR
     // the lookup `wake(key)` just made, when nothing changed since (one Map lookup per wake, not two)
-    const e = lookedUp && lookedUpKey === key ? lookedUpEntry : lookup(key)
+    const e = lookedUp && lookedUpKey === key ? lookedUpEntry : entries.get(key)
     lookedUp = false
-    if (e === undefined) {
-      // With a slot free the queue is empty (every freed slot drains it), so the key starts now.
-      // In a group the group needs a slot too; with one free, no member has a startable waiter.
-      if (running < cap && (group === undefined || group.running < group.concurrent)) {
-        start(acquire(key))
-        return "started"
-      }
-      if (waiting >= maxQueued) return queueFull(key, maxQueued)
-      enqueue(acquire(key))
-      waiting++
-      return "queued"
+    return e === undefined || e.state === IDLE ? wakeIdle(key, e) : wakeHeld(e)
+  }
+
+  /** `wakeUnsafe` of the key of `e`, an entry of the shared map (no lookup). */
+  const wakeEntryUnsafe = (e: Entry<K>): WakeResult | LaneQueueFull | LanesClosed => {
+    if (closed) return CLOSED_ERROR
+    return e.state === IDLE ? wakeIdle(e.key, e) : wakeHeld(e)
+  }
+
+  /** A wake of a key the lanes do not hold (`idle`: its IDLE entry in the shared map, if any). */
+  const wakeIdle = (key: K, idle: Entry<K> | undefined): WakeResult | LaneQueueFull => {
+    // With a slot free the queue is empty (every freed slot drains it), so the key starts now.
+    // In a group the group needs a slot too; with one free, no member has a startable waiter.
+    if (running < cap && (group === undefined || group.running < group.concurrent)) {
+      start(acquire(key, idle))
+      return "started"
     }
-    if (e.state === QUEUED || e.owed) return "coalesced"
     if (waiting >= maxQueued) return queueFull(key, maxQueued)
+    enqueue(acquire(key, idle))
+    waiting++
+    return "queued"
+  }
+
+  /** A wake of a key that is queued or running. */
+  const wakeHeld = (e: Entry<K>): WakeResult | LaneQueueFull => {
+    if (e.state === QUEUED || e.owed) return "coalesced"
+    if (waiting >= maxQueued) return queueFull(e.key, maxQueued)
     e.owed = true
     waiting++
     return "queued"
@@ -533,5 +565,18 @@ const make = <K, E, R>(
     return out
   }
 
-  return { wake, cancel, close, stats, wakeUnsafe, endInline, setConcurrent, setPaused, prioritize, queuedKeys }
+  return {
+    wake,
+    cancel,
+    close,
+    stats,
+    wakeUnsafe,
+    wakeEntryUnsafe,
+    endInline,
+    endInlineEntry,
+    setConcurrent,
+    setPaused,
+    prioritize,
+    queuedKeys
+  }
 }
