@@ -1,6 +1,7 @@
 /**
  * The chatbot's command line as a newcomer meets it: bad state paths, a failing delivery, the
- * version, commands with wrong arguments, the logs, and `npm run --silent chat -- --json`.
+ * version, commands with wrong arguments, the lane commands (`/pause`, `/resume`, `/limits`), the
+ * logs, and `npm run --silent chat -- --json`.
  */
 import { execFile, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
@@ -137,8 +138,66 @@ describe("chatbot command line", () => {
       "error: /quit takes no argument, got `now` (usage: /quit)"
     ])
     const out = bot.stdout.join("\n")
-    for (const command of ["/help", "/status", "/restart <lane>", "/quit"]) expect(out).toContain(`${command} `)
+    for (const command of ["/help", "/status", "/restart <lane>", "/pause <lane>", "/resume <lane>", "/quit"]) {
+      expect(out).toContain(`${command} `)
+    }
+    expect(bot.stdout).toContain("/limits <lane> <concurrent> [queued]")
     expect(bot.stdout).toContain("bot> You said: hello")
+  })
+
+  it("/pause main holds a message (status: paused, waiting 1), /resume main answers it, /limits main 2 5 sets the limits; each bad argument is one line", async () => {
+    const dir = fresh()
+    const { exit, bot } = await runChatbot(
+      ["--state-dir", path.join(dir, "state"), "--json", "--latency", "10"],
+      [
+        "/pause main",
+        "held",
+        "/status",
+        "/pause nowhere",
+        "/resume",
+        "/limits main x",
+        "/limits main 2 -1",
+        "/limits main 0",
+        "/limits main",
+        "/limits bogus 1",
+        "/resume main",
+        "/limits main 2 5",
+        "/status",
+        ""
+      ].join("\n")
+    )
+    expect(exit.code).toBe(0)
+    const types = bot.events.map((e) => e.type)
+    const [held, after] = bot.events.filter((e) => e.type === "status")
+    const lane = (status: any, name: string) => status.lanes.find((l: any) => l.lane === name)
+    expect(lane(held, "main")).toMatchObject({ paused: true, running: 0, waiting: 1 })
+    expect(held.unanswered).toEqual([{ session: "local", messages: 1 }])
+    expect(bot.events.find((e) => e.type === "pause")).toEqual({ type: "pause", lane: "main", wasPaused: false })
+    expect(bot.events.find((e) => e.type === "resume")).toEqual({
+      type: "resume",
+      lane: "main",
+      wasPaused: true,
+      waiting: 1
+    })
+    // Nothing was answered while main was paused.
+    expect(types.indexOf("reply")).toBeGreaterThan(types.indexOf("resume"))
+    expect(bot.events.find((e) => e.type === "limits")).toEqual({
+      type: "limits",
+      lane: "main",
+      concurrent: 2,
+      queued: 5
+    })
+    expect(lane(after, "main")).toMatchObject({ paused: false, concurrent: 2, queued: 5 })
+    expect(bot.events.filter((e) => e.type === "reply").map((e) => e.text)).toEqual(["You said: held"])
+    expect(bot.stderr.filter((l) => /^(error|usage):/.test(l))).toEqual([
+      "error: unknown lane `nowhere`; lanes are main, heartbeat, cron",
+      "usage: /resume <lane> (lanes are main, heartbeat, cron)",
+      "error: <concurrent> must be a whole number, got `x` (usage: /limits <lane> <concurrent> [queued])",
+      "error: <queued> must be a whole number, got `-1` (usage: /limits <lane> <concurrent> [queued])",
+      "error: Expected `limits.concurrent` to be an integer from 1 and up, got `0`",
+      "usage: /limits <lane> <concurrent> [queued] (lane main has concurrent 4, queued 64)",
+      "error: unknown lane `bogus`; lanes are main, heartbeat, cron"
+    ])
   })
 
   it(
