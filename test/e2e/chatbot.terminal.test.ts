@@ -221,4 +221,36 @@ describe("chatbot in a terminal", () => {
       expect(await t.screen()).not.toContain("bot> ")
     })
   }, 60_000)
+
+  ttyIt(
+    "a resize while a wrapped line is typed under the thinking sign: the line is drawn once, and no thinking sign is left behind",
+    async () => {
+      // 6 s turn: the resize and its checks happen while it runs (each step waits on the screen, not a clock).
+      await withTerminal(["--latency", "6000"], async (t) => {
+        await t.waitFor(promptLast, "the prompt")
+        await t.type("a first message")
+        await t.keys("Enter")
+        await t.waitFor((s) => s.includes("…thinking") && promptLast(s), "the thinking sign")
+        const typed = "a line typed during the turn that wraps once narrower"
+        await t.type(typed)
+        await t.waitFor((s) => linesOf(s).at(-1) === `you> ${typed}`, "the typed line")
+        await t.resize(40, 40)
+        // At 40 columns `you> ` and the 53 characters take two rows: the first 40 characters, then the rest.
+        const first = `you> ${typed}`.slice(0, 40)
+        const rest = `you> ${typed}`.slice(40)
+        const narrow = await t.waitFor((s) => linesOf(s).at(-1) === rest, "the typed line re-wrapped at 40 columns")
+        const lines = linesOf(narrow)
+        expect(lines.filter((l) => l === first)).toHaveLength(1)
+        expect(lines.at(-2)).toBe(first)
+        expect(lines.at(-3)).toBe("…thinking")
+        const answered = await t.waitFor((s) => s.includes("bot> You said: a first"), "the reply")
+        expect(answered).not.toContain("…thinking")
+        expect(linesOf(answered).filter((l) => l === first)).toHaveLength(1)
+        expect(linesOf(answered).slice(-2)).toEqual([first, rest])
+        await t.keys("C-u", "C-d") // Ctrl+D ends input only on an empty line
+        expect((await t.waitForExit()).code).toBe(0)
+      })
+    },
+    60_000
+  )
 })
