@@ -98,8 +98,11 @@ class StringSlots<K> {
     return (this.count + 1) * 4 > this.hashes.length * 3
   }
 
-  /** Keeps only the entries `keep` keeps, in a table sized for `live` of them (load ≤ 1/2 after). */
-  rebuild(live: number, keep: (e: Entry<K>) => boolean): void {
+  /**
+   * Keeps only the entries `keep` keeps (all of them without it: a growth, which then reads no
+   * entry), in a table sized for `live` of them (load ≤ 1/2 after).
+   */
+  rebuild(live: number, keep: ((e: Entry<K>) => boolean) | undefined): void {
     const oldHashes = this.hashes
     const oldSlots = this.slots
     let size = 16
@@ -112,7 +115,7 @@ class StringSlots<K> {
       const h = oldHashes[j]!
       if (h === 0) continue
       const e = oldSlots[j]!
-      if (!keep(e)) continue
+      if (keep !== undefined && !keep(e)) continue
       let i = h & mask
       while (this.hashes[i] !== 0) i = (i + 1) & mask
       this.hashes[i] = h
@@ -229,7 +232,7 @@ export class KeyTable<K> {
 
   /** Drops the IDLE entries of the own tables (the string table is rebuilt for the held ones). */
   private sweep(): void {
-    this.strings.rebuild(this.held + 1, isHeld)
+    this.strings.rebuild(this.held + 1, this.dead === 0 ? undefined : isHeld)
     for (const [key, e] of this.others) if (e.state === IDLE) this.others.delete(key)
     this.dead = 0
   }
