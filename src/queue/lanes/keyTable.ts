@@ -36,6 +36,7 @@ const newEntry = <K>(key: K): Entry<K> =>
     prev: undefined,
     next: undefined,
     work: undefined,
+    wake: undefined,
     key
   }) as Entry<K>
 
@@ -214,6 +215,7 @@ export class KeyTable<K> {
       if (!shared.keep(e)) this.others.delete(e.key)
       return
     }
+    e.wake = undefined
     if (this.held === 0) {
       // nothing held: every entry is IDLE
       this.strings.clear()

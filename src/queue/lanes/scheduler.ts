@@ -429,19 +429,19 @@ const make = <K, E, R>(
   /** `wakeUnsafe` as an Effect (constant Effects: no allocation but for a refusal). */
   const transition = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => wakeEffect(wakeUnsafe(key))
 
-  // The wake Effect of the key woken last is kept, so that waking one key again and again (the
+  const makeWake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> =>
+    Effect.suspend(() => transition(key))
+
+  // A key that is held (queued or running) keeps its wake Effect, so that waking it again (the
   // coalesced case) allocates nothing at all; the Effect looks the key up afresh each time it runs.
-  let lastWakeKey: K | undefined
-  let lastWake: Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> | undefined
   const wake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
-    if (!shared) {
-      lookedUp = true
-      lookedUpKey = key
-      lookedUpEntry = table.get(key)
-    }
-    if (lastWake !== undefined && lastWakeKey === key) return lastWake
-    lastWakeKey = key
-    return lastWake = Effect.suspend(() => transition(key))
+    if (shared) return makeWake(key)
+    const e = table.get(key)
+    lookedUp = true
+    lookedUpKey = key
+    lookedUpEntry = e
+    if (e === undefined || e.state === IDLE) return makeWake(key)
+    return e.wake ??= makeWake(key)
   }
 
   const cancel = (key: K): Effect.Effect<void> =>
