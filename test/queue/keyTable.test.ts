@@ -1,3 +1,4 @@
+import fc from "fast-check"
 import { describe, expect, it } from "vitest"
 import { IDLE, RUNNING } from "../../src/queue/lanes/entry.js"
 import { DEAD_PER_HELD, hashOf, KeyTable, SWEEP_SLACK } from "../../src/queue/lanes/keyTable.js"
@@ -113,5 +114,49 @@ describe("KeyTable (the lanes' keys)", () => {
     expect(map.has("a")).toBe(true) // the engine still holds it: it stays, IDLE
     expect(map.has("b")).toBe(false)
     expect(take(table, "a")).toBe(a)
+  })
+})
+
+describe("KeyTable against a Map model", () => {
+  type Op = { readonly op: "wake" | "release"; readonly key: string } | { readonly op: "releaseAll" }
+  // few distinct keys (so that they come back), some long, some sharing a hash bucket often
+  const key = fc.oneof(
+    fc.integer({ min: 0, max: 40 }).map((i) => `k${i}`),
+    fc.integer({ min: 0, max: 5 }).map((i) => `session:${"x".repeat(i * 17)}:${i}`)
+  )
+  const op: fc.Arbitrary<Op> = fc.oneof(
+    { weight: 6, arbitrary: key.map((k) => ({ op: "wake" as const, key: k })) },
+    { weight: 4, arbitrary: key.map((k) => ({ op: "release" as const, key: k })) },
+    { weight: 1, arbitrary: fc.constant({ op: "releaseAll" as const }) }
+  )
+
+  it("holds exactly the keys taken and not released, finds each held key's own entry, and stays bounded", () => {
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 300 }), (ops) => {
+        // a slack of 2: the sweeps run all the time
+        const table = new KeyTable<string>(undefined, 2)
+        const model = new Map<string, ReturnType<typeof take<string>>>()
+        const release = (k: string) => {
+          const e = model.get(k)
+          if (e === undefined) return
+          model.delete(k)
+          table.release(e)
+        }
+        for (const o of ops) {
+          if (o.op === "wake") {
+            if (!model.has(o.key)) model.set(o.key, take(table, o.key))
+          } else if (o.op === "release") release(o.key)
+          else for (const k of [...model.keys()]) release(k)
+          expect(table.held).toBe(model.size)
+          for (const [k, e] of model) expect(table.lookup(k)).toBe(e)
+          for (let i = 0; i <= 40; i++) if (!model.has(`k${i}`)) expect(table.lookup(`k${i}`)).toBeUndefined()
+          expect(table.size).toBeLessThanOrEqual(model.size * (DEAD_PER_HELD + 1) + 2 + 1)
+          if (model.size === 0) expect(table.size).toBe(0)
+          const held = [...table.values()].filter((e) => e.state !== IDLE)
+          expect(new Set(held)).toEqual(new Set(model.values()))
+        }
+      }),
+      { numRuns: 300 }
+    )
   })
 })

@@ -160,7 +160,11 @@ export class KeyTable<K> {
   /** Keys that are not strings (and the engine's map, when shared). */
   private readonly others: Map<K, Entry<K>>
 
-  constructor(shared: InternalOptions<K>["entries"]) {
+  constructor(
+    shared: InternalOptions<K>["entries"],
+    /** `SWEEP_SLACK`, smaller in tests. */
+    private readonly slack = SWEEP_SLACK
+  ) {
     this.shared = shared
     this.others = shared?.map ?? new Map<K, Entry<K>>()
   }
@@ -229,7 +233,7 @@ export class KeyTable<K> {
 
   /** IDLE entries outnumber what may stay: `perHeld` per held one, plus `SWEEP_SLACK`. */
   private tooMany(perHeld: number): boolean {
-    return this.dead > this.held * perHeld + SWEEP_SLACK
+    return this.dead > this.held * perHeld + this.slack
   }
 
   /** Drops the IDLE entries of the own tables (the string table is rebuilt for the held ones). */
