@@ -13,7 +13,8 @@ import { describeFsError, fsErrorPath, makeDirectory } from "./fsError.js"
 import { GroupCommitWriter } from "./groupCommit.js"
 import { acquireLock, releaseLock } from "./lockfile.js"
 import { writeManifest } from "./manifest.js"
-import { appendBytes, EntryData, utf8Bytes, writeAppend } from "./payload.js"
+import { MessageBytes, textOf } from "./messageBytes.js"
+import { appendBytes, EntryData, utf8Bytes, writeAppendHead } from "./payload.js"
 import { HEADER_BYTES, Kind, seal } from "./record.js"
 import { CorruptLog, finishRecovery, type KeptSegment, recover } from "./recovery.js"
 import { createSegment, DIR_MODE, segmentName } from "./segment.js"
@@ -67,6 +68,8 @@ export class LogCore {
   private lastNow = 0
   /** Size of the newest snapshot: the log must grow past it (and past a segment) before compacting again. */
   private baseline = 0
+  /** The append path's check-and-encode walk and its scratch buffer. */
+  private readonly messageBytes = new MessageBytes()
   /** Called when dead weight passed the threshold; the owner runs `compact()` in the background. */
   onCompactionWanted: () => void = () => {}
   /** Called once when the writer failed: the core accepts no more writes, the owner re-opens the log. */
@@ -248,12 +251,23 @@ export class LogCore {
   append(m: OutboundMessage, now: number, done: Done<DeliveryEntry>): void {
     const no = this.refuse()
     if (no) return done(no)
-    const checked = checkMessage(m)
-    if (checked instanceof DeliveryLogError) return done(checked)
+    // The plain path checks, copies and encodes in one walk; anything else (and every error) goes
+    // through `checkMessage`, which encodes with JSON.stringify (the same bytes) or says what is wrong.
+    const enc = this.messageBytes
+    let copy = enc.encode(m, this.o.maxRecordBytes)
+    let json: string | undefined
+    let key: string | undefined
+    if (copy !== undefined) key = copy.idempotencyKey
+    else {
+      const checked = checkMessage(m)
+      if (checked instanceof DeliveryLogError) return done(checked)
+      json = checked.json
+      key = checked.key
+      copy = checked.message
+    }
     this.lastNow = now
     const state = this.state
     state.evict(now, this.o.dedupeWindowMs)
-    const key = checked.key
     if (key !== undefined) {
       const id = state.keys.get(key)
       if (id !== undefined) {
@@ -269,24 +283,30 @@ export class LogCore {
     }
     const id = randomUUID()
     const seq = state.nextSeq
-    const json = checked.json
-    const copy = checked.message
     const idBytes = id.length // a UUID: ASCII
     const keyBytes = key === undefined ? 0 : utf8Bytes(key)
-    const textBytes = utf8Bytes(json)
+    const textBytes = json === undefined ? enc.bytes : utf8Bytes(json)
     const payloadBytes = appendBytes(idBytes, keyBytes, textBytes)
     const big = tooLarge(this.o.maxRecordBytes, payloadBytes, "the message")
     if (big) return done(big)
     const at = this.writer.reserve(HEADER_BYTES + payloadBytes)
     const buf = this.writer.buffer
-    writeAppend(buf, at + HEADER_BYTES, id, idBytes, seq, now, key, keyBytes, json, textBytes)
+    const textAt = writeAppendHead(buf, at + HEADER_BYTES, id, idBytes, seq, now, key, keyBytes)
+    let text: string
+    if (json === undefined) {
+      enc.buf.copy(buf, textAt, 0, textBytes)
+      text = textOf(buf, textAt, textAt + textBytes, enc.ascii)
+    } else {
+      buf.write(json, textAt, textBytes, "utf8")
+      text = json
+    }
     seal(buf, at, this.nextLsn++, Kind.append, payloadBytes)
     const data = new EntryData(
       id,
       seq,
       now,
       key,
-      json,
+      text,
       0,
       undefined,
       undefined,

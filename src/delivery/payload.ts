@@ -161,6 +161,18 @@ const checkMessageText = (buf: Buffer, at: number, end: number): void => {
 export const appendBytes = (idBytes: number, keyBytes: number, textBytes: number): number =>
   headBytes(idBytes, keyBytes) + textBytes
 
+/** Write the fields of an append payload before its message text at `at`; returns where the text goes. */
+export const writeAppendHead = (
+  buf: Buffer,
+  at: number,
+  id: string,
+  idBytes: number,
+  seq: number,
+  enqueuedAt: number,
+  key: string | undefined,
+  keyBytes: number
+): number => writeHead(buf, at, id, idBytes, seq, enqueuedAt, key, keyBytes)
+
 /** Write an append payload at `at`; returns its end. */
 export const writeAppend = (
   buf: Buffer,

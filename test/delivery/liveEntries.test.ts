@@ -11,7 +11,19 @@ import { hashId, LiveEntries } from "../../src/delivery/liveEntries.js"
 import { EntryData } from "../../src/delivery/payload.js"
 
 const entry = (id: string, seq: number) =>
-  new EntryData(id, seq, 0, undefined, "{\"channel\":\"c\",\"to\":\"t\",\"body\":1}", 0, undefined, undefined, "pending", true, 90)
+  new EntryData(
+    id,
+    seq,
+    0,
+    undefined,
+    "{\"channel\":\"c\",\"to\":\"t\",\"body\":1}",
+    0,
+    undefined,
+    undefined,
+    "pending",
+    true,
+    90
+  )
 
 const check = (live: LiveEntries, model: Map<string, EntryData>, probes: ReadonlyArray<string>) => {
   assert.strictEqual(live.size, model.size)
