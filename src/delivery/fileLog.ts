@@ -7,6 +7,7 @@ import { Clock, Effect, Latch, Option, type Scope } from "effect"
 import type { CompactionHooks } from "./compaction.js"
 import { DeliveryLogError } from "./errors.js"
 import { makeHealer } from "./healer.js"
+import type { AppendDone } from "./inflight.js"
 import { type Done, LogCore } from "./logCore.js"
 import type { DeliveryEntry, DeliveryLog } from "./types.js"
 import { type OpenOptions, resolveOptions } from "./validate.js"
@@ -80,11 +81,25 @@ export const openFileLog = (
         })
       })
 
+    // One completion for every append: the fiber's resume travels with the call, no closure per append.
+    type Resume = (effect: Effect.Effect<DeliveryEntry, DeliveryLogError>) => void
+    const appended: AppendDone<Resume> = (err, entry, resume) => {
+      if (err === undefined) {
+        healer.succeeded()
+        return resume(Effect.succeed(entry!))
+      }
+      resume(err.reason === "io" ? Effect.andThen(healer.failed(err), Effect.fail(err)) : Effect.fail(err))
+    }
+
     const log: DeliveryLog = {
       // The clock is read inside the call (one Effect less per append than flatMap over currentTimeMillis).
       append: (message) =>
         Effect.clockWith((clock) =>
-          call<DeliveryEntry>((core, done) => core.append(message, clock.currentTimeMillisUnsafe(), done))
+          Effect.callback<DeliveryEntry, DeliveryLogError>((resume) => {
+            const refused = healer.refusal
+            if (refused !== undefined) return resume(Effect.fail(refused))
+            healer.core.append(message, clock.currentTimeMillisUnsafe(), appended, resume)
+          })
         ),
       attempt: (id, failure) => call((core, done) => core.attempt(id, failure, done)),
       ack: (id) =>
