@@ -82,13 +82,16 @@ describe("LiveEntries", () => {
     )
   })
 
-  it("finds every id when all of them share one home slot, deleted in random order (long probe runs, backward shifts)", () => {
+  it("finds every id when many share one home slot or one hash, deleted in random order (long probe runs, backward shifts)", () => {
     // 300 ids whose hash has the same low 10 bits: in the first table (1,024 slots) they all start probing at
     // slot 1,000, and the run wraps past the end of the table.
     const ids: Array<string> = []
     for (let i = 0; ids.length < 300; i++) if ((hashId(`id-${i}`) & 1023) === 1000) ids.push(`id-${i}`)
     const live = new LiveEntries()
     const model = new Map<string, EntryData>()
+    // UUIDs sharing their first eight hex digits (the hash of a UUID) differ only past them.
+    const sharing = Array.from({ length: 200 }, () => `0badc0de${randomUUID().slice(8)}`)
+    ids.push(...sharing)
     // A few ids elsewhere too, whose own slots the run passes over.
     for (const id of [...ids, "a", "b", "c", randomUUID()]) {
       const e = entry(id, model.size + 1)
@@ -106,6 +109,7 @@ describe("LiveEntries", () => {
     })
     check(live, model, [...ids, "a", "b", "c"])
     assert.strictEqual(live.size, 4)
+    assert.strictEqual(hashId(sharing[0]!), hashId(sharing[1]!), "UUIDs with the same first 32 bits share a hash")
   })
 
   it("packs its holes and still finds every entry, in order", () => {
