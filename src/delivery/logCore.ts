@@ -239,6 +239,19 @@ export class LogCore {
     return no
   }
 
+  /** The latest time the acked window was evicted at. */
+  private evictedAt = Number.NEGATIVE_INFINITY
+
+  /**
+   * Forget what the dedupe window let go of by `now`: once per millisecond (calls within one find
+   * nothing new to evict; an earlier `now` neither), not on every call.
+   */
+  private evictAt(now: number): void {
+    if (now <= this.evictedAt) return
+    this.evictedAt = now
+    this.state.evict(now, this.o.dedupeWindowMs)
+  }
+
   /** Complete `done` once everything queued so far is durable. */
   private afterDurable<A>(value: () => A, done: Done<A>): void {
     this.writer.mark((err) => (err ? done(ioError(this.o.dir, err)) : done(undefined, value())))
@@ -285,7 +298,7 @@ export class LogCore {
     }
     this.lastNow = now
     const state = this.state
-    state.evict(now, this.o.dedupeWindowMs)
+    this.evictAt(now)
     if (key !== undefined) {
       const id = state.keys.get(key)
       if (id !== undefined) {
@@ -393,7 +406,7 @@ export class LogCore {
     const no = this.refuse()
     if (no) return done(no)
     this.lastNow = now
-    this.state.evict(now, this.o.dedupeWindowMs)
+    this.evictAt(now)
     const live = this.state.live.get(id)
     if (live?.status === "dead") {
       return done(
