@@ -269,17 +269,19 @@ export class MessageBytes {
         else p = hex4(b, p, c)
         continue
       }
-      this.ascii = false
       if (c < 0x800) {
+        this.ascii = false
         b[p++] = 0xc0 | (c >> 6)
         b[p++] = 0x80 | (c & 0x3f)
       } else if (c < 0xd800 || c > 0xdfff) {
+        this.ascii = false
         b[p++] = 0xe0 | (c >> 12)
         b[p++] = 0x80 | ((c >> 6) & 0x3f)
         b[p++] = 0x80 | (c & 0x3f)
       } else {
         const d = c <= 0xdbff && i + 1 < n ? s.charCodeAt(i + 1) : 0
         if (d >= 0xdc00 && d <= 0xdfff) {
+          this.ascii = false
           const cp = ((c - 0xd800) << 10) + (d - 0xdc00) + 0x10000
           b[p++] = 0xf0 | (cp >> 18)
           b[p++] = 0x80 | ((cp >> 12) & 0x3f)
