@@ -8,7 +8,7 @@
  * is written in docs/cluster.md.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Deferred, Duration, Effect, Exit, Option, Schedule, Scope } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, Option, Schedule, Scope } from "effect"
 import type { Sharding } from "effect/cluster"
 import { SqlClient } from "effect/sql"
 import * as CommandQueue from "../queue/CommandQueue.js"
@@ -16,11 +16,13 @@ import type { DrainReport, LaneLimits, LaneSnapshot, TaskReport } from "../queue
 import { AdmissionError, FutureTimeout, LanesConfigInvalid, QueueFailure, RequestError } from "../queue/errors.js"
 import type { Participation } from "../queue/errors.js"
 import * as Coalesce from "./Coalesce.js"
+import type { InboxMessage } from "./Coalesce.js"
 import * as Generations from "./Generations.js"
 import * as KeyRunner from "./KeyRunner.js"
 import type { LaneHandler } from "./KeyRunner.js"
 import * as Migrations from "./Migrations.js"
 import { entityId, KeyEntity } from "./protocol.js"
+import * as Storage from "./Storage.js"
 import { checkDispatch, DEFAULT_LANES, fromReply, transient } from "./wire.js"
 
 export type { ClusterTask, LaneHandler } from "./KeyRunner.js"
@@ -71,10 +73,15 @@ export interface ClusterDispatchOptions {
   /** The run's id; a client's message id makes a retried dispatch join the first one. Default a random UUID. */
   readonly runId?: string
   /**
-   * Runs once the run id is known, before the run is sent; with `coalesce`, inside the slot's lock, so
-   * the run has not started yet (the agent's inbox records the message for the run here).
+   * Runs once the run id is known, before the run is sent; with `coalesce`, inside the slot's lock (in
+   * the slot's transaction), so the run has not started yet.
    */
   readonly beforeSend?: (runId: string) => Effect.Effect<void, unknown>
+  /**
+   * With `coalesce`: records this message in the inbox (Inbox.ts) for the run the dispatch joins or opens,
+   * in the same statement as the slot; a `messageId` recorded before joins the run it was recorded for.
+   */
+  readonly inbox?: InboxMessage
 }
 
 /** Options of {@link ClusterQueue.drain}. */
@@ -179,6 +186,7 @@ export const make = (
       queueTimeoutMs: (lane) => lanes[lane]?.queueTimeoutMs
     })
     const makeClient = yield* KeyEntity.client
+    const saved = yield* Effect.serviceOption(Storage.Saved)
     // The fibers that wait for replies live in a scope that closes only after the drain below: a
     // fiber forked into the queue's own scope would be interrupted first (finalizers run newest first),
     // and the drain would wait for futures nobody settles.
@@ -222,7 +230,8 @@ export const make = (
           return yield* new AdmissionError({ lane, key, reason: "full" })
         }
         const generation = generations.current(lane)
-        const client = makeClient(entityId(lane, key))
+        const id = entityId(lane, key)
+        const client = makeClient(id)
         const payloadFor = (runId: string, coalesceSlot: number | undefined) => ({
           runId,
           lane,
@@ -234,34 +243,23 @@ export const make = (
           ...(o?.queueTimeoutMs === undefined ? {} : { queueTimeoutMs: o.queueTimeoutMs }),
           ...(o?.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: o.turnTimeoutMs })
         })
-        // Durable once this returns: saved in the message table and the key's runner notified.
-        const send = (payload: ReturnType<typeof payloadFor>) =>
-          client.Run(payload, { discard: true }).pipe(
-            Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
-            Effect.orDie
-          )
         const before = (runId: string) => o?.beforeSend === undefined ? Effect.void : Effect.orDie(o.beforeSend(runId))
         let payload: ReturnType<typeof payloadFor>
         let joined = false
         if (o?.coalesce === true) {
           // Join the key's run that waits (same run id: the cluster dedupes it), or take the next slot.
-          const slotted = yield* coalescing.withSlot(lane, key, (slot) => {
-            const p = payloadFor(slot.runId, slot.slot)
-            // A run that is joined was sent, durably, by the dispatch that opened its slot (under this lock).
-            return Effect.as(Effect.andThen(before(slot.runId), slot.joined ? Effect.void : send(p)), {
-              payload: p,
-              joined: slot.joined
-            })
-          }).pipe(Effect.orDie)
-          payload = slotted.payload
-          joined = slotted.joined
+          const slot = yield* Effect.orDie(
+            o.beforeSend === undefined
+              ? coalescing.slot(lane, key, o.inbox)
+              : coalescing.withSlot(lane, key, (slot) => Effect.as(before(slot.runId), slot))
+          )
+          payload = payloadFor(slot.runId, slot.slot)
+          joined = slot.joined
         } else {
           payload = payloadFor(o?.runId ?? crypto.randomUUID(), undefined)
           yield* before(payload.runId)
-          yield* send(payload)
         }
         const runId = payload.runId
-        counters.dispatched++
         const deferred = Deferred.makeUnsafe<unknown, unknown>()
         let settled: Exit.Exit<unknown, unknown> | undefined
         const cancel = Effect.gen(function*() {
@@ -274,16 +272,46 @@ export const make = (
         const entry: Outstanding = { id: ++futureSeq, lane, key, runId, deferred, cancel }
         outstanding.set(entry.id, entry)
         outstandingPerLane.set(lane, (outstandingPerLane.get(lane) ?? 0) + 1)
-        // The same runId joins the durable run (deduplicated by its primary key) and waits for its reply.
-        yield* client.Run(payload).pipe(
-          Effect.retry({ while: transient, schedule: Schedule.spaced("200 millis") }),
-          Effect.exit,
-          Effect.flatMap((exit) => {
-            settled = settleFrom(lane, key, runId, exit)
-            return settle(entry, settled)
-          }),
-          Effect.forkIn(scope)
-        )
+        const settleWith = (exit: Exit.Exit<unknown, unknown>) => {
+          settled = settleFrom(lane, key, runId, exit)
+          return settle(entry, settled)
+        }
+        if (Option.isSome(saved)) {
+          // One send: it saves the run (durable once `wait.saved` completes, then this returns) and its
+          // reply comes back to it the direct way (a local reply handler, or the key's runner over its socket).
+          const wait = saved.value.await(Storage.primaryKeyOf(KeyEntity.type, id, "Run", runId))
+          let durable = false
+          let attempts = 0
+          const sent = yield* client.Run(payload).pipe(
+            // Before it is durable, as many tries as the dispatch waits for; after, for as long as it takes.
+            Effect.retry({
+              while: (e) => transient(e) && (durable || ++attempts <= 50),
+              schedule: Schedule.spaced("100 millis")
+            }),
+            Effect.exit,
+            Effect.tap(settleWith),
+            Effect.ensuring(Effect.sync(wait.release)),
+            Effect.forkIn(scope)
+          )
+          // The send ending first means it never saved the run (it gave up): the dispatch fails as a defect.
+          const ended = yield* Effect.raceFirst(Effect.as(wait.saved, undefined), Fiber.join(sent))
+          if (ended !== undefined && Exit.isFailure(ended)) return yield* Effect.die(Cause.squash(ended.cause))
+          durable = true
+        } else {
+          // Without the storage's notice (an effect/cluster runtime of the caller's own): save with one send
+          // (`discard` returns once saved), wait for the reply with a second one (deduplicated by the run id).
+          yield* client.Run(payload, { discard: true }).pipe(
+            Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
+            Effect.orDie
+          )
+          yield* client.Run(payload).pipe(
+            Effect.retry({ while: transient, schedule: Schedule.spaced("200 millis") }),
+            Effect.exit,
+            Effect.flatMap(settleWith),
+            Effect.forkIn(scope)
+          )
+        }
+        counters.dispatched++
         const future: ClusterFuture<A, E> = {
           runId,
           lane,

@@ -21,6 +21,8 @@ import { Fence } from "./Fencing.js"
 import type { FenceShape, FenceToken } from "./Fencing.js"
 import type { Generations } from "./Generations.js"
 import { KeyEntity } from "./protocol.js"
+import { ReplyCommits } from "./Storage.js"
+import type { ReplyCommit } from "./Storage.js"
 import type { Cancel, CancelKey, Run, WireQueueFailure, WireTaskDefect } from "./protocol.js"
 
 /** What a lane handler gets: the command as sent (a JSON value) and where it runs. */
@@ -40,10 +42,36 @@ export interface ClusterTask {
    * here and the shard's new owner runs it.
    */
   readonly fence?: FenceToken
+  /**
+   * The run's coalescing slot (Coalesce.ts), for a run dispatched with `coalesce` to a handler made with
+   * {@link marksSlot}: the handler marks it started as the first thing it writes. Absent otherwise (the
+   * runner marks it before the handler runs).
+   */
+  readonly coalesceSlot?: number
+  /**
+   * Present when the runner's storage can commit a handler's writes together with the run's reply
+   * (Storage.ts): a handler that calls it with its writes (one statement, see `Storage.replyWrites`)
+   * instead of running them itself gets one transaction less per run, and its writes become visible
+   * exactly when the run is answered. Call it at most once, just before succeeding; a handler that
+   * then fails has its writes dropped.
+   */
+  readonly commitWithReply?: (commit: ReplyCommit) => void
 }
 
 /** Runs one command of a lane. Success and failure values cross processes as JSON. */
 export type LaneHandler = (task: ClusterTask) => Effect.Effect<unknown, unknown>
+
+const MarksSlot = Symbol.for("switchyard/cluster/KeyRunner/MarksSlot")
+
+/**
+ * A lane handler that marks its run's coalescing slot started itself (`task.coalesceSlot`), in its first
+ * statement, before it reads what was recorded for the run (the agent's turn does it together with that
+ * read: one statement less per run). If it fails, the runner marks the slot as well.
+ */
+export const marksSlot = (handler: LaneHandler): LaneHandler =>
+  Object.assign((task: ClusterTask) => handler(task), { [MarksSlot]: true })
+
+const handlerMarksSlot = (handler: LaneHandler): boolean => (handler as { [MarksSlot]?: boolean })[MarksSlot] === true
 
 /** What the behaviour needs from the queue it belongs to. */
 export interface KeyRunnerOptions {
@@ -91,7 +119,7 @@ const MAX_EARLY_CANCELS = 1_000
 
 /** Registers the key entity on this runner for the Scope's lifetime. */
 export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, Sharding.Sharding | Scope.Scope> =>
-  Effect.flatMap(Effect.serviceOption(Fence), (fence) =>
+  Effect.flatMap(Effect.all([Effect.serviceOption(Fence), Effect.serviceOption(ReplyCommits)]), ([fence, commits]) =>
     Effect.asVoid(Layer.build(KeyEntity.toLayerQueue(
       Effect.map(Entity.CurrentAddress, (address) => (mailbox, replier) =>
         Effect.gen(function*() {
@@ -103,6 +131,8 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
           const earlyCancels = new Set<string>()
           // Runs this entity canceled itself because it stops (not because a caller asked).
           const stoppedRuns = new Set<string>()
+          // Runs that ended here whose writes wait to commit with their reply, by request id.
+          const committing = new Map<string, { readonly runId: string; readonly token: FenceToken | undefined }>()
           // Runs admitted up to this time (epoch ms) were canceled by `cancel(lane, key)` before they arrived.
           let canceledBefore = 0
 
@@ -226,6 +256,8 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                 }
                 token = { shard, epoch }
               }
+              const selfMarks = p.coalesceSlot !== undefined && handlerMarksSlot(handler)
+              let commit: ReplyCommit | undefined
               const run = handler({
                 runId: p.runId,
                 lane: p.lane,
@@ -233,7 +265,15 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                 generation: p.generation,
                 command: p.command,
                 admittedAt: p.admittedAt,
-                ...(token === undefined ? {} : { fence: token })
+                ...(token === undefined ? {} : { fence: token }),
+                ...(selfMarks ? { coalesceSlot: p.coalesceSlot } : {}),
+                ...(Option.isSome(commits) ?
+                  {
+                    commitWithReply: (c: ReplyCommit) => {
+                      commit = c
+                    }
+                  } :
+                  {})
               }).pipe(
                 Effect.tapError((e) =>
                   isFenced(e)
@@ -251,6 +291,14 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
               let consumed = false
               const task = p.coalesceSlot === undefined
                 ? run
+                : selfMarks
+                ? Effect.andThen(
+                  Effect.sync(() => {
+                    consumed = true
+                  }),
+                  // The handler marks the slot; if it failed (maybe before it did), mark it here.
+                  Effect.onExit(run, (exit) => Exit.isFailure(exit) ? consumeSlot(p) : Effect.void)
+                )
                 : Effect.andThen(
                   Effect.andThen(
                     consumeSlot(p),
@@ -293,6 +341,16 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                   // A run canceled because the entity stops gets no reply: the key's next runner runs it.
                   // Any other outcome (also one reached while stopping) is the answer, saved as usual.
                   if (out === undefined || (stoppedRuns.has(p.runId) && isCanceled(out))) return Effect.void
+                  if (commit !== undefined && Exit.isSuccess(out) && Option.isSome(commits)) {
+                    // The handler's writes commit with this reply (Storage.ts), or not at all.
+                    const requestId = String(request.requestId)
+                    committing.set(requestId, { runId: p.runId, token })
+                    commits.value.attach(requestId, {
+                      commit,
+                      address,
+                      onTaken: () => committing.delete(requestId)
+                    })
+                  }
                   return consumed ? reply(request, out) : Effect.andThen(consumeSlot(p), reply(request, out))
                 }),
                 Effect.forkChild
@@ -343,6 +401,13 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                   const t = tokens.get(runId)
                   return t === undefined ? [] : [[runId, t] as const]
                 })
+                // Runs that ended here but whose writes had not committed with their reply: dropped.
+                for (const [requestId, c] of committing) {
+                  if (Option.isSome(commits) && commits.value.detach(requestId) && c.token !== undefined) {
+                    held.push([c.runId, c.token] as const)
+                  }
+                }
+                committing.clear()
                 return Effect.forEach(live, ([, f]) => f.cancel, { concurrency: "unbounded", discard: true }).pipe(
                   // let the awaiters of runs that ended by themselves send their answers
                   Effect.andThen(Effect.yieldNow),

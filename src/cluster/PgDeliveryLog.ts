@@ -55,7 +55,19 @@ export interface PgDeliveryLog extends DeliveryLog {
     readonly guard: string
     readonly also?: ReadonlyArray<string>
     readonly params?: ReadonlyArray<unknown>
+    /** The new entry's id (a caller that must name it before the statement runs); default a random UUID. */
+    readonly id?: string
   }) => Effect.Effect<DeliveryEntry | undefined, DeliveryLogError>
+  /**
+   * Acks `acks` (delivered entries; a dead one is left dead) and claims as {@link claim} does, in one
+   * statement: the head of a recipient acked here makes its next entry claimable in the same statement.
+   */
+  readonly ackAndClaim: (options: {
+    readonly acks: ReadonlyArray<string>
+    readonly owner: string
+    readonly limit: number
+    readonly leaseMs: number
+  }) => Effect.Effect<ReadonlyArray<DeliveryEntry>, DeliveryLogError>
   /** Gives a claimed entry back without counting an attempt (the owner shuts down). */
   readonly release: (id: string, owner: string) => Effect.Effect<void, DeliveryLogError>
   /** Ids of entries whose lease `owner` holds now. */
@@ -154,7 +166,7 @@ export const make = (
        attempts, last_error, next_attempt_at::float8 AS next_attempt_at, status, attempt_started`
 
     /** Checks `message` and computes what both appends write. */
-    const prepare = (message: OutboundMessage) =>
+    const prepare = (message: OutboundMessage, id: string = crypto.randomUUID()) =>
       Effect.gen(function*() {
         if (typeof message.channel !== "string" || message.channel.length === 0) {
           return yield* invalid(
@@ -190,7 +202,7 @@ export const make = (
         const now = yield* Clock.currentTimeMillis
         const key = message.idempotencyKey ?? null
         return {
-          params: [crypto.randomUUID(), message.channel, message.to, body, key, now, now - dedupeWindowMs] as Array<
+          params: [id, message.channel, message.to, body, key, now, now - dedupeWindowMs] as Array<
             unknown
           >,
           recipientLock: `${table}\u001f${message.channel}\u001f${message.to}`,
@@ -235,7 +247,7 @@ export const make = (
 
     const appendGuarded: PgDeliveryLog["appendGuarded"] = (message, options) =>
       Effect.gen(function*() {
-        const p = yield* prepare(message)
+        const p = yield* prepare(message, options.id)
         const also = options.also ?? []
         const rows = yield* guard(
           "append",
@@ -270,6 +282,38 @@ export const make = (
           (rows) => rows.length === 0 ? Effect.fail(unknownId(id)) : Effect.succeed(toEntry(rows[0]))
         )
       )
+
+    const ackAndClaim: PgDeliveryLog["ackAndClaim"] = ({ acks, leaseMs, limit, owner }) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        guard(
+          acks.length === 0 ? "claim" : "ack and claim",
+          Effect.map(
+            sql.unsafe<Row>(
+              `WITH acked AS (
+                 UPDATE ${table} SET status = 'acked', acked_at = COALESCE(acked_at, $2), lease_owner = NULL, lease_until = NULL
+                 WHERE id = ANY($5::text[]) AND status = 'pending' RETURNING id
+               ), heads AS (
+                 -- the entries acked above are no heads any more: their recipients' next entries are
+                 SELECT DISTINCT ON (channel, recipient) id
+                 FROM ${table} WHERE status = 'pending' AND id <> ALL($5::text[])
+                 ORDER BY channel, recipient, seq
+               ), due AS (
+                 -- conditions on o (the locked row) so they are re-checked against its latest version
+                 SELECT o.id FROM ${table} o JOIN heads h ON h.id = o.id
+                 WHERE o.status = 'pending'
+                   AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
+                   AND (o.lease_until IS NULL OR o.lease_until < $2)
+                 ORDER BY o.seq LIMIT $3
+                 FOR UPDATE OF o SKIP LOCKED
+               )
+               UPDATE ${table} SET lease_owner = $1, lease_until = $4
+               WHERE id IN (SELECT id FROM due) AND status = 'pending'
+               RETURNING ${cols}`,
+              [owner, now, Math.max(0, limit), now + leaseMs, acks]
+            ),
+            (rows) => rows.map(toEntry).sort((a, b) => a.seq - b.seq)
+          )
+        ))
 
     const log: PgDeliveryLog = {
       table,
@@ -398,33 +442,8 @@ export const make = (
             sql.unsafe(`DELETE FROM ${table} WHERE status = 'acked' AND acked_at <= $1`, [now - dedupeWindowMs])
           )
         )),
-      claim: ({ owner, limit, leaseMs }) =>
-        Effect.flatMap(Clock.currentTimeMillis, (now) =>
-          guard(
-            "claim",
-            Effect.map(
-              sql.unsafe<Row>(
-                `WITH heads AS (
-                   SELECT DISTINCT ON (channel, recipient) id
-                   FROM ${table} WHERE status = 'pending'
-                   ORDER BY channel, recipient, seq
-                 ), due AS (
-                   -- conditions on o (the locked row) so they are re-checked against its latest version
-                   SELECT o.id FROM ${table} o JOIN heads h ON h.id = o.id
-                   WHERE o.status = 'pending'
-                     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
-                     AND (o.lease_until IS NULL OR o.lease_until < $2)
-                   ORDER BY o.seq LIMIT $3
-                   FOR UPDATE OF o SKIP LOCKED
-                 )
-                 UPDATE ${table} SET lease_owner = $1, lease_until = $4
-                 WHERE id IN (SELECT id FROM due) AND status = 'pending'
-                 RETURNING ${cols}`,
-                [owner, now, limit, now + leaseMs]
-              ),
-              (rows) => rows.map(toEntry).sort((a, b) => a.seq - b.seq)
-            )
-          )),
+      claim: ({ owner, limit, leaseMs }) => ackAndClaim({ acks: [], owner, limit, leaseMs }),
+      ackAndClaim: (options) => ackAndClaim(options),
       release: (id, owner) =>
         guard(
           "release",

@@ -138,7 +138,9 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
       deliver: channel.send,
       owner: name,
       attemptTimeoutMs,
-      leaseMs: attemptTimeoutMs + 1_000
+      leaseMs: attemptTimeoutMs + 1_000,
+      // Acks and claims of replies that come close together share a statement.
+      batchMs: 10
     })
     const drainTimeoutMs = options.drainTimeoutMs ?? 10_000
     const leaveMs = Math.min(LEAVE_RESERVE_MS, Math.floor(drainTimeoutMs / 4))
@@ -147,7 +149,9 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
     const left = () => Math.max(0, (deadline ?? Date.now() + drainTimeoutMs) - leaveMs - Date.now())
     // Runs after the queue's finalizer (finalizers run newest first): replies of the last turns go out.
     yield* Effect.addFinalizer(() => Effect.suspend(() => delivery.stop(left())))
-    const handlers = yield* provide(ClusterAgent.handlers({ member: name, outbox, prefix, channel: channel.name }))
+    const handlers = yield* provide(
+      ClusterAgent.handlers({ member: name, outbox, prefix, channel: channel.name, onCommit: delivery.wake })
+    )
       .pipe(
         Effect.provideService(Model, model.mapUnsafe.get(Model.key))
       )
