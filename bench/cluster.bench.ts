@@ -34,6 +34,8 @@ const root = path.resolve(import.meta.dirname, "..")
  * take timings from a run without it.
  */
 const PGLOG = process.env.CLUSTER_BENCH_PGLOG
+/** `CLUSTER_BENCH_PROFILE=<dir>`: every runner writes a CPU profile there (`node --cpu-prof`) when it exits. */
+const PROFILE = process.env.CLUSTER_BENCH_PROFILE
 /** `CLUSTER_BENCH_ONLY=short` skips the 500 ms runs; `=slow` runs only them. */
 const ONLY = process.env.CLUSTER_BENCH_ONLY
 
@@ -60,6 +62,7 @@ const reachable = async () => {
 const startRunner = (url: string, port: number, clusterPort: number, outbox: string, latency: number) =>
   new Promise<ChildProcess>((resolve, reject) => {
     const child = spawn(process.execPath, [
+      ...(PROFILE === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`]),
       "--import",
       "tsx",
       "src/cluster/runner-main.ts",
@@ -133,11 +136,13 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
     const latencies: Array<number> = []
     const samples = latency > 100 ? 2 : LATENCY_SAMPLES
     for (let i = 0; i < samples; i++) latencies.push((await post(ports[i % runners], `lat${i % 5}`, "hi"))!)
-    const cpuTicks = () =>
+    const cpuTicksOf = (field: 11 | 12) =>
       children.reduce((sum, c) => {
         const f = fs.readFileSync(`/proc/${c.pid}/stat`, "utf8").split(") ")[1]!.split(" ")
-        return sum + Number(f[11]) + Number(f[12]) // utime + stime (fields 14, 15)
+        return sum + Number(f[field]) // utime (field 14) or stime (field 15)
       }, 0)
+    const cpuTicks = () => cpuTicksOf(11) + cpuTicksOf(12)
+    const sys0 = cpuTicksOf(12)
     const commits = async () =>
       Number(
         ((await admin((sql) =>
@@ -160,6 +165,7 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
     }))
     const seconds = (performance.now() - start) / 1000
     const cpuMsPerMessage = ((cpuTicks() - ticks0) * 10) / messages // 100 ticks per second on Linux
+    const sysMsPerMessage = ((cpuTicksOf(12) - sys0) * 10) / messages
     const commitsPerMessage = ((await commits()) - commits0) / messages
     if (PGLOG !== undefined) {
       const { rows, transactions } = attribute(readStatements(PGLOG, name, log0, fs.statSync(PGLOG).size))
@@ -176,6 +182,7 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
       p95: percentile(latencies, 0.95),
       busy,
       cpuMsPerMessage,
+      sysMsPerMessage,
       commitsPerMessage
     }
   } finally {
@@ -221,6 +228,7 @@ if (!(await reachable())) {
           "messages/s": local.perSecond,
           "vs 1 runner": ratio(local.perSecond, one.perSecond),
           "runner CPU ms/message": "-",
+          "of which kernel": "-",
           "Postgres transactions/message": "-"
         },
         {
@@ -228,6 +236,7 @@ if (!(await reachable())) {
           "messages/s": one.perSecond,
           "vs 1 runner": "1.00x",
           "runner CPU ms/message": one.cpuMsPerMessage,
+          "of which kernel": one.sysMsPerMessage,
           "Postgres transactions/message": one.commitsPerMessage
         },
         {
@@ -235,6 +244,7 @@ if (!(await reachable())) {
           "messages/s": three.perSecond,
           "vs 1 runner": ratio(three.perSecond, one.perSecond),
           "runner CPU ms/message": three.cpuMsPerMessage,
+          "of which kernel": three.sysMsPerMessage,
           "Postgres transactions/message": three.commitsPerMessage
         }
       ]

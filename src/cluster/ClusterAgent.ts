@@ -171,7 +171,7 @@ export const handlers = (
               ...(withReply === undefined ? [] : Storage.replyParams(withReply))
             ]
           }).pipe(Effect.map((entry) => entry !== undefined))
-        const fenced = new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId)
+        const fenced = () => new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId)
         if (task.commitWithReply !== undefined) {
           let logged = false
           task.commitWithReply((row) =>
@@ -181,14 +181,14 @@ export const handlers = (
                 if (logged) return Effect.void
                 logged = true
                 return Effect.logWarning(
-                  `fenced: run ${task.runId} of ${task.lane}/${task.key} dropped, its writes refused (${fenced.message}); the shard's owner runs it`
+                  `fenced: run ${task.runId} of ${task.lane}/${task.key} dropped, its writes refused (${fenced().message}); the shard's owner runs it`
                 )
               })
             )
           )
           return result
         }
-        if (!(yield* commit(undefined))) return yield* Effect.fail(fenced)
+        if (!(yield* commit(undefined))) return yield* Effect.fail(fenced())
         options.onCommit?.()
         return result
       }).pipe(Effect.mapError((e) => ({ _tag: e._tag, message: e.message })))

@@ -36,7 +36,8 @@ export interface ClusterLayerOptions {
   readonly entityMessagePollInterval?: Duration.Input
   /**
    * How long a shard lock refresh answers effect/cluster's lock check before a reply (Fencing.ts); 0
-   * refreshes before every reply. Default 1_000 ms.
+   * refreshes before every reply. Default 2_500 ms: the periodic refresh (every 2 s) keeps every held
+   * shard's answer fresh, so a reply costs no lock check of its own.
    */
   readonly lockCheckReuseMs?: number
   /** Pool size of this runner's Postgres client; default 10. */
@@ -73,8 +74,8 @@ export const layer = (options: ClusterLayerOptions) => {
     // and a turn's writes commit with its run's reply (Storage.ts).
     Storage.layer.pipe(Layer.provide(NodeCrypto.layerDigest)),
     // Shards this runner acquires get a new fencing epoch first; the lock check before each reply reuses
-    // a refresh of the last second (Fencing.ts).
-    Fencing.layer(options.prefix, { refreshReuseMs: options.lockCheckReuseMs ?? 1_000 })(
+    // the last refresh of its shard (Fencing.ts).
+    Fencing.layer(options.prefix, { refreshReuseMs: options.lockCheckReuseMs ?? 2_500 })(
       SqlRunnerStorage.layerStorage({})
     )
   ).pipe(Layer.provide(ShardingConfig.layerFromEnv(shardingConfig)), Layer.provide(schema))

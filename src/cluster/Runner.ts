@@ -139,8 +139,10 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
       owner: name,
       attemptTimeoutMs,
       leaseMs: attemptTimeoutMs + 1_000,
-      // Acks and claims of replies that come close together share a statement.
-      batchMs: 10
+      // Acks and claims of replies that come close together share a statement. A turn's commit wakes the
+      // loop, so the poll is only for entries of other runners, retries and leases that ran out.
+      batchMs: 20,
+      pollMs: 1_000
     })
     const drainTimeoutMs = options.drainTimeoutMs ?? 10_000
     const leaveMs = Math.min(LEAVE_RESERVE_MS, Math.floor(drainTimeoutMs / 4))
