@@ -176,7 +176,19 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
         rows.map((r) => ({ name: r.name, whose: r.whose, "per message": r.count / messages, example: r.example }))
       )
     }
+    // How the measured turns spread over the runners (the sessions' shards decide where a turn runs).
+    const spread = await Effect.runPromise(
+      Postgres.withClient(u.toString(), (sql) =>
+        sql.unsafe<{ runner: string; n: number; sessions: number }>(
+          `SELECT runner, count(*)::float8 AS n, count(DISTINCT session)::float8 AS sessions FROM switchyard_turns
+         WHERE session ~ '^s[0-9]+$' GROUP BY runner ORDER BY 2 DESC`
+        ))
+    )
+    const turns = spread.reduce((sum, r) => sum + Number(r.n), 0)
     return {
+      spread: spread.map((r) => `${Number(r.n)} turns of ${Number(r.sessions)} sessions`).join(", "),
+      /** The busiest runner's share of the turns: its slots bound the whole cluster's rate. */
+      busiestShare: spread.length === 0 ? 1 : Number(spread[0].n) / turns,
       perSecond: messages / seconds,
       p50: percentile(latencies, 0.5),
       p95: percentile(latencies, 0.95),
@@ -276,6 +288,11 @@ if (!(await reachable())) {
           "bound (8 slots x runners / 0.5 s)": 48
         }
       ]
+    )
+    console.log(
+      `(where the turns ran, 3 runners: ${slowThree.spread}; the busiest runner's 8 slots bound the cluster to ${
+        (16 / slowThree.busiestShare).toFixed(1)
+      } messages/s = ${ratio(16 / slowThree.busiestShare, slowOne.perSecond)} of 1 runner)\n`
     )
   }
   console.log(

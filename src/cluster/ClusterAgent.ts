@@ -137,40 +137,48 @@ export const handlers = (
         const fence = task.fence
         const deliveryId = crypto.randomUUID()
         const result: TurnResult = { text: reply.text, deliveryId, runner: options.member, messages: texts.length }
+        // Checked now (a reply the outbox refuses fails the turn), written by `commit`.
+        const statement = yield* options.outbox.prepareGuarded({
+          channel,
+          to,
+          body: { session, kind, text: reply.text, messages: texts.length, ...(job === undefined ? {} : { job }) },
+          idempotencyKey: `reply:${task.runId}`
+        }, {
+          id: deliveryId,
+          guard: fence === undefined
+            ? `SELECT 1`
+            : `SELECT 1 FROM ${prefix}_shard_epochs WHERE shard = $17::text AND epoch = $18::bigint FOR SHARE`,
+          also: [
+            `INSERT INTO ${prefix}_transcripts (session, run_id, role, content, part)
+             SELECT $10, $11, v.role, v.content, v.part FROM locked, (
+               SELECT 'user' AS role, u.content, u.part::integer AS part FROM unnest($12::text[]) WITH ORDINALITY AS u (content, part)
+               UNION ALL SELECT 'assistant', $13::text, 0) AS v
+             ON CONFLICT (run_id, role, part) DO NOTHING`,
+            `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at, shard, epoch)
+             SELECT $10, $14, $11, $15::bigint, $16::bigint, $17::text, $18::bigint FROM locked`
+          ],
+          params: [
+            session,
+            task.runId,
+            texts,
+            reply.text,
+            options.member,
+            startedAt,
+            endedAt,
+            fence?.shard ?? null,
+            fence?.epoch ?? null
+          ]
+        })
+        // With the run's reply (Storage.replyWrites: parameters from $19 on), or on its own.
         const commit = (withReply: Storage.ReplyRow | undefined) =>
-          options.outbox.appendGuarded({
-            channel,
-            to,
-            body: { session, kind, text: reply.text, messages: texts.length, ...(job === undefined ? {} : { job }) },
-            idempotencyKey: `reply:${task.runId}`
-          }, {
-            id: deliveryId,
-            guard: fence === undefined
-              ? `SELECT 1`
-              : `SELECT 1 FROM ${prefix}_shard_epochs WHERE shard = $17::text AND epoch = $18::bigint FOR SHARE`,
-            also: [
-              `INSERT INTO ${prefix}_transcripts (session, run_id, role, content, part)
-               SELECT $10, $11, v.role, v.content, v.part FROM locked, (
-                 SELECT 'user' AS role, u.content, u.part::integer AS part FROM unnest($12::text[]) WITH ORDINALITY AS u (content, part)
-                 UNION ALL SELECT 'assistant', $13::text, 0) AS v
-               ON CONFLICT (run_id, role, part) DO NOTHING`,
-              `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at, shard, epoch)
-               SELECT $10, $14, $11, $15::bigint, $16::bigint, $17::text, $18::bigint FROM locked`,
-              ...(withReply === undefined ? [] : Storage.replyWrites(19))
-            ],
-            params: [
-              session,
-              task.runId,
-              texts,
-              reply.text,
-              options.member,
-              startedAt,
-              endedAt,
-              fence?.shard ?? null,
-              fence?.epoch ?? null,
-              ...(withReply === undefined ? [] : Storage.replyParams(withReply))
-            ]
-          }).pipe(Effect.map((entry) => entry !== undefined))
+          Effect.map(
+            statement(
+              withReply === undefined
+                ? undefined
+                : { also: Storage.replyWrites(19), params: Storage.replyParams(withReply) }
+            ),
+            (entry) => entry !== undefined
+          )
         const fenced = () => new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId)
         if (task.commitWithReply !== undefined) {
           let logged = false
@@ -211,6 +219,7 @@ export const handlers = (
           String((task.command as { prompt?: string }).prompt ?? "Heartbeat"),
           HEARTBEAT_SESSION,
           "user"
-        ))
+        )
+      )
     }
   })

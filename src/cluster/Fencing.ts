@@ -14,7 +14,7 @@
  * The check is one statement, so the row lock lives only while it runs: a runner stopped between two
  * statements holds no lock a takeover would wait for.
  */
-import { Context, Effect, Layer } from "effect"
+import { Clock, Context, Effect, Layer } from "effect"
 import { RunnerStorage } from "effect/cluster"
 import * as ShardId from "effect/cluster/ShardId"
 import { SqlClient } from "effect/sql"
@@ -120,10 +120,9 @@ export const layer = (prefix = "switchyard", options: { readonly refreshReuseMs?
             )
         ),
       refresh: (address, shardIds) =>
-        Effect.suspend(() => {
+        Effect.flatMap(Clock.currentTimeMillis, (startedAt) => {
           const shards = [...shardIds]
           if (reuseMs <= 0 || shards.length === 0) return inner.refresh(address, shards)
-          const startedAt = Date.now()
           const recent = shards.map((s) => refreshed.get(ShardId.toString(s)))
           if (recent.every((r) => r !== undefined && r.at > startedAt - reuseMs)) {
             return Effect.succeed(shards.filter((_, i) => recent[i]!.held))

@@ -67,6 +67,11 @@ export interface RunnerOptions {
   readonly token?: string
   /** The shard lease (ms): a runner silent this long loses its shards (see Fencing.ts); default 10_000. */
   readonly leaseMs?: number
+  /**
+   * Record Effect spans (effect/cluster's requests, SQL statements, HTTP requests) for a tracer you
+   * provide; default false: a span costs CPU on every message even when nothing reads it.
+   */
+  readonly tracing?: boolean
 }
 
 /** A running runner. */
@@ -103,6 +108,9 @@ export const outboxLine = (
 
 /** Starts a runner in the current Scope. */
 export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Scope.Scope> =>
+  Effect.withTracerEnabled(startTraced(options), options.tracing === true)
+
+const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Scope.Scope> =>
   Effect.gen(function*() {
     const name = options.name ?? `runner-${options.port}`
     if ((options.token ?? "") === "" && !Ingress.isLoopback(options.host ?? "127.0.0.1")) {

@@ -86,9 +86,6 @@ export const replyWrites = (first: number, prefix = "cluster"): ReadonlyArray<st
 /** The parameters of {@link replyWrites}, in order. */
 export const replyParams = (reply: ReplyRow): ReadonlyArray<unknown> => [reply.replyId, reply.requestId, reply.payload]
 
-/** Most commits attached at once (oldest dropped first: their runs are then answered without their writes never). */
-const MAX_ATTACHED = 100_000
-
 /**
  * `MessageStorage` on `SqlMessageStorage`'s driver (tables `cluster_*`, created beforehand by
  * `Migrations.migrate`), plus {@link Saved} and {@link ReplyCommits}.
@@ -121,8 +118,10 @@ export const layer = Layer.effectContext(Effect.gen(function*() {
     }
   }
   const commits: ReplyCommitsShape = {
+    // An attachment leaves when its reply is saved, or when its entity stops (KeyRunner detaches what
+    // it attached): at most the replies in flight are held. Never dropped otherwise: a reply saved
+    // without its commit would answer a turn whose writes never happened.
     attach: (requestId, attachment) => {
-      if (attached.size >= MAX_ATTACHED) attached.delete(attached.keys().next().value!)
       attached.set(requestId, attachment)
     },
     detach: (requestId) => attached.delete(requestId)
