@@ -8,7 +8,7 @@
  * is written in docs/cluster.md.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, Option, Schedule, Scope } from "effect"
+import { Deferred, Duration, Effect, Exit, Option, Schedule, Scope } from "effect"
 import type { Sharding } from "effect/cluster"
 import { SqlClient } from "effect/sql"
 import * as CommandQueue from "../queue/CommandQueue.js"
@@ -22,6 +22,7 @@ import * as KeyRunner from "./KeyRunner.js"
 import type { LaneHandler } from "./KeyRunner.js"
 import * as Migrations from "./Migrations.js"
 import { entityId, KeyEntity } from "./protocol.js"
+import { sendRun } from "./send.js"
 import * as Storage from "./Storage.js"
 import { checkDispatch, DEFAULT_LANES, fromReply, transient } from "./wire.js"
 
@@ -276,41 +277,8 @@ export const make = (
           settled = settleFrom(lane, key, runId, exit)
           return settle(entry, settled)
         }
-        if (Option.isSome(saved)) {
-          // One send: it saves the run (durable once `wait.saved` completes, then this returns) and its
-          // reply comes back to it the direct way (a local reply handler, or the key's runner over its socket).
-          const wait = saved.value.await(Storage.primaryKeyOf(KeyEntity.type, id, "Run", runId))
-          let durable = false
-          let attempts = 0
-          const sent = yield* client.Run(payload).pipe(
-            // Before it is durable, as many tries as the dispatch waits for; after, for as long as it takes.
-            Effect.retry({
-              while: (e) => transient(e) && (durable || ++attempts <= 50),
-              schedule: Schedule.spaced("100 millis")
-            }),
-            Effect.exit,
-            Effect.tap(settleWith),
-            Effect.ensuring(Effect.sync(wait.release)),
-            Effect.forkIn(scope)
-          )
-          // The send ending first means it never saved the run (it gave up): the dispatch fails as a defect.
-          const ended = yield* Effect.raceFirst(Effect.as(wait.saved, undefined), Fiber.join(sent))
-          if (ended !== undefined && Exit.isFailure(ended)) return yield* Effect.die(Cause.squash(ended.cause))
-          durable = true
-        } else {
-          // Without the storage's notice (an effect/cluster runtime of the caller's own): save with one send
-          // (`discard` returns once saved), wait for the reply with a second one (deduplicated by the run id).
-          yield* client.Run(payload, { discard: true }).pipe(
-            Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
-            Effect.orDie
-          )
-          yield* client.Run(payload).pipe(
-            Effect.retry({ while: transient, schedule: Schedule.spaced("200 millis") }),
-            Effect.exit,
-            Effect.flatMap(settleWith),
-            Effect.forkIn(scope)
-          )
-        }
+        // Durable once this returns; the reply settles the future later.
+        yield* sendRun({ client, entityId: id, payload, saved, scope, onReply: settleWith })
         counters.dispatched++
         const future: ClusterFuture<A, E> = {
           runId,

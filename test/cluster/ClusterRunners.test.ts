@@ -56,6 +56,9 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
           "2000",
           "--delivery-timeout",
           "2000",
+          // The killed runner's shards move once its heartbeat is a lease old.
+          "--lease",
+          "4000",
           "--cron",
           "* * * * * *|tick"
         ]
