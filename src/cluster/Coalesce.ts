@@ -72,8 +72,7 @@ export const make = (prefix = "switchyard"): Effect.Effect<Coalesce, never, PgCl
       )
     return {
       slot: take,
-      withSlot: (lane, key, inside) =>
-        sql.withTransaction(Effect.flatMap(take(lane, key, undefined), inside)),
+      withSlot: (lane, key, inside) => sql.withTransaction(Effect.flatMap(take(lane, key, undefined), inside)),
       markStarted: (lane, key, slot) =>
         Effect.asVoid(sql.unsafe(
           `UPDATE ${table} SET started = true WHERE lane = $1 AND key = $2 AND slot = $3`,

@@ -100,7 +100,9 @@ export const make = (
         [member, Date.now()]
       )
     ).pipe(
-      Effect.flatMap((rows) => Effect.forEach(rows, (r) => applyNewer(r.lane, Number(r.generation)), { discard: true })),
+      Effect.flatMap((rows) =>
+        Effect.forEach(rows, (r) => applyNewer(r.lane, Number(r.generation)), { discard: true })
+      ),
       Effect.catch((e) => Effect.logWarning(`Generations heartbeat failed: ${e.message}`)),
       Effect.repeat(Schedule.spaced(Duration.millis(heartbeatMs))),
       Effect.forkScoped
