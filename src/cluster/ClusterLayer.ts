@@ -5,8 +5,7 @@
  */
 import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
 import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
-import { Effect, Layer, Option } from "effect"
-import type { Duration } from "effect"
+import { Duration, Effect, Layer, Option } from "effect"
 import { RunnerAddress, ShardingConfig, SqlRunnerStorage } from "effect/cluster"
 import * as Fencing from "./Fencing.js"
 import * as Migrations from "./Migrations.js"
@@ -36,8 +35,9 @@ export interface ClusterLayerOptions {
   readonly entityMessagePollInterval?: Duration.Input
   /**
    * How long a shard lock refresh answers effect/cluster's lock check before a reply (Fencing.ts); 0
-   * refreshes before every reply. Default 2_500 ms: the periodic refresh (every 2 s) keeps every held
-   * shard's answer fresh, so a reply costs no lock check of its own.
+   * refreshes before every reply. Default, and at most, 90 % of the interval of the periodic refresh
+   * (2 s, or a third of the lease if shorter): that refresh still runs every interval (it writes the
+   * runner's heartbeat) and each reply reuses the last one.
    */
   readonly lockCheckReuseMs?: number
   /** Pool size of this runner's Postgres client; default 10. */
@@ -53,11 +53,15 @@ export interface ClusterLayerOptions {
  * effect/cluster's storage then runs without migrations of its own.
  */
 export const layer = (options: ClusterLayerOptions) => {
+  const leaseMs = Duration.toMillis(Duration.fromInputUnsafe(options.shardLockExpiration ?? "10 seconds"))
+  // effect/cluster refreshes the locks every 2 s, or every third of the lease if that is shorter.
+  const refreshMs = Math.min(2_000, leaseMs / 3)
+  const reuseMs = Math.min(options.lockCheckReuseMs ?? Infinity, Math.floor(0.9 * refreshMs))
   const shardingConfig: Partial<ShardingConfig.ShardingConfig["Service"]> = {
     runnerAddress: Option.some(RunnerAddress.make(options.host ?? "127.0.0.1", options.port)),
     shardsPerGroup: options.shardsPerGroup ?? 64,
     refreshAssignmentsInterval: options.refreshAssignmentsInterval ?? "1 second",
-    shardLockRefreshInterval: "2 seconds",
+    shardLockRefreshInterval: Duration.millis(2_000),
     shardLockExpiration: options.shardLockExpiration ?? "10 seconds",
     entityReplyPollInterval: options.entityReplyPollInterval ?? "50 millis",
     entityMessagePollInterval: options.entityMessagePollInterval ?? "1 second",
@@ -75,7 +79,7 @@ export const layer = (options: ClusterLayerOptions) => {
     Storage.layer.pipe(Layer.provide(NodeCrypto.layerDigest)),
     // Shards this runner acquires get a new fencing epoch first; the lock check before each reply reuses
     // the last refresh of its shard (Fencing.ts).
-    Fencing.layer(options.prefix, { refreshReuseMs: options.lockCheckReuseMs ?? 2_500 })(
+    Fencing.layer(options.prefix, { refreshReuseMs: reuseMs })(
       SqlRunnerStorage.layerStorage({})
     )
   ).pipe(Layer.provide(ShardingConfig.layerFromEnv(shardingConfig)), Layer.provide(schema))
