@@ -23,7 +23,7 @@ import type { LaneHandler } from "./KeyRunner.js"
 import * as LocalLanes from "./LocalLanes.js"
 import * as Migrations from "./Migrations.js"
 import { entityId, KeyEntity } from "./protocol.js"
-import { sendRun } from "./send.js"
+import { runPayload, sendRun } from "./send.js"
 import * as Storage from "./Storage.js"
 import { checkDispatch, DEFAULT_LANES, fromReply, transient } from "./wire.js"
 
@@ -246,33 +246,8 @@ export const make = (
         const generation = generations.current(lane)
         const id = entityId(lane, key)
         const client = makeClient(id)
-        const payloadFor = (runId: string, coalesceSlot: number | undefined) => ({
-          runId,
-          lane,
-          key,
-          generation,
-          command,
-          admittedAt: Date.now(),
-          ...(coalesceSlot === undefined ? {} : { coalesceSlot }),
-          ...(o?.queueTimeoutMs === undefined ? {} : { queueTimeoutMs: o.queueTimeoutMs }),
-          ...(o?.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: o.turnTimeoutMs })
-        })
-        const before = (runId: string) => o?.beforeSend === undefined ? Effect.void : Effect.orDie(o.beforeSend(runId))
-        let payload: ReturnType<typeof payloadFor>
-        let joined = false
-        if (o?.coalesce === true) {
-          // Join the key's run that waits (same run id: the cluster dedupes it), or take the next slot.
-          const slot = yield* Effect.orDie(
-            o.beforeSend === undefined
-              ? coalescing.slot(lane, key, o.inbox)
-              : coalescing.withSlot(lane, key, (slot) => Effect.as(before(slot.runId), slot))
-          )
-          payload = payloadFor(slot.runId, slot.slot)
-          joined = slot.joined
-        } else {
-          payload = payloadFor(o?.runId ?? crypto.randomUUID(), undefined)
-          yield* before(payload.runId)
-        }
+        // The run's id: joining the key's waiting run (coalesce), the caller's, or a new one.
+        const { joined, payload } = yield* runPayload({ lane, key, generation, command, options: o, coalescing })
         const runId = payload.runId
         const deferred = Deferred.makeUnsafe<unknown, unknown>()
         let settled: Exit.Exit<unknown, unknown> | undefined

@@ -149,7 +149,7 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
       leaseMs: attemptTimeoutMs + 1_000,
       // Acks and claims of replies that come close together share a statement. A turn's commit wakes the
       // loop, so the poll is only for entries of other runners, retries and leases that ran out.
-      batchMs: 20,
+      batchMs: 50,
       pollMs: 1_000
     })
     const drainTimeoutMs = options.drainTimeoutMs ?? 10_000

@@ -4,10 +4,60 @@
  */
 import { Cause, Effect, Exit, Fiber, Option, Schedule } from "effect"
 import type { Scope } from "effect"
+import type { Coalesce, InboxMessage } from "./Coalesce.js"
 import { KeyEntity } from "./protocol.js"
 import type { Run } from "./protocol.js"
 import * as Storage from "./Storage.js"
 import { transient } from "./wire.js"
+
+/**
+ * The `Run` of a dispatch: with `coalesce`, the key's waiting run joined (same run id: the cluster
+ * dedupes it) or the next slot opened, in one statement (or in one transaction with `beforeSend`);
+ * otherwise the caller's run id or a new one, after `beforeSend`.
+ */
+export const runPayload = (options: {
+  readonly lane: string
+  readonly key: string
+  readonly generation: number
+  readonly command: unknown
+  readonly coalescing: Coalesce
+  readonly options:
+    | {
+      readonly coalesce?: boolean
+      readonly runId?: string
+      readonly queueTimeoutMs?: number
+      readonly turnTimeoutMs?: number
+      readonly beforeSend?: (runId: string) => Effect.Effect<void, unknown>
+      readonly inbox?: InboxMessage
+    }
+    | undefined
+}): Effect.Effect<{ readonly payload: typeof Run.payloadSchema.Type; readonly joined: boolean }> =>
+  Effect.gen(function*() {
+    const { command, generation, key, lane, options: o } = options
+    const payloadFor = (runId: string, coalesceSlot: number | undefined): typeof Run.payloadSchema.Type => ({
+      runId,
+      lane,
+      key,
+      generation,
+      command,
+      admittedAt: Date.now(),
+      ...(coalesceSlot === undefined ? {} : { coalesceSlot }),
+      ...(o?.queueTimeoutMs === undefined ? {} : { queueTimeoutMs: o.queueTimeoutMs }),
+      ...(o?.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: o.turnTimeoutMs })
+    })
+    const before = (runId: string) => o?.beforeSend === undefined ? Effect.void : Effect.orDie(o.beforeSend(runId))
+    if (o?.coalesce === true) {
+      const slot = yield* Effect.orDie(
+        o.beforeSend === undefined
+          ? options.coalescing.slot(lane, key, o.inbox)
+          : options.coalescing.withSlot(lane, key, (slot) => Effect.as(before(slot.runId), slot))
+      )
+      return { payload: payloadFor(slot.runId, slot.slot), joined: slot.joined }
+    }
+    const payload = payloadFor(o?.runId ?? crypto.randomUUID(), undefined)
+    yield* before(payload.runId)
+    return { payload, joined: false }
+  })
 
 /** What {@link sendRun} needs of the key's client (`KeyEntity.client(id)`). */
 export interface RunClient {
