@@ -236,10 +236,10 @@ export function startPromise(
 function awaitSettled(task: PromiseBodyTask, promise: PromiseLike<unknown>): void {
   promise.then(
     (value) => {
-      if (task.resume !== undefined) resumeTask(task, Exit.succeed(value))
+      if (task.resume !== undefined) resumeTask(task, Exit.succeed(value), true)
     },
     (error) => {
-      if (task.resume !== undefined) resumeTask(task, Exit.fail(error))
+      if (task.resume !== undefined) resumeTask(task, Exit.fail(error), true)
     }
   )
 }
@@ -248,13 +248,13 @@ function awaitSettled(task: PromiseBodyTask, promise: PromiseLike<unknown>): voi
  * Settles a Promise body's running stage once (a later call does nothing): with its outcome, or
  * with its stop if the queue stopped it meanwhile (the late result is dropped).
  */
-export function resumeTask(task: PromiseBodyTask, exit: Exit.Exit<any, any>): void {
+export function resumeTask(task: PromiseBodyTask, exit: Exit.Exit<any, any>, settled?: boolean): void {
   const resume = task.resume
   if (resume === undefined) return
   task.resume = undefined
   const stopped = stoppedOf(task)
   const final = stopped === undefined ? exit : Exit.fail(stopped)
-  if (resume === RESUME_INLINE) resumeInline(task.laneState.engine, task, final)
+  if (resume === RESUME_INLINE) resumeInline(task.laneState.engine, task, final, settled)
   else resume(final)
 }
 
@@ -337,7 +337,7 @@ function runBody(engine: EngineState, lane: LaneState, key: string, task: Task, 
  * fiber, when the end has Effects to run: finalizer, report). Never throws (it runs in a promise
  * callback or a fiber observer).
  */
-export function resumeInline(engine: EngineState, task: Task, exit: Exit.Exit<any, any>): void {
+export function resumeInline(engine: EngineState, task: Task, exit: Exit.Exit<any, any>, startNow?: boolean): void {
   const lane = task.laneState
   const key = task.key
   const ks = task.keyTasks! // a running task's key, held by the lanes until its activation ends
@@ -348,7 +348,7 @@ export function resumeInline(engine: EngineState, task: Task, exit: Exit.Exit<an
     rest = Effect.die(defect)
   }
   if (rest === VOID) {
-    lane.lanes.endInlineEntry(ks)
+    lane.lanes.endInlineEntry(ks, startNow)
     return
   }
   engine.fork(

@@ -22,7 +22,7 @@ export interface LanesInternal<K> extends Lanes<K> {
   /** Ends the activation of `key` whose inline work returned `PENDING` (nothing otherwise). */
   readonly endInline: (key: K) => void
   /** `endInline` of the key of `e`, an entry of the shared map, without a lookup. */
-  readonly endInlineEntry: (e: Entry<K>) => void
+  readonly endInlineEntry: (e: Entry<K>, startNow?: boolean) => void
   /** A new `maxConcurrent`: a larger one starts waiting keys at once, a smaller one lets running ones finish. */
   readonly setConcurrent: (maxConcurrent: number) => void
   /** Paused: nothing starts (wakes still queue); resumed: what waits starts, as a freed slot would. */

@@ -227,7 +227,7 @@ const make = <K, E, R>(
     e.work = callActivate(e)
     e.state = STARTING
     starts.push(e)
-    if (!startScheduled) {
+    if (!startScheduled && !startingNow) {
       startScheduled = true
       // a reaction on a settled promise: a microtask without `queueMicrotask`'s AsyncResource and bound function
       if (startedSinceMacrotask < START_BUDGET) void RESOLVED.then(runStartsInMicrotask)
@@ -278,19 +278,26 @@ const make = <K, E, R>(
    * run, the rest waits for a `setImmediate` (a long synchronous activation holds the event loop
    * only about that long).
    */
+  let inRunStarts = false
+  let startingNow = false
   const runStarts = (): void => {
     startScheduled = false
     const runStartedAt = performance.now()
     let first = true
-    while (starts.head !== undefined) {
-      if (startedSinceMacrotask >= START_BUDGET || (!first && performance.now() - runStartedAt >= START_BUDGET_MS)) {
-        startScheduled = true
-        setImmediate(runStartsAfterMacrotask)
-        return
+    inRunStarts = true
+    try {
+      while (starts.head !== undefined) {
+        if (startedSinceMacrotask >= START_BUDGET || (!first && performance.now() - runStartedAt >= START_BUDGET_MS)) {
+          startScheduled = true
+          setImmediate(runStartsAfterMacrotask)
+          return
+        }
+        first = false
+        startedSinceMacrotask++
+        forkNow(starts.head)
       }
-      first = false
-      startedSinceMacrotask++
-      forkNow(starts.head)
+    } finally {
+      inRunStarts = false
     }
   }
 
@@ -317,13 +324,22 @@ const make = <K, E, R>(
   }
 
   /** `endInline` of the key of `e` (an entry of the shared map). */
-  const endInlineEntry = (e: Entry<K>): void => {
+  const endInlineEntry = (e: Entry<K>, startNow?: boolean): void => {
     if (e.state !== INLINE) return
     e.state = RUNNING
     const ended = e.work as Deferred.Deferred<void> | undefined
     e.work = undefined
-    finish(e)
+    // From the callback of the work's own promise (nothing else on the stack): the slot's next
+    // activation starts right here, within the budget, instead of in a microtask of its own.
+    const now = startNow === true && !inRunStarts && !startScheduled && startedSinceMacrotask < START_BUDGET
+    if (now) startingNow = true
+    try {
+      finish(e)
+    } finally {
+      startingNow = false
+    }
     if (ended !== undefined) Deferred.doneUnsafe(ended, Exit.void)
+    if (now && starts.head !== undefined) runStarts()
   }
 
   /** Waits until an INLINE activation of `e` is over. */
