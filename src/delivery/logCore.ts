@@ -85,6 +85,8 @@ export interface OpenNotes {
   readonly tookOverLockFrom?: number
   /** The directory had segments but no MANIFEST (an older version): one was written. */
   readonly wroteManifest?: boolean
+  /** Recovery started from the CHECKPOINT (it matched every file it covers). */
+  readonly fromCheckpoint?: boolean
 }
 
 /** The open log: state, writer, segment list. Owned by `openFileLog`, which wraps it in Effects. */
@@ -206,7 +208,8 @@ export class LogCore {
       const notes: OpenNotes = {
         ...(r.truncate !== undefined ? { truncated: r.truncate } : {}),
         ...(lock.tookOverFrom !== undefined ? { tookOverLockFrom: lock.tookOverFrom } : {}),
-        ...(r.noManifest ? { wroteManifest: true } : {})
+        ...(r.noManifest ? { wroteManifest: true } : {}),
+        ...(r.fromCheckpoint ? { fromCheckpoint: true } : {})
       }
       return { core, notes }
     } catch (e) {
