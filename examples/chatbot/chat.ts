@@ -1,8 +1,8 @@
 /**
  * The chat program: an agent over standard input and output.
  *
- * Each line of standard input is a user message of `--session`; `/help`, `/status`,
- * `/restart <lane>` and `/quit` are commands (commands.ts). In a terminal: a `you> ` prompt, the
+ * Each line of standard input is a user message of `--session`; `/help`, `/status`, `/retry`,
+ * the lane commands (`/restart`, `/pause`, `/resume`, `/limits`) and `/quit` are commands (commands.ts). In a terminal: a `you> ` prompt, the
  * thinking sign, the reply streaming (screen.ts). At the end of input every turn owed is answered and delivered, then the
  * program exits 0; on SIGTERM / SIGINT it stops reading, drains and exits 0 (a second signal exits
  * at once). Replies are printed (or appended to `--outbox`) when the delivery queue delivers them.

@@ -1,6 +1,10 @@
-/** The chatbot's commands: `/help`, `/status`, `/retry [session]`, `/restart <lane>`, `/quit`. */
+/**
+ * The chatbot's commands: `/help`, `/status`, `/retry [session]`, the lane commands
+ * (`/restart`, `/pause`, `/resume`, `/limits`: laneCommands.ts), `/quit`.
+ */
 import { Effect } from "effect"
 import type { Agent } from "../../src/agent/index.js"
+import { limits, pauseOrResume, restart } from "./laneCommands.js"
 import type { Logs } from "./logs.js"
 import type { Output } from "./output.js"
 
@@ -10,6 +14,9 @@ export const COMMANDS: ReadonlyArray<readonly [string, string]> = [
   ["/status", "the lanes, the deliveries, the messages not answered yet, the recent warnings"],
   ["/retry", "answer now the messages whose model call failed (also /retry <session>)"],
   ["/restart <lane>", "restart a lane (its running turns fail stale; their messages get a fresh turn)"],
+  ["/pause <lane>", "start nothing more in a lane (running turns go on, messages wait)"],
+  ["/resume <lane>", "start what waits in a paused lane"],
+  ["/limits <lane> <concurrent> [queued]", "change how many turns of a lane run at once (and wait)"],
   ["/quit", "answer what is owed, then exit (like Ctrl+D)"]
 ]
 
@@ -28,18 +35,21 @@ const status = (agent: Agent.Agent, output: Output, logs: Logs) =>
     })
     for (const lane of snapshot.lanes) {
       output.say(
-        `lane ${lane.lane}: running ${lane.running}, waiting ${lane.waiting}, keys ${lane.keys}, generation ${lane.generation}${
-          lane.draining ? ", draining" : ""
-        }`
+        `lane ${lane.lane}: running ${lane.running}, waiting ${lane.waiting}, keys ${lane.keys}, generation ${lane.generation}, ` +
+          `concurrent ${lane.concurrent}, queued ${lane.queued}${lane.paused ? ", paused" : ""}${
+            lane.draining ? ", draining" : ""
+          }`
       )
     }
     const d = snapshot.deliveries
     output.say(`deliveries: pending ${d.pending}, dead ${d.dead}, in flight ${d.inFlight}, delivered ${d.delivered}`)
     if (snapshot.unanswered.length === 0) output.say("unanswered: none")
+    // With main paused and nothing of it running, no unanswered session is being answered.
+    const mainPaused = snapshot.lanes.some((l) => l.lane === "main" && l.paused && l.running === 0)
     for (const u of snapshot.unanswered) {
       const f = u.failure
       const failing = f === undefined
-        ? "being answered"
+        ? (mainPaused ? "waiting: lane main is paused (/resume main)" : "being answered")
         : `failing since ${time(new Date(f.since))} (${f.attempts} attempt(s)): ${f.error}; ` +
           (f.retryAt === undefined ? "waits for a new message or /retry" : `next try ${time(new Date(f.retryAt))}`)
       output.say(`unanswered: ${u.session}: ${u.messages} message(s) accepted, ${failing}`)
@@ -53,23 +63,6 @@ const status = (agent: Agent.Agent, output: Output, logs: Logs) =>
       output.say(`warnings: ${warnings.count}, the last ${warnings.recent.length}${shown}:`)
       for (const w of warnings.recent) output.say(`  ${time(w.at)} ${w.level} ${w.message}`)
     }
-  })
-
-const restart = (agent: Agent.Agent, output: Output, lane: string) =>
-  Effect.gen(function*() {
-    const lanes = (yield* agent.snapshot).lanes.map((l) => l.lane)
-    const known = `lanes are ${lanes.join(", ")}`
-    if (lane === "") return output.error(`usage: /restart <lane> (${known})`)
-    if (!lanes.includes(lane)) return output.error(`error: unknown lane \`${lane}\`; ${known}`)
-    yield* agent.restartLane(lane).pipe(
-      Effect.match({
-        onFailure: (error) => output.error(`error: ${error.message}`),
-        onSuccess: (generation) => {
-          output.event({ type: "restart", lane, generation })
-          output.say(`lane ${lane} restarted (generation ${generation})`)
-        }
-      })
-    )
   })
 
 /** Handles a line that starts with `/`; `"quit"` ends the input. */
@@ -88,7 +81,11 @@ export const runCommand = (
         return "quit" as const
       case "/help":
         output.event({ type: "help", commands: COMMANDS.map(([command]) => command) })
-        for (const [command, what] of COMMANDS) output.say(`${command.padEnd(16)} ${what}`)
+        for (const [command, what] of COMMANDS) {
+          // A command longer than the column gets its line, the text under it.
+          if (command.length > 16) output.say(command)
+          output.say(`${(command.length > 16 ? "" : command).padEnd(16)} ${what}`)
+        }
         output.say("Any other line is a message. Ctrl+C finishes the turns in flight and exits; twice exits at once.")
         return
       case "/status":
@@ -103,6 +100,12 @@ export const runCommand = (
       }
       case "/restart":
         return yield* restart(agent, output, arg)
+      case "/pause":
+        return yield* pauseOrResume(agent, output, arg, true)
+      case "/resume":
+        return yield* pauseOrResume(agent, output, arg, false)
+      case "/limits":
+        return yield* limits(agent, output, arg)
       default:
         output.error(`error: unknown command ${name} (/help lists the commands)`)
     }

@@ -6,6 +6,11 @@
  * Every line printed goes through `print`: it erases the live part, prints the line, and draws the
  * live part again below it, so nothing is ever printed into the thinking sign or into the prompt.
  * The rows the live part takes are counted with the terminal's width (long lines wrap).
+ *
+ * When the terminal is resized it re-wraps what is on screen (tmux, xterm, GNOME Terminal, iTerm2 and
+ * Windows Terminal all reflow), so the live part is erased with its rows counted at the new width and
+ * drawn again. readline's own resize handler is taken off: it moves up by the rows the prompt took at
+ * the old width, which on a narrower terminal lands inside the re-wrapped line and draws it twice.
  */
 import type * as readline from "node:readline"
 import { stripVTControlCharacters } from "node:util"
@@ -91,6 +96,14 @@ export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = pr
     }
   }
 
+  const resized = () => {
+    const text = live()
+    liveRows = text === undefined ? 0 : rowsOf(text)
+    erase()
+    draw()
+  }
+  out.on("resize", resized)
+
   const printLine = (line: string, to: "out" | "err") => {
     if (to === "out") write(line + "\n")
     else err.write(line + "\n")
@@ -132,6 +145,10 @@ export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = pr
     },
     attach: (readline) => {
       erase()
+      for (const listener of out.listeners("resize")) {
+        // readline's (named so in Node's lib/internal/readline/interface.js); it removes it itself on close.
+        if (listener.name === "onresize") out.removeListener("resize", listener as () => void)
+      }
       rl = readline
       rl.setPrompt(PROMPT)
       draw()

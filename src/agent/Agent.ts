@@ -60,6 +60,23 @@ export interface Agent {
    * sessions gets a fresh turn at once.
    */
   readonly restartLane: (lane: string) => Effect.Effect<number, RequestError>
+  /**
+   * Pauses a lane (see `CommandQueue.pause`): its running turns go on, nothing more starts, and
+   * messages are still accepted (a paused `main` answers them once resumed). `snapshot` shows the
+   * lane `paused`. Not kept across a restart. `RequestError` for an unknown lane.
+   */
+  readonly pauseLane: (lane: string) => Effect.Effect<void, RequestError>
+  /** Resumes a paused lane (see `CommandQueue.resume`): what waits starts at once, longest waiter first. */
+  readonly resumeLane: (lane: string) => Effect.Effect<void, RequestError>
+  /**
+   * Changes a lane's limits while the agent runs (see `CommandQueue.setLimits`): a larger
+   * `concurrent` starts waiting turns at once, a smaller one lets running turns finish. Not kept
+   * across a restart (the `lanes` option is). `RequestError` naming the `field` for a bad value.
+   */
+  readonly setLaneLimits: (
+    lane: string,
+    limits: Partial<CommandQueue.LaneLimits>
+  ) => Effect.Effect<void, RequestError>
   readonly snapshot: Effect.Effect<AgentSnapshot>
   /** Sessions with messages accepted and not answered, and their failures (as in `snapshot`). */
   readonly unanswered: Effect.Effect<ReadonlyArray<UnansweredSession>>
@@ -197,6 +214,11 @@ export const make = (
     const shutdownOnce = Effect.gen(function*() {
       yield* turns.close
       yield* Effect.forEach(background, Fiber.interrupt, { discard: true })
+      // A paused lane stays paused: what waits there would only hold the drain to its deadline.
+      // Its turns are dropped now (a user message stays accepted and is answered on the next start).
+      for (const lane of yield* queue.snapshot) {
+        if (lane.paused && lane.waiting > 0) yield* Effect.ignore(queue.clear(lane.lane))
+      }
       const drain = yield* queue.drain({ timeoutMs: drainTimeoutMs })
       yield* Effect.timeoutOption(deliveries.idle, drainTimeoutMs)
       yield* log.flush.pipe(
@@ -224,6 +246,9 @@ export const make = (
           yield* turns.resume(sessions)
           return generation
         }),
+      pauseLane: (lane) => queue.pause(lane),
+      resumeLane: (lane) => queue.resume(lane),
+      setLaneLimits: (lane, limits) => queue.setLimits(lane, limits),
       snapshot: Effect.gen(function*() {
         const lanes = yield* queue.snapshot
         const stats = yield* deliveries.stats

@@ -1,7 +1,8 @@
 /**
  * `createCommandQueue`: the command queue for code that does not use Effect. A thin skin over
  * `CommandQueue.make` (same engine, same rules): one Scope owned by the queue, synchronous
- * refusals, an AbortSignal per task, and never an unhandled rejection.
+ * refusals of `dispatch`, controls applied before they return (their Promise carries the
+ * refusal), an AbortSignal per task, and never an unhandled rejection.
  */
 import { Cause, Effect, Exit, Scope } from "effect"
 import * as CommandQueue from "./CommandQueue.js"
@@ -88,27 +89,38 @@ export interface AsyncCommandQueue {
   clear(lane: string): Promise<number>
   /** Drains with the default deadline, then releases everything. Idempotent. */
   close(): Promise<void>
-  /** Adds a lane now; throws `RequestError` if the name is taken or a limit is bad. */
-  addLane(name: string, limits: LaneLimits): void
+  /**
+   * Adds a lane before it returns (a dispatch right after needs no await); the Promise rejects
+   * `RequestError` if the name is taken or a limit is bad.
+   */
+  addLane(name: string, limits: LaneLimits): Promise<void>
   /** Closes the lane's admission, lets its tasks end until the deadline, fails the rest `closed`, forgets it. */
   removeLane(name: string, options?: { readonly timeoutMs?: number }): Promise<DrainReport>
-  /** Changes the lane's limits from now on; throws `RequestError` when one is bad. */
-  setLimits(lane: string, limits: Partial<LaneLimits>): void
-  /** Starts nothing more in the lane; admission stays open. */
-  pause(lane: string): void
-  /** Starts what waits in the lane again, longest waiter first. */
-  resume(lane: string): void
+  /** Changes the lane's limits before it returns; rejects `RequestError` when one is bad or the lane unknown. */
+  setLimits(lane: string, limits: Partial<LaneLimits>): Promise<void>
+  /** Starts nothing more in the lane from the call on (admission stays open); rejects `RequestError` for an unknown lane. */
+  pause(lane: string): Promise<void>
+  /** Starts what waits in the lane before it returns, longest waiter first; rejects `RequestError` for an unknown lane. */
+  resume(lane: string): Promise<void>
+  /** One `{ group, concurrent, running, waiting }` per capacity group; never waits. */
   groupSnapshot(): ReadonlyArray<GroupSnapshot>
-  /** Changes a group's budget; throws `RequestError` for an unknown group or a bad number. */
-  setGroupLimits(group: string, limits: { readonly concurrent: number }): void
-}
-
-/** Throws the refusal of a synchronous control. */
-const orThrow = (error: RequestError | undefined): void => {
-  if (error !== undefined) throw error
+  /** Changes a group's budget before it returns; rejects `RequestError` for an unknown group or a bad number. */
+  setGroupLimits(group: string, limits: { readonly concurrent: number }): Promise<void>
 }
 
 const noop = () => {}
+const DONE: Promise<void> = Promise.resolve()
+
+/**
+ * The Promise of a control already applied: resolved, or rejected with its refusal. The rejection
+ * is marked handled, so a call nobody awaits never raises an unhandled rejection.
+ */
+const applied = (error: RequestError | undefined): Promise<void> => {
+  if (error === undefined) return DONE
+  const rejected = Promise.reject(error)
+  rejected.catch(noop)
+  return rejected
+}
 
 // One executor for every `result` Promise: it hands the resolvers over through these two
 // variables (read right after `new Promise` returns), so no closure is made per task.
@@ -266,26 +278,26 @@ class AsyncQueue implements AsyncCommandQueue {
   close(): Promise<void> {
     return (this._closing ??= run(Scope.close(this.scope, Exit.void)))
   }
-  addLane(name: string, limits: LaneLimits): void {
-    orThrow(addLaneUnsafe(this.engine, name, limits))
+  addLane(name: string, limits: LaneLimits): Promise<void> {
+    return applied(addLaneUnsafe(this.engine, name, limits))
   }
   removeLane(name: string, options?: { readonly timeoutMs?: number }): Promise<DrainReport> {
     return run(this.queue.removeLane(name, options))
   }
-  setLimits(lane: string, limits: Partial<LaneLimits>): void {
-    orThrow(setLimitsUnsafe(this.engine, lane, limits))
+  setLimits(lane: string, limits: Partial<LaneLimits>): Promise<void> {
+    return applied(setLimitsUnsafe(this.engine, lane, limits))
   }
-  pause(lane: string): void {
-    orThrow(setPausedUnsafe(this.engine, lane, true))
+  pause(lane: string): Promise<void> {
+    return applied(setPausedUnsafe(this.engine, lane, true))
   }
-  resume(lane: string): void {
-    orThrow(setPausedUnsafe(this.engine, lane, false))
+  resume(lane: string): Promise<void> {
+    return applied(setPausedUnsafe(this.engine, lane, false))
   }
   groupSnapshot(): ReadonlyArray<GroupSnapshot> {
     return groupSnapshotUnsafe(this.engine)
   }
-  setGroupLimits(group: string, limits: { readonly concurrent: number }): void {
-    orThrow(setGroupLimitsUnsafe(this.engine, group, limits))
+  setGroupLimits(group: string, limits: { readonly concurrent: number }): Promise<void> {
+    return applied(setGroupLimitsUnsafe(this.engine, group, limits))
   }
 }
 

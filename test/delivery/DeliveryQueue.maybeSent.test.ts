@@ -6,13 +6,13 @@
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Option } from "effect"
 import { TestClock } from "effect/testing"
-import { spawn } from "node:child_process"
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { DeliveryQueue } from "../../src/delivery/index.js"
 import type { DeliveryEntry, DeliveryLog } from "../../src/delivery/types.js"
+import { spawnReporting } from "./fixtures/reportLine.js"
 import { makeMemoryLog } from "./memoryLog.js"
 
 const msg = (to: string, body: unknown) => ({ channel: "test", to, body })
@@ -123,39 +123,22 @@ interface Run {
   readonly killed: boolean
 }
 
-/** Runs the child; SIGKILLs it as soon as it prints `HANG` (it hangs inside deliver). */
+/** Runs the child; SIGKILLs it as soon as it reports `HANG` (it hangs inside deliver). */
 const run = (dir: string, remote: string, hang: string, reconcile: boolean, enqueue: boolean) =>
   new Promise<Run>((resolve, reject) => {
-    const proc = spawn(process.execPath, [
-      "--import",
-      "tsx",
-      child,
-      dir,
-      remote,
-      hang,
-      reconcile ? "1" : "0",
-      enqueue ? "1" : "0"
-    ], {
-      stdio: ["ignore", "pipe", "pipe"]
-    })
     const lines: Array<string> = []
-    let buffered = ""
-    let stderr = ""
-    proc.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d))
-    proc.stdout.setEncoding("utf8").on("data", (d: string) => {
-      buffered += d
-      let nl: number
-      while ((nl = buffered.indexOf("\n")) >= 0) {
-        const line = buffered.slice(0, nl)
-        buffered = buffered.slice(nl + 1)
+    const { child: proc, stderr } = spawnReporting(
+      [child, dir, remote, hang, reconcile ? "1" : "0", enqueue ? "1" : "0"],
+      (line) => {
         lines.push(line)
         if (line.startsWith("HANG")) proc.kill("SIGKILL")
       }
-    })
+    )
     proc.on("error", reject)
-    proc.on("exit", (code, signal) => {
+    // "close", not "exit": at "exit" the last lines may still be unread.
+    proc.on("close", (code, signal) => {
       if (signal === "SIGKILL" || code === 0) resolve({ lines, killed: signal === "SIGKILL" })
-      else reject(new Error(`child exited ${code}: ${stderr}`))
+      else reject(new Error(`child exited ${code}: ${stderr()}`))
     })
   })
 

@@ -2,7 +2,7 @@
  * The README's "Node.js versions" section is true: package.json's `engines` is a plain floor that
  * the Node running the tests meets, and the installed packages whose own `engines` exclude that
  * floor (npm's EBADENGINE warnings) are exactly the ones the README's table names, with the range
- * each declares. (That the runtime entry points load on this Node is package.test.ts.)
+ * each declares. (That the runtime entry points load on this Node is test/package/consumer.test.ts.)
  */
 import * as fs from "node:fs"
 import * as path from "node:path"

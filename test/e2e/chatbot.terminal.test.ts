@@ -79,7 +79,7 @@ describe("chatbot in a terminal", () => {
         await t.type("/help")
         await t.keys("Enter")
         const help = await t.waitFor((s) => s.includes("/quit ") && promptLast(s), "the help")
-        for (const command of ["/help", "/status", "/restart <lane>", "/quit"]) {
+        for (const command of ["/help", "/status", "/restart <lane>", "/pause <lane>", "/resume <lane>", "/quit"]) {
           expect(help).toMatch(new RegExp(`^${command.replace(/[/<>]/g, "\\$&")} `, "m"))
         }
 
@@ -115,6 +115,50 @@ describe("chatbot in a terminal", () => {
       expect((await t.waitForExit()).code).toBe(0)
     })
   }, 60_000)
+
+  ttyIt(
+    "/pause main: a typed message waits (status: paused), /resume main answers it; /limits main 2 5 shows in /status; /help lists the lane commands",
+    async () => {
+      await withTerminal(["--latency", "10"], async (t) => {
+        await t.waitFor(promptLast, "the prompt")
+        await t.type("/pause main")
+        await t.keys("Enter")
+        await t.waitFor((s) => s.includes("lane main paused: running turns go on") && promptLast(s), "the pause")
+        await t.type("wait for me")
+        await t.keys("Enter")
+        const held = await statusUntil(t, /^unanswered: local: 1 message\(s\) accepted/m)
+        expect(held).toMatch(
+          /^lane main: running 0, waiting 1, keys 1, generation 0, concurrent 4, queued 64, paused$/m
+        )
+        expect(held).toMatch(
+          /^unanswered: local: 1 message\(s\) accepted, waiting: lane main is paused \(\/resume main\)$/m
+        )
+        expect(await t.screen()).not.toContain("bot> You said: wait for me")
+        await t.type("/resume main")
+        await t.keys("Enter")
+        const answered = await t.waitFor(
+          (s) => s.includes("bot> You said: wait for me") && promptLast(s),
+          "the answer after /resume"
+        )
+        const lines = linesOf(answered)
+        expect(lines.indexOf("bot> You said: wait for me")).toBeGreaterThan(lines.indexOf("you> /resume main"))
+        await t.type("/limits main 2 5")
+        await t.keys("Enter")
+        await t.waitFor((s) => s.includes("lane main limits: concurrent 2, queued 5") && promptLast(s), "the limits")
+        // Asked until the answered turn has ended (running 0): then the line must show the new limits.
+        const status = await statusUntil(t, /^lane main: running 0, waiting 0, keys 0,/m)
+        expect(status).toMatch(/^lane main: running 0, waiting 0, keys 0, generation 0, concurrent 2, queued 5$/m)
+        await t.type("/help")
+        await t.keys("Enter")
+        const help = await t.waitFor((s) => s.includes("/quit ") && promptLast(s), "the help")
+        for (const command of ["/pause <lane>", "/resume <lane>"]) expect(help).toContain(`\n${command} `)
+        expect(help).toContain("\n/limits <lane> <concurrent> [queued]\n")
+        await t.keys("C-d")
+        expect((await t.waitForExit()).code).toBe(0)
+      })
+    },
+    60_000
+  )
 
   ttyIt(
     "a line printed while the thinking sign shows (a lane restart) is a line of its own; the reply comes after it",
@@ -177,4 +221,36 @@ describe("chatbot in a terminal", () => {
       expect(await t.screen()).not.toContain("bot> ")
     })
   }, 60_000)
+
+  ttyIt(
+    "a resize while a wrapped line is typed under the thinking sign: the line is drawn once, and no thinking sign is left behind",
+    async () => {
+      // 6 s turn: the resize and its checks happen while it runs (each step waits on the screen, not a clock).
+      await withTerminal(["--latency", "6000"], async (t) => {
+        await t.waitFor(promptLast, "the prompt")
+        await t.type("a first message")
+        await t.keys("Enter")
+        await t.waitFor((s) => s.includes("…thinking") && promptLast(s), "the thinking sign")
+        const typed = "a line typed during the turn that wraps once narrower"
+        await t.type(typed)
+        await t.waitFor((s) => linesOf(s).at(-1) === `you> ${typed}`, "the typed line")
+        await t.resize(40, 40)
+        // At 40 columns `you> ` and the 53 characters take two rows: the first 40 characters, then the rest.
+        const first = `you> ${typed}`.slice(0, 40)
+        const rest = `you> ${typed}`.slice(40)
+        const narrow = await t.waitFor((s) => linesOf(s).at(-1) === rest, "the typed line re-wrapped at 40 columns")
+        const lines = linesOf(narrow)
+        expect(lines.filter((l) => l === first)).toHaveLength(1)
+        expect(lines.at(-2)).toBe(first)
+        expect(lines.at(-3)).toBe("…thinking")
+        const answered = await t.waitFor((s) => s.includes("bot> You said: a first"), "the reply")
+        expect(answered).not.toContain("…thinking")
+        expect(linesOf(answered).filter((l) => l === first)).toHaveLength(1)
+        expect(linesOf(answered).slice(-2)).toEqual([first, rest])
+        await t.keys("C-u", "C-d") // Ctrl+D ends input only on an empty line
+        expect((await t.waitForExit()).code).toBe(0)
+      })
+    },
+    60_000
+  )
 })

@@ -104,7 +104,27 @@ const effectResult = await Effect.runPromise(Effect.scoped(Effect.gen(function* 
   return { result, reply: reply.text }
 }).pipe(Effect.provide(ScriptedModel.layer({ latencyMs: 0 })))))
 fs.rmSync(dir, { recursive: true, force: true })
+// @ts-expect-error a wrong type must be an error (the declarations are real, not any)
+export const wrong: number = CommandQueue.make
 console.log(JSON.stringify({ promiseResult, ...effectResult, delivered }))
+`
+
+/** A few names each entry point must export (what the README's table says it holds). */
+const EXPECTED: Readonly<Record<string, ReadonlyArray<string>>> = {
+  switchyard: ["CommandQueue", "createLanes", "createCommandQueue", "DeliveryLog", "DeliveryQueue", "Agent", "Model"],
+  "switchyard/queue": ["CommandQueue", "createLanes", "createCommandQueue", "QueueFailure"],
+  "switchyard/delivery": ["DeliveryLog", "DeliveryQueue", "DeliveryFailure"],
+  "switchyard/agent": ["Agent", "Model", "ScriptedModel", "AnthropicModel", "Transcripts", "serve", "runMain"],
+  "switchyard/cluster": ["ClusterQueue", "PgDeliveryLog", "ClusterDelivery", "ClusterAgent", "Runner"]
+}
+
+// Every entry point imported by name with plain node: what each exports, and whether anything of undici
+// (which does not load on Node 20, see README "Node.js versions") was loaded on the way.
+const PROBE = `import { createRequire } from "node:module"
+const exports = {}
+for (const entry of ${JSON.stringify(Object.keys(EXPECTED))}) exports[entry] = Object.keys(await import(entry))
+const loaded = Object.keys(createRequire(import.meta.url).cache)
+console.log(JSON.stringify({ node: process.version, exports, undici: loaded.filter((file) => /[\\\\/]undici[\\\\/]/.test(file)) }))
 `
 
 // Without Postgres nothing of the cluster can start; this checks that the entry point loads and its
@@ -186,4 +206,24 @@ describe("the packed package, installed by a consumer", () => {
     for (const [name, kind] of out.kinds) expect([name, kind]).toEqual([name, "object"])
     expect(out.checked).toBe(true)
   }, 240_000)
+
+  it(
+    "every entry point loads by name with plain node on this Node, exports its names, and none loads undici",
+    async () => {
+      // After the test above: the optional peers are installed, so /cluster loads too.
+      fs.writeFileSync(path.join(app, "probe.mjs"), PROBE)
+      const { stdout } = await run(process.execPath, ["probe.mjs"], { cwd: app })
+      const report = JSON.parse(stdout) as {
+        node: string
+        exports: Record<string, ReadonlyArray<string>>
+        undici: ReadonlyArray<string>
+      }
+      expect(report.node).toBe(process.version)
+      for (const [entry, names] of Object.entries(EXPECTED)) {
+        expect(report.exports[entry], entry).toEqual(expect.arrayContaining([...names]))
+      }
+      expect(report.undici).toEqual([])
+    },
+    60_000
+  )
 })

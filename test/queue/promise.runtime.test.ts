@@ -1,4 +1,7 @@
-/** The run-time lane controls through the Promise API: same engine, synchronous controls that throw, removeLane a Promise. */
+/**
+ * The run-time lane controls through the Promise API: same engine; each control is applied before
+ * it returns and gives a Promise that rejects with its RequestError (never an unhandled rejection).
+ */
 import { afterEach, describe, expect, it } from "vitest"
 import { AdmissionError, RequestError } from "../../src/queue/index.js"
 import type { AsyncFuture } from "../../src/queue/index.js"
@@ -11,10 +14,19 @@ const laneOf = (lanes: ReadonlyArray<{ readonly lane: string }>, name: string) =
 describe("Promise API: lanes at run time", () => {
   it("addLane adds a lane at once; removeLane closes admission, lets tasks finish and forgets the lane", async () => {
     const q = await make()
-    q.addLane("tools", { concurrent: 1, queued: 2 })
-    expect(() => q.addLane("tools", { concurrent: 1, queued: 2 })).toThrow(RequestError)
+    const added = q.addLane("tools", { concurrent: 1, queued: 2 })
     const a = gated("a")
+    // applied before addLane returned: the dispatch needs no await
     const running = q.dispatch("tools", "a", a.task)
+    await expect(added).resolves.toBeUndefined()
+    await expect(q.addLane("tools", { concurrent: 1, queued: 2 })).rejects.toMatchObject({
+      _tag: "RequestError",
+      lane: "tools"
+    })
+    await expect(q.addLane("x", { concurrent: 0, queued: 2 })).rejects.toMatchObject({
+      _tag: "RequestError",
+      field: "limits.concurrent"
+    })
     const removed = q.removeLane("tools")
     expect(() => q.dispatch("tools", "b", () => 1)).toThrow(AdmissionError)
     a.release()
@@ -30,16 +42,20 @@ describe("Promise API: lanes at run time", () => {
     expect(laneOf(q.snapshot(), "session:9")).toMatchObject({ concurrent: 1, queued: 1 })
   })
 
-  it("setLimits grows a lane at once and throws RequestError with field limits.concurrent for a bad value", async () => {
+  it("setLimits grows a lane at once and rejects RequestError with field limits.concurrent for a bad value", async () => {
     const q = await make({ lanes: { tools: { concurrent: 1, queued: 4 } } })
     const tasks = ["a", "b"].map((k) => gated(k))
     const futures = tasks.map((t, i) => q.dispatch("tools", `k${i}`, t.task))
     expect(laneOf(q.snapshot(), "tools")).toMatchObject({ running: 1, waiting: 1 })
-    q.setLimits("tools", { concurrent: 2 })
+    const grown = q.setLimits("tools", { concurrent: 2 })
     expect(laneOf(q.snapshot(), "tools")).toMatchObject({ running: 2, waiting: 0 })
-    expect(() => q.setLimits("tools", { concurrent: 0 })).toThrow(
-      expect.objectContaining({ _tag: "RequestError", field: "limits.concurrent" })
-    )
+    await expect(grown).resolves.toBeUndefined()
+    await expect(q.setLimits("tools", { concurrent: 0 })).rejects.toMatchObject({
+      _tag: "RequestError",
+      field: "limits.concurrent"
+    })
+    expect(laneOf(q.snapshot(), "tools")).toMatchObject({ concurrent: 2 })
+    await expect(q.setLimits("nope", { concurrent: 1 })).rejects.toBeInstanceOf(RequestError)
     for (const t of tasks) t.release()
     expect(await Promise.all(futures.map((f) => f.result))).toEqual(["a", "b"])
   })
@@ -47,15 +63,19 @@ describe("Promise API: lanes at run time", () => {
   it("pause starts nothing while admission stays open; resume starts the longest waiter first", async () => {
     const q = await make({ lanes: { tools: { concurrent: 1, queued: 4 } } })
     const order: Array<string> = []
-    q.pause("tools")
+    const paused = q.pause("tools")
     expect(laneOf(q.snapshot(), "tools")).toMatchObject({ paused: true })
     const futures = ["x", "y"].map((k) => q.dispatch("tools", k, () => order.push(k)))
     await flush()
     expect(order).toEqual([])
-    q.resume("tools")
+    await expect(paused).resolves.toBeUndefined()
+    const resumed = q.resume("tools")
+    expect(laneOf(q.snapshot(), "tools")).toMatchObject({ paused: false })
+    await resumed
     await Promise.all(futures.map((f) => f.result))
     expect(order).toEqual(["x", "y"])
-    expect(() => q.pause("nope")).toThrow(RequestError)
+    await expect(q.pause("nope")).rejects.toMatchObject({ _tag: "RequestError", lane: "nope" })
+    await expect(q.resume("nope")).rejects.toMatchObject({ _tag: "RequestError", lane: "nope" })
   })
 
   it("groups: one budget over several lanes, groupSnapshot and setGroupLimits", async () => {
@@ -65,11 +85,31 @@ describe("Promise API: lanes at run time", () => {
     const cf = q.dispatch("cron", "c", () => "c")
     expect(cf.admission).toBe("queued")
     expect(q.groupSnapshot()).toEqual([{ group: "background", concurrent: 1, running: 1, waiting: 1 }])
-    q.setGroupLimits("background", { concurrent: 2 })
+    const grown = q.setGroupLimits("background", { concurrent: 2 })
+    expect(q.groupSnapshot()).toEqual([{ group: "background", concurrent: 2, running: 2, waiting: 0 }])
+    await grown
     expect(await cf.result).toBe("c")
     h.release()
     expect(await hf.result).toBe("h")
-    expect(() => q.setGroupLimits("nope", { concurrent: 1 })).toThrow(RequestError)
+    await expect(q.setGroupLimits("nope", { concurrent: 1 })).rejects.toMatchObject({ _tag: "RequestError" })
+    await expect(q.setGroupLimits("background", { concurrent: 0 })).rejects.toMatchObject({ _tag: "RequestError" })
+  })
+
+  it("a refused control nobody awaits raises no unhandled rejection", async () => {
+    const q = await make()
+    const unhandled: Array<unknown> = []
+    const onUnhandled = (reason: unknown) => unhandled.push(reason)
+    process.on("unhandledRejection", onUnhandled)
+    try {
+      void q.pause("nope")
+      void q.setLimits("main", { concurrent: -1 })
+      void q.addLane("main", { concurrent: 1, queued: 1 })
+      void q.setGroupLimits("nope", { concurrent: 1 })
+      await flush()
+    } finally {
+      process.off("unhandledRejection", onUnhandled)
+    }
+    expect(unhandled).toEqual([])
   })
 
   it("priority: higher first, one key in admission order", async () => {

@@ -38,6 +38,8 @@ export interface Terminal {
   readonly screen: () => Promise<string>
   /** Polls the screen until `check` holds; fails at the deadline with the last screen. */
   readonly waitFor: (check: (screen: string) => boolean, what: string, timeoutMs?: number) => Promise<string>
+  /** Resizes the terminal (the program gets SIGWINCH; tmux re-wraps what is on screen). */
+  readonly resize: (columns: number, rows: number) => Promise<void>
   /** Waits until the program exits (the pane stays, dead, so its last screen can be read). */
   readonly waitForExit: (timeoutMs?: number) => Promise<PaneExit>
   /** Kills the tmux server (and with it the program, if it still runs) and removes its files. */
@@ -120,6 +122,8 @@ export const startTerminal = async (
     type: async (text) => void (await tmux("send-keys", "-t", "chat", "-l", text)),
     keys: async (...keys) => void (await tmux("send-keys", "-t", "chat", ...keys)),
     screen,
+    resize: async (columns, rows) =>
+      void (await tmux("resize-window", "-t", "chat", "-x", String(columns), "-y", String(rows))),
     waitFor: (check, what, timeoutMs = DEFAULT_WAIT_MS) =>
       poll(
         async () => {
