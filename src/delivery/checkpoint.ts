@@ -12,7 +12,7 @@ import { crc32 } from "node:zlib"
 import type { AckedParts } from "./ackedWindow.js"
 import type { Runs } from "./idRing.js"
 import type { KeyedColumns } from "./keyedRing.js"
-import { ackedBytes, type EntryData, entryBytes, readAcked, readEntry, writeAcked, writeEntry } from "./payload.js"
+import { ackedBytes, entryBytes, type EntryData, readAcked, readEntry, writeAcked, writeEntry } from "./payload.js"
 import { FILE_MODE } from "./segment.js"
 
 export const CHECKPOINT = "CHECKPOINT"
@@ -58,7 +58,8 @@ interface Header {
 
 const NONE = 0xffff_ffff
 
-const bytesOf = (a: Uint32Array | Uint8Array | Float64Array): Buffer => Buffer.from(a.buffer, a.byteOffset, a.byteLength)
+const bytesOf = (a: Uint32Array | Uint8Array | Float64Array): Buffer =>
+  Buffer.from(a.buffer, a.byteOffset, a.byteLength)
 
 const runsBytes = (r: Runs): number => 12 * r.at.length
 

@@ -11,11 +11,12 @@
 import * as fs from "node:fs"
 import { join } from "node:path"
 import { crc32 } from "node:zlib"
-import { type AckedCopy, acked, type ReadRecord, WrongRecord } from "./ackedWindow.js"
+import { acked, type AckedCopy, WrongRecord } from "./ackedWindow.js"
 import { formatUuid } from "./idRing.js"
 import type { KeyDigest } from "./keyDigest.js"
 import { ackedBytes, entryBytes, type EntryData, writeAcked, writeEntry } from "./payload.js"
 import { encode, HEADER_BYTES, Kind, seal } from "./record.js"
+import { RecordReader } from "./recordReader.js"
 import { FILE_MODE, fsyncDir, segmentName } from "./segment.js"
 
 /** Points where a test may crash the process (`hooks.step`). */
@@ -45,7 +46,12 @@ export interface Captured {
 const CHUNK = 1 << 20
 
 /** Write `bufs` (`size` bytes in all) at the file's position; returns the CRC-32 carried on from `crc`. */
-const writeAll = async (fh: fs.promises.FileHandle, bufs: Array<Buffer>, size: number, crc: number): Promise<number> => {
+const writeAll = async (
+  fh: fs.promises.FileHandle,
+  bufs: Array<Buffer>,
+  size: number,
+  crc: number
+): Promise<number> => {
   if (bufs.length === 0) return crc
   const one = Buffer.concat(bufs, size)
   let off = 0
@@ -67,17 +73,42 @@ export interface WrittenSnapshot {
 }
 
 /**
- * Write snapshot `number` from `captured`: the keyed ring's entries are read back through `read`
- * from their records (still there: the files are removed only after this). Steps 2 and 3.
+ * Write snapshot `number` of the log `o.dir` from `captured`: the keyed ring's entries are read back
+ * from their records (still there: the files are removed only after this), each record's length
+ * checked against `o.maxRecordBytes` + `slack`. Steps 2 and 3.
  */
 export const writeSnapshot = async (
+  o: { readonly dir: string; readonly sync: boolean; readonly maxRecordBytes: number },
+  slack: number,
+  number: number,
+  captured: Captured,
+  hooks: CompactionHooks,
+  beforeRename: () => void = () => {}
+): Promise<WrittenSnapshot> => {
+  const reader = new RecordReader(o.dir, o.maxRecordBytes + slack, 1 << 20)
+  try {
+    return await write(
+      o.dir,
+      number,
+      captured,
+      (code, offset) => reader.entryAt(code, offset),
+      o.sync,
+      hooks,
+      beforeRename
+    )
+  } finally {
+    reader.close()
+  }
+}
+
+const write = async (
   dir: string,
   number: number,
   captured: Captured,
-  read: ReadRecord,
+  read: (code: number, offset: number) => EntryData,
   sync: boolean,
   hooks: CompactionHooks,
-  beforeRename: () => void = () => {}
+  beforeRename: () => void
 ): Promise<WrittenSnapshot> => {
   const final = join(dir, segmentName(number, "snap"))
   const temp = `${final}.tmp`

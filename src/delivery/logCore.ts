@@ -6,29 +6,18 @@
 import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
 import { join } from "node:path"
-import { WrongRecord } from "./ackedWindow.js"
-import { Addresses, SNAPSHOT_BASE } from "./addresses.js"
-import { type Covered, type PlacedEntry, removeCheckpoint, writeCheckpoint } from "./checkpoint.js"
-import {
-  type Captured,
-  type CompactionHooks,
-  removeReplaced,
-  writeSnapshot,
-  type WrittenSnapshot
-} from "./compaction.js"
+import { type Captured, type CompactionHooks, removeReplaced, writeSnapshot } from "./compaction.js"
 import { DeliveryLogError } from "./errors.js"
 import { stageIdRecord, tooLarge } from "./framing.js"
 import { describeFsError, fsErrorPath, makeDirectory } from "./fsError.js"
 import { GroupCommitWriter } from "./groupCommit.js"
-import { parseUuid } from "./idRing.js"
+import { KeyedPlaces, readFailure } from "./keyedPlaces.js"
 import { acquireLock, releaseLock } from "./lockfile.js"
 import { writeManifest } from "./manifest.js"
 import { appendBytes, EntryData, utf8Bytes, writeAppend } from "./payload.js"
 import { HEADER_BYTES, Kind, seal } from "./record.js"
-import { RecordReader } from "./recordReader.js"
 import { CorruptLog, finishRecovery, type KeptSegment, recover } from "./recovery.js"
-import { withFile } from "./replay.js"
-import { checksumFile, codeNumber, createSegment, DIR_MODE, fileCode, segmentName } from "./segment.js"
+import { createSegment, DIR_MODE, fileCode, segmentName } from "./segment.js"
 import type { LogState } from "./state.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { checkMessage, clipError, type ResolvedOptions } from "./validate.js"
@@ -58,27 +47,6 @@ const unknownId = (id: string): DeliveryLogError =>
       `Expected the id of an entry in the log, got \`${id}\`: it was never appended here, or it was acked more than \`dedupeWindowMs\` ago`
   })
 
-/** Scratch: a located record (file code, offset), and an id's 128 bits. */
-const place = new Uint32Array(2)
-const idWords = new Uint32Array(4)
-
-/** A failed read of an acked entry's record (to check a repeated idempotency key against it). */
-const readError = (dir: string, e: unknown): DeliveryLogError =>
-  e instanceof CorruptLog || e instanceof WrongRecord
-    ? new DeliveryLogError({
-      reason: "corrupt",
-      message:
-        `The delivery log is corrupt: checking an idempotency key against the entry acked with it found ${e.message}; nothing was written (re-open the log: recovery says what is damaged)`,
-      path: e instanceof CorruptLog ? e.path : dir
-    })
-    : new DeliveryLogError({
-      reason: "io",
-      message: `Reading the delivery log failed (${
-        (e as NodeJS.ErrnoException)?.code ?? String(e)
-      }) while checking an idempotency key against the entry acked with it; nothing was written`,
-      path: fsErrorPath(e) ?? dir
-    })
-
 /** What opening found, for the caller to log. */
 export interface OpenNotes {
   readonly truncated?: { readonly path: string; readonly offset: number; readonly why: string }
@@ -106,17 +74,8 @@ export class LogCore {
   onCompactionWanted: () => void = () => {}
   /** Called once when the writer failed: the core accepts no more writes, the owner re-opens the log. */
   onFailed: (error: DeliveryLogError) => void = () => {}
-  /** Where records are (state.addresses): the writer's bytes from `writerBase` on. */
-  private readonly addresses: Addresses
-  /** Bytes the writer has written since open (the address of the next is `writerBase` + this). */
-  private writtenPos = 0
-  /** Segments that have their range of addresses. */
-  private readonly placed = new Set<number>()
-  private lastPlaced = -1
-  /** The next range for a snapshot this core writes. */
-  private snapshotBase = SNAPSHOT_BASE
-  /** Reads acked entries back (a repeated idempotency key), opened on the first need. */
-  private reader: RecordReader | undefined
+  /** Where the records of keyed entries are (read back on a repeated key, moved by compaction). */
+  private readonly places: KeyedPlaces
 
   private constructor(
     private readonly o: ResolvedOptions,
@@ -126,17 +85,15 @@ export class LogCore {
     private readonly segments: Map<number, KeptSegment>,
     private readonly writer: GroupCommitWriter,
     private readonly hooks: CompactionHooks,
-    /** The address of the writer's first byte. */
-    private readonly writerBase: number,
+    /** The address of the writer's first byte, and the segment it writes. */
+    writerBase: number,
     active: number
   ) {
     for (const s of segments.values()) {
       this.totalBytes += s.bytes
       if (s.kind === "snap") this.baseline = s.bytes
     }
-    this.addresses = state.addresses
-    this.placed.add(active)
-    this.lastPlaced = active
+    this.places = new KeyedPlaces(o.dir, o.maxRecordBytes + READ_SLACK, state.addresses, writerBase, active)
   }
 
   /**
@@ -250,14 +207,7 @@ export class LogCore {
 
   private written(number: number, bytes: number): void {
     const s = this.segments.get(number)
-    if (number !== this.lastPlaced) {
-      this.lastPlaced = number
-      if (!this.placed.has(number)) {
-        this.placed.add(number)
-        this.addresses.add(fileCode(number, "log"), this.writerBase + this.writtenPos - (s?.bytes ?? 0))
-      }
-    }
-    this.writtenPos += bytes
+    this.places.written(number, s?.bytes ?? 0, bytes)
     if (s !== undefined) s.bytes += bytes
     this.totalBytes += bytes
     // Dead weight is an estimate (live bytes are counted by append size); requiring the log to have
@@ -345,7 +295,7 @@ export class LogCore {
     const at = this.writer.reserve(HEADER_BYTES + payloadBytes)
     const buf = this.writer.buffer
     writeAppend(buf, at + HEADER_BYTES, id, idBytes, seq, now, key, keyBytes, json, textBytes)
-    const pos = this.writerBase + this.writer.taken + at
+    const pos = this.places.addressOf(this.writer.taken, at)
     seal(buf, at, this.nextLsn++, Kind.append, payloadBytes)
     const data = new EntryData(
       id,
@@ -377,14 +327,11 @@ export class LogCore {
   /** The keyed entry acked within the window under `key` (its record read back), or why it cannot be checked. */
   private ackedByKey(key: string): EntryData | DeliveryLogError | undefined {
     try {
-      return this.state.acked.findKey(key, this.readRecord)
+      return this.state.acked.findKey(key, this.places.read)
     } catch (e) {
-      return readError(this.o.dir, e)
+      return readFailure(this.o.dir, e)
     }
   }
-
-  private readonly readRecord = (code: number, offset: number): EntryData =>
-    (this.reader ??= new RecordReader(this.o.dir, this.o.maxRecordBytes + READ_SLACK)).entryAt(code, offset)
 
   attempt(
     id: string,
@@ -588,36 +535,18 @@ export class LogCore {
       reserved = cp.reserved
       this.retry = { reserved }
       this.hooks.step?.("checkpointed")
-      const reader = new RecordReader(this.o.dir, this.o.maxRecordBytes + READ_SLACK, 1 << 20)
-      let snap: WrittenSnapshot
-      try {
-        snap = await writeSnapshot(
-          this.o.dir,
-          cp.reserved,
-          cp.captured,
-          (code, offset) => reader.entryAt(code, offset),
-          this.o.sync,
-          this.hooks,
-          () => {
-            this.installing = cp.reserved
-            this.saveManifest()
-          }
-        )
-      } finally {
-        reader.close()
-      }
+      const snap = await writeSnapshot(this.o, READ_SLACK, cp.reserved, cp.captured, this.hooks, () => {
+        this.installing = cp.reserved
+        this.saveManifest()
+      })
       const size = snap.size
-      this.relocate(cp.reserved, cp.captured, snap)
+      const gone = [...this.segments.values()].filter((s) => s.number < cp.reserved)
+      this.places.installed(this.state, cp.reserved, cp.captured, snap, gone)
       const replaced: Array<string> = []
-      for (const s of this.segments.values()) {
-        if (s.number < cp.reserved) {
-          replaced.push(segmentName(s.number, s.kind))
-          this.segments.delete(s.number)
-          this.totalBytes -= s.bytes
-          const code = fileCode(s.number, s.kind)
-          this.addresses.drop(code)
-          this.reader?.drop(code)
-        }
+      for (const s of gone) {
+        replaced.push(segmentName(s.number, s.kind))
+        this.segments.delete(s.number)
+        this.totalBytes -= s.bytes
       }
       this.segments.set(cp.reserved, { number: cp.reserved, kind: "snap", bytes: size, crc: snap.crc, crcTo: size })
       this.totalBytes += size
@@ -625,11 +554,6 @@ export class LogCore {
       this.retry = undefined
       this.installing = null
       this.saveManifest()
-      try {
-        removeCheckpoint(this.o.dir)
-      } catch {
-        // A stale checkpoint names files that are gone: the next open ignores it.
-      }
       removeReplaced(this.o.dir, replaced, this.o.sync, this.hooks)
     } catch (e) {
       if (reserved >= 0) {
@@ -661,59 +585,6 @@ export class LogCore {
   }
 
   /**
-   * Snapshot `reserved` now holds the records of keyed entries that were in the files it replaces:
-   * point the dedupe window and the live entries there (before those files are removed).
-   */
-  private relocate(reserved: number, captured: Captured, snap: WrittenSnapshot): void {
-    const code = fileCode(reserved, "snap")
-    const base = this.snapshotBase
-    this.snapshotBase += snap.size
-    this.addresses.add(code, base)
-    const k = captured.acked.keyed
-    for (let i = 0; i < k.count; i++) {
-      this.state.acked.relocate(k.words.subarray(4 * i, 4 * i + 4), reserved, code, snap.keyedAt[i]!)
-    }
-    for (const [id, offset] of snap.entriesAt) {
-      const live = this.state.live.get(id)
-      if (live !== undefined) {
-        if (!this.addresses.locate(live.pos, place) || codeNumber(place[0]!) < reserved) live.pos = base + offset
-      } else if (parseUuid(id, idWords)) this.state.acked.relocate(idWords, reserved, code, offset)
-    }
-  }
-
-  /**
-   * Write the CHECKPOINT (best effort): the state now, and the size and CRC-32 of every file it stands
-   * for. The bytes written since open are read back once for their CRC.
-   */
-  private saveCheckpoint(): void {
-    const files: Array<Covered> = []
-    const segments = [...this.segments.values()].sort((a, b) => a.number - b.number)
-    for (const s of segments) {
-      if (s.crcTo < s.bytes) {
-        const path = join(this.o.dir, segmentName(s.number, s.kind))
-        const crc = withFile(path, (fd) => checksumFile(fd, s.bytes, s.crcTo, s.crc))
-        if (crc < 0) return
-        s.crc = crc
-        s.crcTo = s.bytes
-      }
-      files.push({ number: s.number, kind: s.kind, size: s.bytes, crc: s.crc })
-    }
-    const live: Array<PlacedEntry> = []
-    for (const entry of this.state.live.values()) {
-      const known = entry.key !== undefined && this.addresses.locate(entry.pos, place)
-      live.push({ entry, code: known ? place[0]! : -1, offset: known ? place[1]! : 0 })
-    }
-    writeCheckpoint(this.o.dir, {
-      files,
-      nextLsn: this.nextLsn,
-      nextSeq: this.state.nextSeq,
-      liveBytes: this.state.liveBytes,
-      live,
-      acked: this.state.acked.parts()
-    })
-  }
-
-  /**
    * Refuse new calls, wait for compaction and queued records, close files, release the lock (kept
    * with `keepLock`, for a re-open). After a failed write, the bytes past the durable frontier (a
    * failed batch, never reported durable) are cut, so a re-open shows exactly what was acknowledged.
@@ -731,19 +602,11 @@ export class LogCore {
         } catch {
           // the MANIFEST written at the last roll still holds (its sizes are lower bounds)
         }
-        this.reader?.close()
-        if (this.writer.failed === undefined) {
-          try {
-            this.saveCheckpoint()
-          } catch {
-            // No checkpoint (a full disk, say): the next open replays the records instead.
-            try {
-              fs.rmSync(join(this.o.dir, "CHECKPOINT.tmp"), { force: true })
-            } catch {
-              // left for the next open, which deletes it
-            }
-          }
-        }
+        // Only when every record was written: the checkpoint stands for the files as they are.
+        this.places.close(
+          this.writer.failed === undefined ? { segments: this.segments.values(), nextLsn: this.nextLsn } : undefined,
+          this.state
+        )
       })()
     }
     await this.closing

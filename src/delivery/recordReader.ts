@@ -78,7 +78,9 @@ export class RecordReader {
         }
       }
     } catch (e) {
-      if (e instanceof BadPayload) throw new CorruptLog(path, offset, `a record whose payload does not decode (${e.message})`)
+      if (e instanceof BadPayload) {
+        throw new CorruptLog(path, offset, `a record whose payload does not decode (${e.message})`)
+      }
       throw e
     }
     throw new CorruptLog(path, offset, `a record of kind ${r.kind} where an entry was expected`)

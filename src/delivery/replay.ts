@@ -202,7 +202,12 @@ export const replayLog = (
         // is never that (unless the limit was lowered since), so it is corruption wherever it is.
         // An unknown kind passed its CRC: written whole (by a newer version?), not torn either.
         if (last && r !== "too-long" && r !== "bad-kind" && !reader.anyValidAfter(at, expected - 1)) {
-          return { size: at, crc: reader.checksum(at), expected, truncate: { path, offset: at, why: describeInvalid(r) } }
+          return {
+            size: at,
+            crc: reader.checksum(at),
+            expected,
+            truncate: { path, offset: at, why: describeInvalid(r) }
+          }
         }
         throw new CorruptLog(path, at, describeInvalid(r))
       }

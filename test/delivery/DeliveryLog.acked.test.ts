@@ -107,11 +107,17 @@ type Op =
   | { readonly op: "compact" | "reopen" | "crash" }
 
 const opArb: fc.Arbitrary<Op> = fc.oneof(
-  { weight: 8, arbitrary: fc.record({ op: fc.constant("append" as const), key: fc.option(fc.nat(12), { nil: undefined }) }) },
+  {
+    weight: 8,
+    arbitrary: fc.record({ op: fc.constant("append" as const), key: fc.option(fc.nat(12), { nil: undefined }) })
+  },
   { weight: 7, arbitrary: fc.record({ op: fc.constant("ack" as const), pick: fc.nat() }) },
   {
     weight: 2,
-    arbitrary: fc.record({ op: fc.constantFrom("attempt" as const, "mark" as const, "dead" as const, "requeue" as const), pick: fc.nat() })
+    arbitrary: fc.record({
+      op: fc.constantFrom("attempt" as const, "mark" as const, "dead" as const, "requeue" as const),
+      pick: fc.nat()
+    })
   },
   { weight: 2, arbitrary: fc.record({ op: fc.constant("tick" as const), ms: fc.integer({ min: 0, max: 700 }) }) },
   { weight: 1, arbitrary: fc.record({ op: fc.constantFrom("compact" as const, "reopen" as const, "crash" as const) }) }
@@ -152,7 +158,9 @@ const runModel = async (bulk: number, ops: ReadonlyArray<Op>, digest: KeyDigest 
         }
         break
       case "attempt":
-        if (id !== undefined && !live!.dead) await call((d) => core.attempt(id, { error: "down", nextAttemptAt: now }, d))
+        if (id !== undefined && !live!.dead) {
+          await call((d) => core.attempt(id, { error: "down", nextAttemptAt: now }, d))
+        }
         break
       case "mark":
         if (id !== undefined && !live!.dead) await call<void>((d) => core.markStarted(id, d))
@@ -216,15 +224,27 @@ const collide: KeyDigest = (_key, out) => {
 describe("DeliveryLog: acked ids and keys", () => {
   it("remember exactly the model's ids and keys through compactions, re-opens, crashes and the window", async () => {
     await fc.assert(
-      fc.asyncProperty(fc.nat(300), fc.array(opArb, { minLength: 20, maxLength: 150 }), (bulk, ops) => runModel(bulk, ops, undefined)),
+      fc.asyncProperty(
+        fc.nat(300),
+        fc.array(opArb, { minLength: 20, maxLength: 150 }),
+        (bulk, ops) => runModel(bulk, ops, undefined)
+      ),
       { numRuns: 25 }
     )
   }, 120_000)
 
-  it("with every key's digest the same, a distinct key always gets its own entry and a repeated one its own", async () => {
-    await fc.assert(
-      fc.asyncProperty(fc.nat(40), fc.array(opArb, { minLength: 20, maxLength: 150 }), (bulk, ops) => runModel(bulk, ops, collide)),
-      { numRuns: 15 }
-    )
-  }, 120_000)
+  it(
+    "with every key's digest the same, a distinct key always gets its own entry and a repeated one its own",
+    async () => {
+      await fc.assert(
+        fc.asyncProperty(
+          fc.nat(40),
+          fc.array(opArb, { minLength: 20, maxLength: 150 }),
+          (bulk, ops) => runModel(bulk, ops, collide)
+        ),
+        { numRuns: 15 }
+      )
+    },
+    120_000
+  )
 })

@@ -57,7 +57,12 @@ const store = () => {
   }
 }
 
-const remembered = (w: AckedWindow, read: (f: number, o: number) => EntryData, ids: Array<string>, keys: Array<string>) => ({
+const remembered = (
+  w: AckedWindow,
+  read: (f: number, o: number) => EntryData,
+  ids: Array<string>,
+  keys: Array<string>
+) => ({
   ids: ids.filter((id) => w.has(id)),
   keys: keys.map((k) => w.findKey(k, read)?.id ?? null)
 })
