@@ -85,7 +85,8 @@ export const writeSnapshot = async (
   hooks: CompactionHooks,
   beforeRename: () => void = () => {}
 ): Promise<WrittenSnapshot> => {
-  const reader = new RecordReader(o.dir, o.maxRecordBytes + slack, 1 << 20)
+  // The files below the snapshot are sealed: a window read once serves the records after it.
+  const reader = new RecordReader(o.dir, o.maxRecordBytes + slack, 1 << 20, true)
   try {
     return await write(
       o.dir,

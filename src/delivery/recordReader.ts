@@ -17,11 +17,17 @@ export class RecordReader {
   private winStart = 0
   private winLen = 0
 
-  /** `window`: bytes read at a time (sequential reads, as a compaction's, hit the window). */
+  /**
+   * `window`: bytes read at a time. `keep`: later reads may be served from the bytes read before (a
+   * compaction reading sealed files in order); without it every read goes to the file (the active
+   * segment may have been mid-write when a window was read: only a record that was durable before
+   * the read is certain to be whole).
+   */
   constructor(
     private readonly dir: string,
     private readonly maxPayload: number,
-    private readonly window = 4096
+    private readonly window = 4096,
+    private readonly keep = false
   ) {
     this.buf = Buffer.allocUnsafe(window)
   }
@@ -65,6 +71,7 @@ export class RecordReader {
     }
     const avail = this.winLen - rel
     const r = decodeAt(this.buf, rel, avail, avail, this.maxPayload)
+    if (!this.keep) this.winCode = -1
     if (typeof r === "string") throw new CorruptLog(path, offset, describeInvalid(r))
     try {
       switch (r.kind) {
