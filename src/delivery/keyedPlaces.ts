@@ -156,10 +156,15 @@ export class KeyedPlaces {
     })
   }
 
-  /** Close the reader; then, when `at` is given (every record written), write the checkpoint (best effort). */
+  /**
+   * Close the reader; then, when `at` is given (every record written), write the checkpoint (best
+   * effort) if it pays: when the acked ids it spares the next open replaying are at least as many as
+   * the pending and dead entries it copies (those cost the same either way). A log of mostly pending
+   * entries gets none (an older one, if there is one, still stands for the files it covers).
+   */
   close(at: { readonly segments: Iterable<KeptSegment>; readonly nextLsn: number } | undefined, state: LogState): void {
     this.reader?.close()
-    if (at === undefined) return
+    if (at === undefined || state.acked.size < state.live.size) return
     try {
       this.checkpoint(at.segments, state, at.nextLsn)
     } catch {

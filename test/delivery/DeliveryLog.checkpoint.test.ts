@@ -82,6 +82,17 @@ const state = async (dir: string, known: { acked: Array<string>; keys: Record<st
 }
 
 describe("DeliveryLog CHECKPOINT", () => {
+  it("a log of mostly pending entries gets none at close (it would copy them and spare nothing)", async () => {
+    const dir = tmp.next()
+    const { core } = LogCore.open(options(dir), 1000, {})
+    for (let i = 0; i < 50; i++) {
+      const e = await call<DeliveryEntry>((d) => core.append(msg(i, i % 2 === 0 ? `k${i}` : undefined), 1000, d))
+      if (i % 5 === 0) await call<void>((d) => core.ack(e.id, 1000, d))
+    }
+    await core.close()
+    assert.isFalse(fs.existsSync(join(dir, "CHECKPOINT")))
+  })
+
   it("a clean close writes one (mode 0600) that the next open uses, with the same state as a replay", async () => {
     const dir = tmp.next()
     const known = await build(dir)
