@@ -15,13 +15,14 @@ const hexValue = (c: number): number => (c >= 48 && c <= 57 ? c - 48 : c >= 97 &
 /** Dashes of a canonical UUID: 8-4-4-4-12. */
 const isDash = (i: number): boolean => i === 8 || i === 13 || i === 18 || i === 23
 
-/** Parse a canonical lowercase UUID from `src` (a string, or bytes from `at`) into `out[0..4)`; false for anything else. */
-const parseFrom = (src: string | Uint8Array, at: number, out: Uint32Array): boolean => {
+/** Parse a canonical lowercase UUID into `out[0..4)`; false (out unchanged in meaning) for anything else. */
+export const parseUuid = (id: string, out: Uint32Array): boolean => {
+  if (id.length !== 36) return false
   let w = 0
   let word = 0
   let digits = 0
   for (let i = 0; i < 36; i++) {
-    const c = typeof src === "string" ? src.charCodeAt(i) : src[at + i]!
+    const c = id.charCodeAt(i)
     if (isDash(i)) {
       if (c !== 45) return false
       continue
@@ -38,12 +39,35 @@ const parseFrom = (src: string | Uint8Array, at: number, out: Uint32Array): bool
   return true
 }
 
-/** Parse a canonical lowercase UUID into `out[0..4)`; false (out unchanged in meaning) for anything else. */
-export const parseUuid = (id: string, out: Uint32Array): boolean => id.length === 36 && parseFrom(id, 0, out)
+/** Byte -> its value as a lowercase hex digit, -1 for any other byte; -2 for the dash. */
+const HEX_BYTES = (() => {
+  const t = new Int8Array(256).fill(-1)
+  for (let c = 0; c < 16; c++) t[HEX.charCodeAt(c)] = c
+  t[45] = -2
+  return t
+})()
 
-/** `parseUuid` of the `len` bytes at `buf[at]` (an id as a record holds it), without making a string. */
-export const parseUuidBytes = (buf: Uint8Array, at: number, len: number, out: Uint32Array): boolean =>
-  len === 36 && parseFrom(buf, at, out)
+/** Offsets of the 32 hex digits of a canonical UUID. */
+const DIGITS = Uint8Array.from({ length: 36 }, (_, i) => i).filter((i) => !isDash(i))
+
+/**
+ * `parseUuid` of the `len` bytes at `buf[at]` (an id as a record holds it), without making a string:
+ * replay reads a snapshot's acked ids this way.
+ */
+export const parseUuidBytes = (buf: Uint8Array, at: number, len: number, out: Uint32Array): boolean => {
+  if (len !== 36) return false
+  if (buf[at + 8] !== 45 || buf[at + 13] !== 45 || buf[at + 18] !== 45 || buf[at + 23] !== 45) return false
+  for (let w = 0; w < 4; w++) {
+    let word = 0
+    for (let k = 0; k < 8; k++) {
+      const v = HEX_BYTES[buf[at + DIGITS[8 * w + k]!]!]!
+      if (v < 0) return false
+      word = (word << 4) | v
+    }
+    out[w] = word >>> 0
+  }
+  return true
+}
 
 /** The canonical text of 128 bits. */
 export const formatUuid = (w0: number, w1: number, w2: number, w3: number): string => {

@@ -10,6 +10,7 @@ import { assert, describe, it } from "@effect/vitest"
 import fc from "fast-check"
 import { randomUUID } from "node:crypto"
 import { AckedWindow, WrongRecord } from "../../src/delivery/ackedWindow.js"
+import { parseUuid, parseUuidBytes } from "../../src/delivery/idRing.js"
 import { digestKey, type KeyDigest } from "../../src/delivery/keyDigest.js"
 import { EntryData } from "../../src/delivery/payload.js"
 
@@ -144,6 +145,23 @@ describe("AckedWindow keyed ring", () => {
       ),
       { numRuns: 40 }
     )
+  })
+
+  it("an id read from a record's bytes is the same 128 bits as from its text; other shapes are refused", () => {
+    const a = new Uint32Array(4)
+    const b = new Uint32Array(4)
+    for (let i = 0; i < 200; i++) {
+      const id = randomUUID()
+      const bytes = Buffer.from(`xx${id}yy`, "latin1")
+      assert.isTrue(parseUuid(id, a))
+      assert.isTrue(parseUuidBytes(bytes, 2, 36, b))
+      assert.deepStrictEqual(Array.from(b), Array.from(a))
+    }
+    const id = randomUUID()
+    for (const bad of [id.toUpperCase(), id.replace("-", "_"), `${id.slice(0, 35)}g`, id.slice(1)]) {
+      assert.isFalse(parseUuid(bad, a), bad)
+      assert.isFalse(parseUuidBytes(Buffer.from(bad, "latin1"), 0, bad.length, b), bad)
+    }
   })
 
   it("a record that holds another id than the window says is refused, not returned", () => {
