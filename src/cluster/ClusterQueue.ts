@@ -19,6 +19,7 @@ import * as Coalesce from "./Coalesce.js"
 import * as Generations from "./Generations.js"
 import * as KeyRunner from "./KeyRunner.js"
 import type { LaneHandler } from "./KeyRunner.js"
+import * as LocalLanes from "./LocalLanes.js"
 import * as Migrations from "./Migrations.js"
 import { entityId, KeyEntity } from "./protocol.js"
 import { checkDispatch, DEFAULT_LANES, fromReply, transient } from "./wire.js"
@@ -111,6 +112,18 @@ export interface ClusterQueue {
   readonly drain: (options?: DrainOptions) => Effect.Effect<DrainReport>
   /** This runner's lanes (running and waiting here), with the cluster generation. */
   readonly snapshot: Effect.Effect<ReadonlyArray<LaneSnapshot>>
+  /**
+   * Pauses the lane **on this runner only** (`CommandQueue.pause` of its local queue): runs of the
+   * keys whose shards live here wait; other runners go on. Not kept across a restart of the runner.
+   */
+  readonly pause: (lane: string) => Effect.Effect<void, RequestError>
+  /** Resumes the lane on this runner (`CommandQueue.resume`). */
+  readonly resume: (lane: string) => Effect.Effect<void, RequestError>
+  /**
+   * Changes the lane's limits **on this runner only** (`CommandQueue.setLimits` of its local queue,
+   * and the bound of this process' own dispatches). Not kept across a restart of the runner.
+   */
+  readonly setLimits: (lane: string, limits: Partial<LaneLimits>) => Effect.Effect<void, RequestError>
   /** Live members of the cluster and the generations they applied. */
   readonly members: Effect.Effect<
     ReadonlyArray<{ readonly member: string; readonly seenAgoMs: number; readonly applied: Record<string, number> }>
@@ -415,6 +428,7 @@ export const make = (
             draining: l.draining || draining !== undefined
           }))
       ),
+      ...LocalLanes.controls(local, lanes),
       members: Effect.orDie(generations.members),
       counters: Effect.sync(() => ({ ...counters, outstanding: outstanding.size }))
     }

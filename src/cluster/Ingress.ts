@@ -14,6 +14,8 @@
  *   or wait (their waiting clients get 502 `canceled`); 200 `{ session, canceled: true }`.
  * - `POST /lanes/:lane/restart`: `restartLane` for the whole cluster; 200 `{ lane, generation }` once
  *   every live runner applied it (the runs of older generations failed `stale`).
+ * - `GET /lanes`, `POST /lanes/:lane/pause`, `POST /lanes/:lane/resume`, `PUT /lanes/:lane/limits`
+ *   (`{ concurrent?, queued? }`): this runner's own lanes (IngressLanes.ts); the others keep theirs.
  * - `GET /status`: this runner's shards and resident entities, its lanes, the cluster's live members,
  *   counters, delivery stats (JSON). `GET /metrics`: the same in Prometheus text.
  * - `GET /openapi.json`: the OpenAPI document of the API.
@@ -37,6 +39,7 @@ import type { ClusterDelivery } from "./ClusterDelivery.js"
 import type { ClusterQueue } from "./ClusterQueue.js"
 import type * as Inbox from "./Inbox.js"
 import * as IngressApi from "./IngressApi.js"
+import * as IngressLanes from "./IngressLanes.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 import { metricsText, status } from "./RunnerStatus.js"
 
@@ -80,7 +83,7 @@ export interface Ingress {
 type Reply = readonly [status: number, body: unknown]
 
 const NOT_FOUND =
-  "Expected one of POST /sessions/:id/messages, POST /sessions/:id/cancel, POST /lanes/:lane/restart, GET /status, GET /metrics, GET /openapi.json, GET /healthz"
+  "Expected one of POST /sessions/:id/messages, POST /sessions/:id/cancel, POST /lanes/:lane/restart, GET /lanes, POST /lanes/:lane/pause, POST /lanes/:lane/resume, PUT /lanes/:lane/limits, GET /status, GET /metrics, GET /openapi.json, GET /healthz"
 
 /** `?wait=` as milliseconds, or the 400 it earns. */
 export const parseWait = (raw: string | null, maxWaitMs: number): number | Reply => {
@@ -170,11 +173,12 @@ const errorsAsJson =
             const waitMs = parseWait(url.searchParams.get("wait"), maxWaitMs)
             if (typeof waitMs !== "number") return replyBody(waitMs)
           }
+          const shape = /^\/lanes\/[^/]+\/limits$/.test(url.pathname)
+            ? `{ "concurrent"?: <integer from 1>, "queued"?: <integer from 0> }`
+            : `{ "text": <non-empty string>, "id"?: <string> }`
           return errorBody(
             400,
-            `Expected a JSON body \`{ "text": <non-empty string>, "id"?: <string> }\` (${e.kind}: ${
-              e.cause.message.split("\n")[0]
-            })`,
+            `Expected a JSON body \`${shape}\` (${e.kind}: ${e.cause.message.split("\n")[0]})`,
             "invalid"
           )
         }
@@ -320,7 +324,7 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
           )
     })
     const routes = HttpApiBuilder.layer(api).pipe(
-      Layer.provide([runnerRoutes, healthRoutes]),
+      Layer.provide([runnerRoutes, IngressLanes.routes(api, options.queue), healthRoutes]),
       Layer.provide(authorization),
       Layer.provide(NodeHttpServer.layerHttpServices)
     )
@@ -341,7 +345,10 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
       })
       if (!accepting) res.setHeader("connection", "close")
       // Bodies are JSON whatever the client labels them (`curl -d`, `fetch` with a string body).
-      if (req.method === "POST" && !/^application\/json\b/i.test(req.headers["content-type"] ?? "")) {
+      if (
+        (req.method === "POST" || req.method === "PUT") &&
+        !/^application\/json\b/i.test(req.headers["content-type"] ?? "")
+      ) {
         req.headers["content-type"] = "application/json"
       }
       handle(req, res)

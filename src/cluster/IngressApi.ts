@@ -102,6 +102,38 @@ const Replied = Schema.Struct({
   reply: Schema.Unknown
 })
 
+/** The body of `PUT /lanes/:lane/limits`: this runner's new limits of the lane (at least one). */
+export const LimitsBody = Schema.Struct({
+  concurrent: Schema.optionalKey(Schema.Int.check(Schema.isGreaterThanOrEqualTo(1))),
+  queued: Schema.optionalKey(Schema.Int.check(Schema.isGreaterThanOrEqualTo(0)))
+}).check(Schema.makeFilter((b) =>
+  b.concurrent === undefined && b.queued === undefined
+    ? "Expected at least one of `concurrent`, `queued`"
+    : undefined
+))
+
+/** One lane of this runner, as `GET /lanes` gives it (the queue's `LaneSnapshot`, cluster generation). */
+export const LaneView = Schema.Struct({
+  lane: Schema.String,
+  participation: Schema.Literals(["blocking", "background"]),
+  generation: Schema.Number,
+  running: Schema.Number,
+  waiting: Schema.Number,
+  keys: Schema.Number,
+  concurrent: Schema.Number,
+  queued: Schema.Number,
+  draining: Schema.Boolean,
+  paused: Schema.Boolean
+})
+
+const LanePaused = Schema.Struct({ lane: Schema.String, runner: Schema.String, paused: Schema.Boolean })
+const LaneLimitsNow = Schema.Struct({
+  lane: Schema.String,
+  runner: Schema.String,
+  concurrent: Schema.Number,
+  queued: Schema.Number
+})
+
 /** The bearer token check of every route but `/healthz`. */
 export class Authorization
   extends HttpApiMiddleware.Service<Authorization>()("switchyard/cluster/Ingress/Authorization", {
@@ -141,13 +173,38 @@ export const make = (maxWaitMs: number) => {
       HttpApiEndpoint.get("openapi", "/openapi.json", { success: Schema.Unknown })
     )
     .middleware(Authorization)
+  // This runner's own lanes: pause, resume and limits act here only (docs/cluster.md).
+  const lanes = HttpApiGroup.make("lanes", { topLevel: true })
+    .add(
+      HttpApiEndpoint.get("lanes", "/lanes", {
+        success: Schema.Struct({ runner: Schema.String, lanes: Schema.Array(LaneView) }),
+        error: Internal
+      }),
+      HttpApiEndpoint.post("pause", "/lanes/:lane/pause", {
+        params: { lane: Schema.String },
+        success: LanePaused,
+        error: [RequestInvalid, Internal]
+      }),
+      HttpApiEndpoint.post("resume", "/lanes/:lane/resume", {
+        params: { lane: Schema.String },
+        success: LanePaused,
+        error: [RequestInvalid, Internal]
+      }),
+      HttpApiEndpoint.put("limits", "/lanes/:lane/limits", {
+        params: { lane: Schema.String },
+        payload: LimitsBody,
+        success: LaneLimitsNow,
+        error: [RequestInvalid, TooLarge, Internal]
+      })
+    )
+    .middleware(Authorization)
   const health = HttpApiGroup.make("health", { topLevel: true }).add(
     HttpApiEndpoint.get("healthz", "/healthz", {
       success: Schema.Struct({ ok: Schema.Literal(true), runner: Schema.String, pid: Schema.Number }),
       error: NotHealthy
     })
   )
-  return HttpApi.make("switchyard-runner").add(runner).add(health).annotateMerge(OpenApi.annotations({
+  return HttpApi.make("switchyard-runner").add(runner).add(lanes).add(health).annotateMerge(OpenApi.annotations({
     title: "switchyard runner",
     description: "One runner of a switchyard cluster: messages in, replies out (see docs/cluster.md)."
   }))

@@ -51,6 +51,6 @@ export const make = (options?: CommandQueueOptions): Effect.Effect<CommandQueue,
  */
 export const keepAlive: Effect.Effect<void> = Effect.withFiber((fiber) => {
   const task = fiber.getRef(CurrentTask)
-  if (task !== undefined) keepTaskAlive(task.lane.engine, task)
+  if (task !== undefined) keepTaskAlive(task.laneState.engine, task)
   return Effect.void
 })

@@ -17,7 +17,7 @@ export class TaskHandle {
     return this.task.runId
   }
   get lane(): string {
-    return this.task.lane.name
+    return this.task.laneState.name
   }
   get key(): string {
     return this.task.key
@@ -39,7 +39,7 @@ export class FutureImpl<A, E> extends TaskHandle implements Future<A, E> {
     return (timeout) => awaitTaskTimeout(this.task, timeout)
   }
   get cancel(): Effect.Effect<void> {
-    return cancelTask(this.task.lane.engine, this.task)
+    return cancelTask(this.task.laneState.engine, this.task)
   }
   toJSON(): unknown {
     return {

@@ -10,27 +10,43 @@ export interface Linked<T> {
   next: T | undefined
 }
 
+/** What holds a FIFO: its head and tail (a `Fifo`, or an object with more to it). */
+export interface Ends<T> {
+  head: T | undefined
+  tail: T | undefined
+}
+
+/** Appends `item` (which stands in no FIFO) at the tail of `list`. */
+export const pushTo = <T extends Linked<T>>(list: Ends<T>, item: T): void => {
+  item.prev = list.tail
+  item.next = undefined
+  if (list.tail === undefined) list.head = item
+  else list.tail.next = item
+  list.tail = item
+}
+
+/** Takes `item` out of `list`, wherever it stands, and clears its links. */
+export const unlinkFrom = <T extends Linked<T>>(list: Ends<T>, item: T): void => {
+  if (item.prev === undefined) list.head = item.next
+  else item.prev.next = item.next
+  if (item.next === undefined) list.tail = item.prev
+  else item.next.prev = item.prev
+  item.prev = undefined
+  item.next = undefined
+}
+
 /** The head and tail of an intrusive FIFO of `T`. */
-export class Fifo<T extends Linked<T>> {
+export class Fifo<T extends Linked<T>> implements Ends<T> {
   head: T | undefined = undefined
   tail: T | undefined = undefined
 
   /** Appends `item` (which stands in no FIFO) at the tail. */
   push(item: T): void {
-    item.prev = this.tail
-    item.next = undefined
-    if (this.tail === undefined) this.head = item
-    else this.tail.next = item
-    this.tail = item
+    pushTo(this, item)
   }
 
   /** Takes `item` out of this FIFO, wherever it stands, and clears its links. */
   unlink(item: T): void {
-    if (item.prev === undefined) this.head = item.next
-    else item.prev.next = item.next
-    if (item.next === undefined) this.tail = item.prev
-    else item.next.prev = item.prev
-    item.prev = undefined
-    item.next = undefined
+    unlinkFrom(this, item)
   }
 }

@@ -4,14 +4,15 @@
  * refusals of `dispatch`, controls applied before they return (their Promise carries the
  * refusal), an AbortSignal per task, and never an unhandled rejection.
  */
-import { Cause, Effect, Exit, Scope } from "effect"
+import { Effect, Exit, Scope } from "effect"
+import { AsyncTask, CoalescedFuture, errorOf, noop, runPromise } from "./asyncTask.js"
+import type { AsyncFuture } from "./asyncTask.js"
+export type { AsyncFuture, AsyncPoll } from "./asyncTask.js"
 import * as CommandQueue from "./CommandQueue.js"
 import { admit, wake } from "./engine/admit.js"
-import { cancelTask, selfWait, snapshotUnsafe, waitsForItself } from "./engine/control.js"
+import { cancelTask, snapshotUnsafe } from "./engine/control.js"
 import { addListener } from "./engine/end.js"
 import { engineOf } from "./engine/Engine.js"
-import { checkWaitTimeout } from "./engine/options.js"
-import { syncRunningTask } from "./engine/run.js"
 import type { TaskControl } from "./engine/run.js"
 export type { TaskControl } from "./engine/run.js"
 import {
@@ -22,11 +23,9 @@ import {
   setPausedUnsafe
 } from "./engine/runtime.js"
 import type { EngineState } from "./engine/state.js"
-import { PROMISE_BODY, Task, unknownLane, WAKE } from "./engine/state.js"
-import { FutureTimeout, RequestError } from "./errors.js"
-import { TaskHandle } from "./Future.js"
-import { setLongTimeout } from "./longTimer.js"
-import type { Admission, CommandQueueOptions, DrainReport, GroupSnapshot, LaneLimits, LaneSnapshot } from "./types.js"
+import { PROMISE_BODY, unknownLane, WAKE } from "./engine/state.js"
+import type { AdmissionError, RequestError } from "./errors.js"
+import type { CommandQueueOptions, DrainReport, GroupSnapshot, LaneLimits, LaneSnapshot } from "./types.js"
 
 /** The options of one Promise-API dispatch. */
 export interface AsyncDispatchOptions {
@@ -38,29 +37,6 @@ export interface AsyncDispatchOptions {
   readonly priority?: number
   /** Aborting it cancels the task as `cancel()` does; already aborted: the future fails `canceled` at once. */
   readonly signal?: AbortSignal
-}
-
-/** What `poll()` sees. */
-export type AsyncPoll<A> =
-  | { readonly status: "pending" }
-  | { readonly status: "success"; readonly value: A }
-  | { readonly status: "failure"; readonly error: unknown }
-
-/** The future of a Promise-API task. */
-export interface AsyncFuture<A> {
-  readonly runId: string
-  readonly lane: string
-  readonly key: string
-  readonly generation: number
-  readonly admission: Admission
-  /** Resolves with the task's value; rejects with what it threw, or a `QueueFailure`. Never an unhandled rejection. */
-  readonly result: Promise<A>
-  /** The outcome if settled; never waits. */
-  poll(): AsyncPoll<A>
-  /** As `result`, but rejects `FutureTimeout` after `timeoutMs`; the task goes on. */
-  wait(timeoutMs: number): Promise<A>
-  /** Drops the task if it waits, aborts it if it runs; resolves once it ended. An ended task keeps its outcome. */
-  cancel(): Promise<void>
 }
 
 /** The command queue for Promise code; see `CommandQueue.CommandQueue` for each rule. */
@@ -108,7 +84,6 @@ export interface AsyncCommandQueue {
   setGroupLimits(group: string, limits: { readonly concurrent: number }): Promise<void>
 }
 
-const noop = () => {}
 const DONE: Promise<void> = Promise.resolve()
 
 /**
@@ -120,102 +95,6 @@ const applied = (error: RequestError | undefined): Promise<void> => {
   const rejected = Promise.reject(error)
   rejected.catch(noop)
   return rejected
-}
-
-// One executor for every `result` Promise: it hands the resolvers over through these two
-// variables (read right after `new Promise` returns), so no closure is made per task.
-let lastResolve: ((a: unknown) => void) | undefined
-let lastReject: ((e: unknown) => void) | undefined
-const takeResolvers = (resolve: (a: any) => void, reject: (e: unknown) => void): void => {
-  lastResolve = resolve
-  lastReject = reject
-}
-const PENDING: AsyncPoll<never> = { status: "pending" }
-
-/** What a rejected `result` carries: the task's own error or throw, a `QueueFailure`, or a defect. */
-const errorOf = (cause: Cause.Cause<unknown>): unknown => Cause.squash(cause)
-
-/** Runs an Effect; rejects with its error itself (not a wrapper). */
-const run = <A, E>(effect: Effect.Effect<A, E>): Promise<A> =>
-  Effect.runPromiseExit(effect).then((
-    exit
-  ) => (Exit.isSuccess(exit) ? exit.value : Promise.reject(errorOf(exit.cause))))
-
-class AsyncFutureImpl<A> extends TaskHandle implements AsyncFuture<A> {
-  private _result: Promise<A> | undefined = undefined
-  private _resolve: ((a: A) => void) | undefined = undefined
-  private _reject: ((e: unknown) => void) | undefined = undefined
-  constructor(task: Task, admission: Admission, private readonly engine: EngineState) {
-    super(task, admission)
-  }
-  get result(): Promise<A> {
-    // Read from inside a task of the same lane and key, before its first await: it would wait for itself.
-    if (this.task.exit === undefined && waitsForItself(syncRunningTask(), this.task)) {
-      const rejected = Promise.reject(selfWait(this.task))
-      rejected.catch(noop)
-      return rejected
-    }
-    if (this._result === undefined) {
-      const exit = this.task.exit
-      if (exit !== undefined) {
-        this._result = Exit.isSuccess(exit) ? Promise.resolve(exit.value as A) : Promise.reject(errorOf(exit.cause))
-        this._result.catch(noop)
-      } else {
-        this._result = new Promise<A>(takeResolvers)
-        this._resolve = lastResolve as (a: A) => void
-        this._reject = lastReject
-        addListener(this.task, this)
-      }
-    }
-    return this._result
-  }
-  /** Called by the engine when the task settles. */
-  settled(exit: Exit.Exit<unknown, unknown>): void {
-    if (Exit.isSuccess(exit)) {
-      this._resolve!(exit.value as A)
-    } else {
-      // Handled before it rejects: a result nobody awaits never raises an unhandled rejection.
-      this._result!.catch(noop)
-      this._reject!(errorOf(exit.cause))
-    }
-    this._resolve = undefined
-    this._reject = undefined
-  }
-  poll(): AsyncPoll<A> {
-    const exit = this.task.exit
-    if (exit === undefined) return PENDING
-    return Exit.isSuccess(exit)
-      ? { status: "success", value: exit.value as A }
-      : { status: "failure", error: errorOf(exit.cause) }
-  }
-  wait(timeoutMs: number): Promise<A> {
-    const bad = checkWaitTimeout(timeoutMs)
-    if (bad !== undefined) {
-      const rejected = Promise.reject(new RequestError({ lane: this.lane, key: this.key, message: bad }))
-      rejected.catch(noop)
-      return rejected
-    }
-    const result = this.result
-    const p = new Promise<A>((resolve, reject) => {
-      // Chained: a plain setTimeout over 2^31−1 ms would fire after 1 ms.
-      const timer = setLongTimeout(() => reject(new FutureTimeout({ runId: this.runId, timeoutMs })), timeoutMs)
-      result.then(
-        (value) => {
-          timer.clear()
-          resolve(value)
-        },
-        (error) => {
-          timer.clear()
-          reject(error)
-        }
-      )
-    })
-    p.catch(noop)
-    return p
-  }
-  cancel(): Promise<void> {
-    return run(cancelTask(this.engine, this.task))
-  }
 }
 
 class AsyncQueue implements AsyncCommandQueue {
@@ -235,11 +114,18 @@ class AsyncQueue implements AsyncCommandQueue {
     const engine = this.engine
     const signal = options?.signal
     const aborted = signal instanceof AbortSignal && signal.aborted
-    const admitted = admit(engine, lane, key, task, PROMISE_BODY, options, undefined, aborted)
-    if (!(admitted instanceof Task)) throw admitted
-    const admission = engine.admission === WAKE ? wake(engine, admitted) : engine.admission
-    if (typeof admission !== "string") throw admission
-    const future = new AsyncFutureImpl<A>(admitted, admission, engine)
+    const admitted = admit(engine, lane, key, task, PROMISE_BODY, AsyncTask, options, undefined, aborted)
+    if (!(admitted instanceof AsyncTask)) throw admitted as AdmissionError | RequestError
+    const how = engine.admission
+    let future: AsyncFuture<A>
+    if (how === "coalesced") future = new CoalescedFuture<A>(admitted as AsyncTask<A>)
+    else {
+      const admission = how === WAKE ? wake(engine, admitted) : how
+      if (typeof admission !== "string") throw admission
+      // The task is its own future (one object per waiting task).
+      admitted.admission = admission
+      future = admitted as AsyncTask<A>
+    }
     if (signal instanceof AbortSignal && !aborted && admitted.exit === undefined) {
       const onAbort = () => {
         Effect.runFork(cancelTask(engine, admitted))
@@ -250,10 +136,10 @@ class AsyncQueue implements AsyncCommandQueue {
     return future
   }
   restartLane(lane: string): Promise<number> {
-    return run(this.queue.restartLane(lane))
+    return runPromise(this.queue.restartLane(lane))
   }
   restartAll(): Promise<void> {
-    return run(this.queue.restartAll)
+    return runPromise(this.queue.restartAll)
   }
   generation(lane: string): number {
     const l = this.engine.byName.get(lane)
@@ -261,28 +147,28 @@ class AsyncQueue implements AsyncCommandQueue {
     return l.generation
   }
   cancel(lane: string, key: string): Promise<void> {
-    return run(this.queue.cancel(lane, key))
+    return runPromise(this.queue.cancel(lane, key))
   }
   snapshot(): ReadonlyArray<LaneSnapshot> {
     return snapshotUnsafe(this.engine)
   }
   drain(options?: { readonly timeoutMs?: number }): Promise<DrainReport> {
-    return run(this.queue.drain(options))
+    return runPromise(this.queue.drain(options))
   }
   waitForIdle(options?: { readonly lane?: string; readonly timeoutMs?: number }): Promise<{ readonly idle: boolean }> {
-    return run(this.queue.waitForIdle(options))
+    return runPromise(this.queue.waitForIdle(options))
   }
   clear(lane: string): Promise<number> {
-    return run(this.queue.clear(lane))
+    return runPromise(this.queue.clear(lane))
   }
   close(): Promise<void> {
-    return (this._closing ??= run(Scope.close(this.scope, Exit.void)))
+    return (this._closing ??= runPromise(Scope.close(this.scope, Exit.void)))
   }
   addLane(name: string, limits: LaneLimits): Promise<void> {
     return applied(addLaneUnsafe(this.engine, name, limits))
   }
   removeLane(name: string, options?: { readonly timeoutMs?: number }): Promise<DrainReport> {
-    return run(this.queue.removeLane(name, options))
+    return runPromise(this.queue.removeLane(name, options))
   }
   setLimits(lane: string, limits: Partial<LaneLimits>): Promise<void> {
     return applied(setLimitsUnsafe(this.engine, lane, limits))

@@ -1,5 +1,6 @@
 /**
- * Across processes: restartLane makes every older run stale on every runner before it returns; and
+ * Across processes: restartLane makes every older run stale on every runner before it returns;
+ * pause and limits act on one runner only (the sessions whose shards it holds); and
  * SIGTERM while clients wait on turns: they get their replies (or, past the deadline, a 202 `pending`
  * that a later runner honours), and the runner prints its last line and exits 0 within
  * `--drain-timeout`, the deadline of the whole shutdown.
@@ -23,6 +24,19 @@ const DRAIN_B = 6000
 const EXIT_SLACK_MS = 500
 
 const mainLane = async (port: number) => (await status(port)).lanes.find((l) => l.lane === "main")!
+
+/** A lane control of one runner's HTTP API: its JSON answer. */
+const control = async (port: number, method: string, path: string, body?: unknown) =>
+  (await fetch(`http://127.0.0.1:${port}${path}`, {
+    method,
+    ...(body === undefined ? {} : { body: JSON.stringify(body) })
+  })).json()
+
+/** Lane `main` as `GET /lanes` of one runner shows it. */
+const laneHere = async (port: number) =>
+  ((await control(port, "GET", "/lanes")).lanes as ReadonlyArray<
+    { lane: string; running: number; waiting: number; paused: boolean; concurrent: number; queued: number }
+  >).find((l) => l.lane === "main")!
 
 describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
   let db: { url: string; drop: () => Promise<void> } | undefined
@@ -83,6 +97,68 @@ describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
       expect(after.body.reply?.text).toBe("You said: after the restart")
     },
     60_000
+  )
+
+  it(
+    "pause and limits act on one runner: a's paused main holds the sessions whose shards a holds while b answers its own; a's limits are its own; resume starts a's under them",
+    async () => {
+      const [a, b] = runners
+      expect(await control(a.port, "POST", "/lanes/main/pause")).toEqual({ lane: "main", runner: a.name, paused: true })
+      // b runs all of its share at once (one turn's time); a keeps its 4.
+      expect(await control(b.port, "PUT", "/lanes/main/limits", { concurrent: 8 })).toMatchObject({ concurrent: 8 })
+      expect(await laneHere(b.port)).toMatchObject({ paused: false, concurrent: 8 })
+      expect(await laneHere(a.port)).toMatchObject({ paused: true, concurrent: 4 })
+      // Sessions sent through b: those whose shard a holds wait on a, b runs the others meanwhile.
+      const all: Array<ReturnType<typeof postMessage>> = []
+      let done = 0 // answered while a is paused: by b
+      let held = 0
+      for (let batch = 0; held === 0; batch++) {
+        for (let i = 0; i < 8; i++) {
+          all.push(postMessage(b.port, `pause-${batch}-${i}`, "hi").finally(() => void done++))
+        }
+        await until("each message to run on b (or be answered) or to wait on a", 30_000, async () => {
+          const [la, lb] = await Promise.all([laneHere(a.port), laneHere(b.port)])
+          expect(la.running).toBe(0)
+          // b's share runs at once (its limit is 8): none of it waits.
+          return la.waiting + lb.running + done === all.length
+        })
+        held = (await laneHere(a.port)).waiting
+        if (held === 0) await Promise.all(all) // all 8 on b (p = 1/256): another batch
+      }
+      expect(await control(a.port, "PUT", "/lanes/main/limits", { concurrent: 1 })).toEqual({
+        lane: "main",
+        runner: a.name,
+        concurrent: 1,
+        queued: 64
+      })
+      expect(await laneHere(b.port)).toMatchObject({ concurrent: 8, queued: 64 })
+      await control(b.port, "PUT", "/lanes/main/limits", { concurrent: 4 })
+      expect(await control(a.port, "POST", "/lanes/main/resume")).toEqual({
+        lane: "main",
+        runner: a.name,
+        paused: false
+      })
+      let one = await laneHere(a.port)
+      await until("a's first held session to start", 20_000, async () => {
+        one = await laneHere(a.port)
+        expect(one.running).toBeLessThanOrEqual(1)
+        return one.running === 1
+      })
+      expect(one.running + one.waiting).toBeLessThanOrEqual(held)
+      // A larger limit starts what waits at once: at most what is over the new limit still waits.
+      await control(a.port, "PUT", "/lanes/main/limits", { concurrent: 8 })
+      const grown = await laneHere(a.port)
+      expect(grown.running).toBeLessThanOrEqual(8)
+      expect(grown.waiting).toBeLessThanOrEqual(Math.max(0, one.running + one.waiting - 8))
+      const outcomes = await Promise.all(all)
+      expect(outcomes.map((r) => r.status)).toEqual(outcomes.map(() => 200))
+      // The sessions a held were answered by a, once resumed; every other one by b.
+      expect(outcomes.filter((r) => r.body.reply?.runner === a.name)).toHaveLength(held)
+      expect(outcomes.filter((r) => r.body.reply?.runner === b.name)).toHaveLength(outcomes.length - held)
+      await control(a.port, "PUT", "/lanes/main/limits", { concurrent: 4 })
+      expect(await laneHere(a.port)).toMatchObject({ paused: false, concurrent: 4, queued: 64, running: 0, waiting: 0 })
+    },
+    90_000
   )
 
   it(

@@ -1,6 +1,9 @@
-/** The runner's HTTP ingress: messages, replies, errors in their status codes, /status, /metrics, /healthz. */
+/**
+ * The runner's HTTP ingress: messages, replies, errors in their status codes, /status, /metrics,
+ * /healthz, and this runner's lane controls (GET /lanes, pause, resume, PUT limits).
+ */
 import { assert, describe, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Fiber } from "effect"
 import { afterAll, beforeAll } from "vitest"
 import * as Runner from "../../src/cluster/Runner.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
@@ -99,6 +102,85 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
   )
 
   it.live(
+    "lane controls of this runner: POST /lanes/:lane/pause holds a message (waiting, running 0), PUT /lanes/:lane/limits sets concurrent and queued, POST /lanes/:lane/resume answers it; GET /lanes shows each; unknown lanes and bad limits get 400 and change nothing",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        yield* Runner.start({ postgres: db!.url, port, clusterPort, latencyMs: 0, shardsPerGroup: 8, name: "ingress" })
+        const main = Effect.map(call("GET", "/lanes"), (r) =>
+          r.json.lanes.find((l: { lane: string }) => l.lane === "main"))
+        const before = yield* call("GET", "/lanes")
+        assert.strictEqual(before.status, 200)
+        assert.strictEqual(before.json.runner, "ingress")
+        assert.deepStrictEqual(
+          before.json.lanes.map((l: { lane: string }) =>
+            l.lane
+          ),
+          ["main", "heartbeat", "cron"]
+        )
+        assert.deepInclude(before.json.lanes[0], { paused: false, concurrent: 4, queued: 64, running: 0, waiting: 0 })
+
+        const paused = yield* call("POST", "/lanes/main/pause")
+        assert.deepStrictEqual([paused.status, paused.json], [200, { lane: "main", runner: "ingress", paused: true }])
+        const reply = yield* Effect.forkChild(
+          call("POST", "/sessions/erin/messages?wait=30000", JSON.stringify({ text: "held" }))
+        )
+        // The run reaches this runner's lane and waits there: nothing starts while it is paused.
+        for (let polls = 0; (yield* main).waiting === 0; polls++) {
+          if (polls === 500) assert.fail("the message never waited in the paused lane (10 s)")
+          yield* Effect.sleep("20 millis")
+        }
+        assert.deepInclude(yield* main, { paused: true, running: 0, waiting: 1 })
+        assert.isUndefined(reply.pollUnsafe())
+
+        const limits = yield* call("PUT", "/lanes/main/limits", JSON.stringify({ concurrent: 2, queued: 5 }))
+        assert.deepStrictEqual([limits.status, limits.json], [200, {
+          lane: "main",
+          runner: "ingress",
+          concurrent: 2,
+          queued: 5
+        }])
+        const refused = yield* Effect.all([
+          call("POST", "/lanes/nope/pause"),
+          call("POST", "/lanes/nope/resume"),
+          call("PUT", "/lanes/nope/limits", JSON.stringify({ concurrent: 1 })),
+          call("PUT", "/lanes/main/limits", JSON.stringify({ concurrent: 0 })),
+          call("PUT", "/lanes/main/limits", JSON.stringify({ concurrent: 1.5 })),
+          call("PUT", "/lanes/main/limits", JSON.stringify({ concurrent: "2" })),
+          call("PUT", "/lanes/main/limits", JSON.stringify({ queued: -1 })),
+          call("PUT", "/lanes/main/limits", JSON.stringify({})),
+          call("PUT", "/lanes/main/limits", "not json"),
+          call("PUT", "/lanes/main/limits", JSON.stringify({ queued: 10_001 }))
+        ])
+        assert.deepStrictEqual(
+          refused.map((r) => [r.status, r.json?._tag, r.json?.reason]),
+          refused.map(() => [400, "RequestInvalid", "invalid"])
+        )
+        assert.include(refused[0].json.error, "`main`, `heartbeat`, `cron`, got `\"nope\"`")
+        assert.match(
+          refused[3].json.error,
+          /^Expected a JSON body `\{ "concurrent"\?: <integer from 1>, "queued"\?: <integer from 0> \}`/
+        )
+        assert.include(refused[7].json.error, "at least one of `concurrent`, `queued`")
+        assert.strictEqual(
+          refused[9].json.error,
+          "Expected `limits.queued` to be an integer from 0 through 10000, got `10001`"
+        )
+        assert.deepInclude(yield* main, { paused: true, concurrent: 2, queued: 5, waiting: 1 })
+
+        const resumed = yield* call("POST", "/lanes/main/resume")
+        assert.deepStrictEqual([resumed.status, resumed.json], [200, {
+          lane: "main",
+          runner: "ingress",
+          paused: false
+        }])
+        const answered = yield* Fiber.join(reply)
+        assert.deepStrictEqual([answered.status, answered.json.reply?.text], [200, "You said: held"])
+        assert.deepInclude(yield* main, { paused: false, concurrent: 2, queued: 5 })
+      })),
+    60_000
+  )
+
+  it.live(
     "GET /status, /metrics (valid Prometheus text: HELP and TYPE for every family, read by a strict parser) and /healthz show this runner, its lanes, the members and the counters",
     () =>
       Effect.scoped(Effect.gen(function*() {
@@ -150,7 +232,11 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
           call("POST", "/sessions/dora/messages", JSON.stringify({ text: "hi" }), {
             authorization: "Basic s3cret-token"
           }),
-          call("POST", "/lanes/main/restart")
+          call("POST", "/lanes/main/restart"),
+          call("GET", "/lanes"),
+          call("POST", "/lanes/main/pause"),
+          call("POST", "/lanes/main/resume"),
+          call("PUT", "/lanes/main/limits", JSON.stringify({ concurrent: 1 }))
         ])
         assert.deepStrictEqual(
           refused.map((r) => [r.status, r.json?._tag, r.json?.reason]),
@@ -167,13 +253,20 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         assert.match(String(spec.json.openapi), /^3\./)
         assert.deepStrictEqual(Object.keys(spec.json.paths).sort(), [
           "/healthz",
+          "/lanes",
+          "/lanes/{lane}/limits",
+          "/lanes/{lane}/pause",
           "/lanes/{lane}/restart",
+          "/lanes/{lane}/resume",
           "/metrics",
           "/openapi.json",
           "/sessions/{id}/cancel",
           "/sessions/{id}/messages",
           "/status"
         ])
+        assert.includeMembers(Object.keys(spec.json.paths["/lanes/{lane}/limits"].put.responses), ["200", "400", "401"])
+        // Pause and limits are this runner's own: the lane on the other routes is untouched until then.
+        assert.deepInclude((yield* call("GET", "/lanes", undefined, auth)).json.lanes[0], { paused: false })
         assert.includeMembers(Object.keys(spec.json.paths["/sessions/{id}/messages"].post.responses), [
           "200",
           "202",

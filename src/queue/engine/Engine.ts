@@ -30,7 +30,7 @@ import {
   setPausedUnsafe
 } from "./runtime.js"
 import type { GroupState, TaskOptions } from "./state.js"
-import { EFFECT_BODY, EngineState, Task, unknownLane, WAKE } from "./state.js"
+import { EFFECT_BODY, EffectTask, EngineState, Task, unknownLane, WAKE } from "./state.js"
 
 const engines = new WeakMap<object, EngineState>()
 /** The engine behind a queue made by `CommandQueue.make`. @internal */
@@ -66,7 +66,7 @@ const dispatch = (
   options: TaskOptions | undefined,
   context: Context.Context<never>
 ): Effect.Effect<FutureImpl<any, any>, AdmissionError | RequestError> => {
-  const task = admit(engine, laneName, key, body, EFFECT_BODY, options, context, false)
+  const task = admit(engine, laneName, key, body, EFFECT_BODY, EffectTask, options, context, false)
   if (!(task instanceof Task)) return Effect.fail(task)
   const admission = engine.admission === WAKE ? wake(engine, task) : engine.admission
   return typeof admission === "string" ? Effect.succeed(new FutureImpl(task, admission)) : Effect.fail(admission)

@@ -12,14 +12,15 @@ import type { Admission } from "../types.js"
 import { complete, drop } from "./end.js"
 import { makeLane } from "./makeLane.js"
 import { checkDispatchOptions, checkKey } from "./options.js"
-import type { BodyKind, EngineState, LaneState, TaskOptions } from "./state.js"
+import type { BodyKind, EngineState, LaneState, Task, TaskClass, TaskOptions } from "./state.js"
 import {
   DROPPING,
   EFFECT_BODY,
   ENDED,
   failureOf,
+  forgetKey,
   KeyTasks,
-  Task,
+  moreOf,
   touchAuto,
   unknownLane,
   WAITING,
@@ -41,6 +42,7 @@ export function admit(
   key: string,
   body: unknown,
   kind: BodyKind,
+  make: TaskClass,
   options: TaskOptions | undefined,
   context: Context.Context<never> | undefined,
   preCanceled: boolean
@@ -66,17 +68,7 @@ export function admit(
     return ks.tail
   }
   if (!preCanceled && lane.owned >= lane.capacity) return new AdmissionError({ lane: laneName, key, reason: "full" })
-  const task = new Task(
-    ++runSeq,
-    lane,
-    key,
-    lane.generation,
-    body,
-    kind,
-    context,
-    engine.clock.currentTimeMillisUnsafe(),
-    options
-  )
+  const task = new make(++runSeq, lane, key, lane.generation, body, engine.now(), options, context)
   lane.owned++
   lane.waiting++
   lane.live++
@@ -91,15 +83,16 @@ export function admit(
     task.state = DROPPING
     lane.waiting--
     const failure = failureOf(task, "queued", "canceled")
-    task.stopped = failure
+    moreOf(task).stopped = failure
     engine.fork(complete(engine, task, Exit.fail(failure)))
     return task
   }
   if (ks === undefined) {
-    ks = new KeyTasks()
+    ks = new KeyTasks(key)
     lane.keys.set(key, ks)
   }
   ks.push(task)
+  task.keyTasks = ks
   if (ks.head !== task || ks.running !== undefined || ks.cancelling) {
     // The key runs or owes an activation already; the one that ends next asks for a follow-up.
     armQueueTimer(engine, task)
@@ -122,7 +115,7 @@ function autoLane(engine: EngineState, name: string): LaneState | undefined {
 
 /** After `admit` left `WAKE`: wakes the task's key now (synchronously); its admission, or the refusal. */
 export function wake(engine: EngineState, task: Task): Admission | AdmissionError {
-  const result = task.lane.lanes.wakeUnsafe(task.key)
+  const result = task.laneState.lanes.wakeEntryUnsafe(task.keyTasks!)
   return typeof result === "string" ? woke(engine, task, result) : wakeFailed(engine, task)
 }
 
@@ -136,11 +129,11 @@ function woke(engine: EngineState, task: Task, result: WakeResult): Admission {
 
 /** The wake failed (the lanes closed): the task was never admitted. */
 function wakeFailed(engine: EngineState, task: Task): AdmissionError {
-  const lane = task.lane
-  const ks = lane.keys.get(task.key)
+  const lane = task.laneState
+  const ks = task.keyTasks
   if (ks !== undefined) {
     ks.unlink(task)
-    if (ks.idle && !ks.cancelling) lane.keys.delete(task.key)
+    forgetKey(lane, ks)
   }
   task.state = ENDED
   lane.owned--
@@ -152,13 +145,14 @@ function wakeFailed(engine: EngineState, task: Task): AdmissionError {
 
 /** A waiting task not started within its `queueTimeoutMs` is dropped `timeout`. */
 function armQueueTimer(engine: EngineState, task: Task): void {
-  const ms = task.options?.queueTimeoutMs ?? task.lane.limits.queueTimeoutMs
+  const ms = task.options?.queueTimeoutMs ?? task.laneState.limits.queueTimeoutMs
   if (ms === undefined) return
-  task.timer = engine.fork(Effect.andThen(
+  const more = moreOf(task)
+  more.timer = engine.fork(Effect.andThen(
     Effect.sleep(ms),
     Effect.suspend(() => {
       if (task.state !== WAITING) return Effect.void
-      task.timer = undefined
+      more.timer = undefined
       return Effect.uninterruptible(drop(engine, task, "timeout"))
     })
   ))

@@ -11,7 +11,7 @@ import { drop } from "./end.js"
 import { checkWaitTimeout } from "./options.js"
 import { stop } from "./run.js"
 import type { EngineState, KeyTasks, Task } from "./state.js"
-import { CurrentTask, ENDED, RUNNING, unknownLane, WAITING } from "./state.js"
+import { CurrentTask, ENDED, keysHeld, RUNNING, unknownLane, WAITING } from "./state.js"
 
 /** The task's Deferred, made when first needed (completed at once if the task has settled). */
 export function deferredOf(task: Task): Deferred.Deferred<any, any> {
@@ -27,17 +27,17 @@ export function deferredOf(task: Task): Deferred.Deferred<any, any> {
  * it in the same lane and key (a key runs one task at a time, in order).
  */
 export function waitsForItself(me: Task | undefined, task: Task): boolean {
-  return me !== undefined && me.state === RUNNING && me.key === task.key && me.lane === task.lane &&
+  return me !== undefined && me.state === RUNNING && me.key === task.key && me.laneState === task.laneState &&
     (me === task || task.state === WAITING)
 }
 
 /** The `RequestError` of a task that awaits its own lane and key. */
 export function selfWait(task: Task): RequestError {
   return new RequestError({
-    lane: task.lane.name,
+    lane: task.laneState.name,
     key: task.key,
     message:
-      `Expected to await a task of another lane or key, got ${task.runId} of lane \`${task.lane.name}\`, key \`${task.key}\`, awaited from inside a task of that lane and key: it would wait for itself`
+      `Expected to await a task of another lane or key, got ${task.runId} of lane \`${task.laneState.name}\`, key \`${task.key}\`, awaited from inside a task of that lane and key: it would wait for itself`
   })
 }
 
@@ -215,7 +215,7 @@ export function snapshotUnsafe(engine: EngineState): ReadonlyArray<LaneSnapshot>
     generation: lane.generation,
     running: lane.running,
     waiting: lane.waiting,
-    keys: lane.keys.size,
+    keys: keysHeld(lane),
     concurrent: lane.limits.concurrent,
     queued: lane.limits.queued,
     draining: engine.draining || lane.removal !== undefined,

@@ -8,7 +8,7 @@ import { Cause, Deferred, Effect, Exit, Option } from "effect"
 import type { QueueFailureReason } from "../errors.js"
 import type { TaskReport } from "../types.js"
 import type { EngineState, KeyTasks, LaneState, Listener, Task } from "./state.js"
-import { DROPPING, ENDED, failureOf, FINISHING, touchAuto, WAIT_NOTIFIED } from "./state.js"
+import { DROPPING, ENDED, failureOf, FINISHING, forgetKey, moreOf, touchAuto, WAIT_NOTIFIED } from "./state.js"
 
 /** What a part of a task's end returns when it finished synchronously (compared by identity). */
 export const VOID: Effect.Effect<void> = Effect.void
@@ -21,8 +21,7 @@ const asDefects = (cause: Cause.Cause<unknown>): Cause.Cause<never> =>
 
 const callListener = (listener: Listener, exit: Exit.Exit<unknown, unknown>): void => {
   try {
-    if (typeof listener === "function") listener(exit)
-    else listener.settled(exit)
+    listener(exit)
   } catch {
     // a listener is the queue's own code (Promise futures, signal clean-up); it must not break settling
   }
@@ -32,7 +31,7 @@ const callListener = (listener: Listener, exit: Exit.Exit<unknown, unknown>): vo
 export function complete(engine: EngineState, task: Task, exit: Exit.Exit<any, any>): Effect.Effect<void> {
   const finalizer = task.options?.finalizer
   if (finalizer === undefined) return conclude(engine, task, exit)
-  const ms = task.lane.limits.finalizationTimeoutMs
+  const ms = task.laneState.limits.finalizationTimeoutMs
   const run = Effect.suspend(() => {
     const r = finalizer(exit)
     return Effect.isEffect(r) ? r : Effect.void
@@ -63,11 +62,11 @@ export function conclude(engine: EngineState, task: Task, exit: Exit.Exit<any, a
     settle(engine, task, exit)
     return VOID
   }
-  const now = engine.clock.currentTimeMillisUnsafe()
+  const now = engine.now()
   const started = task.startedAt >= 0
   const report: TaskReport = {
     runId: task.runId,
-    lane: task.lane.name,
+    lane: task.laneState.name,
     key: task.key,
     generation: task.generation,
     exit,
@@ -90,14 +89,14 @@ export function conclude(engine: EngineState, task: Task, exit: Exit.Exit<any, a
 
 /** The task no longer owns its place; its key moves on. */
 export function release(engine: EngineState, task: Task, exit: Exit.Exit<any, any>): void {
-  const lane = task.lane
+  const lane = task.laneState
   lane.owned--
   if (task.state === FINISHING) {
     lane.running--
-    const ks = lane.keys.get(task.key)
+    const ks = task.keyTasks
     if (ks !== undefined && ks.running === task) {
       ks.running = undefined
-      if (ks.head === undefined && !ks.cancelling) lane.keys.delete(task.key)
+      forgetKey(lane, ks)
     }
   }
   const outcome = lane.metrics.ended(exit)
@@ -115,26 +114,33 @@ export function release(engine: EngineState, task: Task, exit: Exit.Exit<any, an
 /** Calls `listener` when the task settles (at once if it has). */
 export function addListener(task: Task, listener: Listener): void {
   if (task.exit !== undefined) return callListener(listener, task.exit)
-  const l = task.listeners
-  if (l === undefined) task.listeners = listener
+  const more = moreOf(task)
+  const l = more.listeners
+  if (l === undefined) more.listeners = listener
   else if (Array.isArray(l)) l.push(listener)
-  else task.listeners = [l, listener]
+  else more.listeners = [l, listener]
 }
 
 /** The task's exit is final: complete its Deferred and listeners; wake a drain when nothing is left. */
 export function settle(engine: EngineState, task: Task, exit: Exit.Exit<any, any>): void {
   task.state = ENDED
   task.exit = exit
-  task.context = undefined
   task.body = undefined
+  task.keyTasks = undefined
   if (task.deferred !== undefined) Deferred.doneUnsafe(task.deferred, exit)
-  const listeners = task.listeners
+  try {
+    task.onSettled(exit)
+  } catch {
+    // the queue's own code (the Promise API's result); it must not break settling
+  }
+  const more = task.more
+  const listeners = more?.listeners
   if (listeners !== undefined) {
-    task.listeners = undefined
+    more!.listeners = undefined
     if (Array.isArray(listeners)) { for (const l of listeners) callListener(l, exit) }
     else callListener(listeners, exit)
   }
-  const lane = task.lane
+  const lane = task.laneState
   lane.live--
   if (lane.live === 0 && lane.idle !== undefined) {
     const idle = lane.idle
@@ -155,7 +161,7 @@ export function warn(task: Task, message: string, cause?: Cause.Cause<unknown>):
   const log = cause === undefined
     ? Effect.logWarning(`switchyard: task ${task.runId}: ${message}`)
     : Effect.logWarning(`switchyard: task ${task.runId}: ${message}`, cause)
-  return log.pipe(Effect.annotateLogs({ runId: task.runId, lane: task.lane.name, key: task.key }))
+  return log.pipe(Effect.annotateLogs({ runId: task.runId, lane: task.laneState.name, key: task.key }))
 }
 
 /** A run ended with `exit`: the task's end, then (still inside the activation) its key's follow-up. */
@@ -167,31 +173,35 @@ export function finish(
   exit: Exit.Exit<any, any>
 ): Effect.Effect<void> {
   task.state = FINISHING
-  const timer = task.timer
-  if (timer !== undefined) {
-    task.timer = undefined
-    timer.interruptUnsafe()
-  }
-  task.handle = undefined
   let final = exit
-  if (task.stopped !== undefined && Exit.isFailure(exit) && Cause.hasInterrupts(exit.cause)) {
-    final = Exit.fail(task.stopped)
+  const more = task.more
+  if (more !== undefined) {
+    const timer = more.timer
+    if (timer !== undefined) {
+      more.timer = undefined
+      timer.interruptUnsafe()
+    }
+    more.controller = undefined
+    const stopped = more.stopped
+    if (stopped !== undefined && Exit.isFailure(exit) && Cause.hasInterrupts(exit.cause)) final = Exit.fail(stopped)
   }
+  task.dropHandle()
+  // the key's entry stays in the map while its activation runs (the lanes hold it)
+  const ks = task.keyTasks
   const rest = complete(engine, task, final)
-  if (rest === VOID) return afterRun(engine, lane, key)
-  return Effect.andThen(rest, Effect.suspend(() => afterRun(engine, lane, key)))
+  if (rest === VOID) return afterRun(engine, lane, ks)
+  return Effect.andThen(rest, Effect.suspend(() => afterRun(engine, lane, ks)))
 }
 
 /** Still inside the activation: if the key has more tasks, a follow-up is owed (it queues at the tail). */
-export function afterRun(engine: EngineState, lane: LaneState, key: string): Effect.Effect<void> {
-  const ks = lane.keys.get(key)
+export function afterRun(engine: EngineState, lane: LaneState, ks: KeyTasks | undefined): Effect.Effect<void> {
   if (ks === undefined || ks.head === undefined || ks.running !== undefined || ks.cancelling) return VOID
-  return wakeKey(engine, lane, key, ks)
+  return wakeKey(engine, lane, ks)
 }
 
 /** Wakes a key that has tasks waiting; when the lanes closed (end of a drain), drops them `closed`. */
-export function wakeKey(engine: EngineState, lane: LaneState, key: string, ks: KeyTasks): Effect.Effect<void> {
-  if (typeof lane.lanes.wakeUnsafe(key) !== "string") {
+export function wakeKey(engine: EngineState, lane: LaneState, ks: KeyTasks): Effect.Effect<void> {
+  if (typeof lane.lanes.wakeEntryUnsafe(ks) !== "string") {
     // The lanes closed (end of a drain): nothing may run any more.
     for (let t = ks.head; t !== undefined;) {
       const next = t.next
@@ -204,9 +214,10 @@ export function wakeKey(engine: EngineState, lane: LaneState, key: string, ks: K
 
 /** Stops the task's `onWait` timer (`watch.ts`); whether `onWait` was called for it while it waited. */
 export function clearWaitTimer(task: Task): boolean {
-  const timer = task.waitTimer
+  const more = task.more
+  const timer = more?.waitTimer
   if (timer === undefined) return false
-  task.waitTimer = undefined
+  more!.waitTimer = undefined
   if (timer === WAIT_NOTIFIED) return true
   timer.interruptUnsafe()
   return false
@@ -214,25 +225,26 @@ export function clearWaitTimer(task: Task): boolean {
 
 /** Drops a waiting task now (synchronously) and returns the rest of its end: finalizer, report, settle. */
 export function drop(engine: EngineState, task: Task, reason: QueueFailureReason): Effect.Effect<void> {
-  const lane = task.lane
-  const ks = lane.keys.get(task.key)
+  const lane = task.laneState
+  const ks = task.keyTasks
   if (ks !== undefined) {
     ks.unlink(task)
     if (ks.idle && !ks.cancelling) {
-      if (engine.closing) lane.keys.delete(task.key)
+      if (engine.closing) forgetKey(lane, ks)
       else dropOwedActivation(engine, lane, task.key, ks)
     }
   }
   task.state = DROPPING
   lane.waiting--
-  if (task.waitTimer !== undefined) clearWaitTimer(task)
-  const timer = task.timer
+  const more = moreOf(task)
+  if (more.waitTimer !== undefined) clearWaitTimer(task)
+  const timer = more.timer
   if (timer !== undefined) {
-    task.timer = undefined
+    more.timer = undefined
     timer.interruptUnsafe()
   }
   const failure = failureOf(task, "queued", reason)
-  task.stopped = failure
+  more.stopped = failure
   return complete(engine, task, Exit.fail(failure))
 }
 
@@ -247,8 +259,8 @@ function dropOwedActivation(engine: EngineState, lane: LaneState, key: string, k
     Effect.suspend(() => {
       ks.cancelling = false
       if (lane.keys.get(key) !== ks) return Effect.void
-      if (ks.head !== undefined) return wakeKey(engine, lane, key, ks)
-      if (ks.running === undefined) lane.keys.delete(key)
+      if (ks.head !== undefined) return wakeKey(engine, lane, ks)
+      forgetKey(lane, ks)
       return Effect.void
     })
   ))

@@ -4,12 +4,13 @@
  * `src/queue` (part of the engine; below it: `run.ts`, `metrics.ts`, `state.ts`).
  */
 import type { Context, Scope } from "effect"
+import type { Entry } from "../lanes/entry.js"
 import { makeLanesUnsafe } from "../lanes/scheduler.js"
 import { LaneMetrics } from "./metrics.js"
 import type { ResolvedLimits } from "./options.js"
-import { activator } from "./run.js"
+import { activator, entryActivator } from "./run.js"
 import type { EngineState, GroupState } from "./state.js"
-import { LaneState } from "./state.js"
+import { engineHolds, KeyTasks, LaneState } from "./state.js"
 
 /**
  * The effective priority of the next task of `key` (the head of its FIFO):
@@ -36,7 +37,6 @@ export function makeLane(
   const lane = new LaneState(name, limits)
   lane.engine = engine
   lane.group = group
-  const clock = engine.clock
   lane.lanes = makeLanesUnsafe<string, never, never>(
     {
       maxConcurrent: limits.concurrent,
@@ -46,9 +46,16 @@ export function makeLane(
     {
       uninterruptibleWork: true,
       inlineWork: true,
+      activateEntry: entryActivator(engine, lane),
+      // one map and one object per key for the engine and its lanes
+      entries: {
+        map: lane.keys as Map<string, Entry<string>>,
+        make: (key) => new KeyTasks(key),
+        keep: (e) => engineHolds(e as KeyTasks)
+      },
       group: group?.budget,
       rank: () => {
-        const now = clock.currentTimeMillisUnsafe()
+        const now = engine.now()
         return (key) => rankOf(lane, key, now)
       }
     }

@@ -42,6 +42,7 @@ const WAIT_BOUNDARIES = Metric.exponentialBoundaries({ start: 1, factor: 2, coun
 export class LaneMetrics {
   private readonly registrations: Array<Metric.Registration> = []
   private readonly outcomes = new Map<Outcome, { count: number }>()
+  private successes: { count: number } | undefined = undefined
   // the wait-time histogram, kept as Effect's own histogram keeps it
   private readonly bounds = Float64Array.from(WAIT_BOUNDARIES)
   private readonly values = new Uint32Array(WAIT_BOUNDARIES.length + 1)
@@ -96,6 +97,11 @@ export class LaneMetrics {
 
   /** A task ended with `exit`: counts it by outcome, and returns the outcome. */
   ended(exit: Exit.Exit<unknown, unknown>): Outcome {
+    // the common case without a lookup
+    if (Exit.isSuccess(exit) && this.successes !== undefined) {
+      this.successes.count++
+      return "success"
+    }
     const outcome = outcomeOf(exit)
     let counter = this.outcomes.get(outcome)
     if (counter === undefined) {
@@ -111,6 +117,7 @@ export class LaneMetrics {
         () => ({ count: c.count, incremental: true })
       )
     }
+    if (outcome === "success") this.successes = counter
     counter.count++
     return outcome
   }

@@ -7,9 +7,10 @@
 import { Context, Effect, Exit, Fiber } from "effect"
 import type { QueueFailureReason } from "../errors.js"
 import { PENDING } from "../lanes/entry.js"
+import type { Entry } from "../lanes/entry.js"
 import { finish, VOID } from "./end.js"
-import type { EngineState, LaneState, Task } from "./state.js"
-import { CurrentTask, EFFECT_BODY, failureOf, RUNNING } from "./state.js"
+import type { EffectTask, EngineState, KeyTasks, LaneState, PromiseBodyTask, Task } from "./state.js"
+import { CurrentTask, EFFECT_BODY, failureOf, moreOf, RESUME_INLINE, RUNNING, stoppedOf } from "./state.js"
 import { waitStarted } from "./watch.js"
 
 /**
@@ -18,18 +19,24 @@ import { waitStarted } from "./watch.js"
  * activation's fiber does, right after.
  */
 export function activator(engine: EngineState, lane: LaneState): (key: string) => Effect.Effect<void> {
-  return (key) => {
-    const task = pick(engine, lane, key)
-    // The task is the activation's work (an InlineWork: `run` when its turn comes, as plain
-    // code; a fiber only for what does not end synchronously). The lanes run it
-    // uninterruptibly: a task's end always runs; the engine stops tasks itself.
-    return task === undefined ? VOID : (task as unknown as Effect.Effect<void>)
-  }
+  return (key) => activation(engine, lane, lane.keys.get(key))
+}
+
+/** `activator`, given the key's entry (a `KeyTasks`, the lanes' entry of the key: no lookup). */
+export function entryActivator(engine: EngineState, lane: LaneState): (e: Entry<string>) => Effect.Effect<void> {
+  return (e) => activation(engine, lane, e as KeyTasks)
+}
+
+function activation(engine: EngineState, lane: LaneState, ks: KeyTasks | undefined): Effect.Effect<void> {
+  const task = pick(engine, lane, ks)
+  // The task is the activation's work (an InlineWork: `run` when its turn comes, as plain
+  // code; a fiber only for what does not end synchronously). The lanes run it
+  // uninterruptibly: a task's end always runs; the engine stops tasks itself.
+  return task === undefined ? VOID : (task as unknown as Effect.Effect<void>)
 }
 
 /** Takes the key's next task off its FIFO and makes it the running one (synchronously). */
-export function pick(engine: EngineState, lane: LaneState, key: string): Task | undefined {
-  const ks = lane.keys.get(key)
+export function pick(engine: EngineState, lane: LaneState, ks: KeyTasks | undefined): Task | undefined {
   // A key whose owed activation is being cancelled, or that has nothing left: nothing to do.
   if (ks === undefined || ks.cancelling || ks.running !== undefined) return undefined
   const task = ks.head
@@ -39,14 +46,18 @@ export function pick(engine: EngineState, lane: LaneState, key: string): Task | 
   task.state = RUNNING
   lane.waiting--
   lane.running++
-  const timer = task.timer
-  if (timer !== undefined) {
-    task.timer = undefined
-    timer.interruptUnsafe()
+  const now = engine.now()
+  task.startedAt = now
+  lane.metrics.waited(now - task.admittedAt)
+  const more = task.more
+  if (more !== undefined) {
+    const timer = more.timer
+    if (timer !== undefined) {
+      more.timer = undefined
+      timer.interruptUnsafe()
+    }
+    if (more.waitTimer !== undefined) waitStarted(engine, task)
   }
-  task.startedAt = engine.clock.currentTimeMillisUnsafe()
-  lane.metrics.waited(task.startedAt - task.admittedAt)
-  if (task.waitTimer !== undefined) waitStarted(engine, task)
   return task
 }
 
@@ -83,22 +94,24 @@ const isThenable = (u: unknown): u is PromiseLike<unknown> =>
  * first). `keepAlive` moves the deadline; the fiber sleeps again until the new one.
  */
 export function turnTimer(engine: EngineState, task: Task): Fiber.Fiber<void> {
+  const more = moreOf(task)
   const check: Effect.Effect<void> = Effect.suspend(() => {
     // -1: not renewed since the last check (no clock read: the timer alone decides, as without keepAlive)
-    const deadline = task.deadline
-    task.deadline = -1
-    const left = deadline < 0 ? 0 : deadline - engine.clock.currentTimeMillisUnsafe()
+    const deadline = more.deadline
+    more.deadline = -1
+    const left = deadline < 0 ? 0 : deadline - engine.now()
     if (left > 0) return Effect.andThen(Effect.sleep(left), check)
     stop(engine, task, "timeout")
     return Effect.void
   })
-  return engine.fork(Effect.andThen(Effect.sleep(task.turnMs!), check))
+  return engine.fork(Effect.andThen(Effect.sleep(more.turnMs!), check))
 }
 
 /** Restarts the running task's turn timeout from now (nothing when it has none or does not run). */
 export function keepAlive(engine: EngineState, task: Task): void {
-  if (task.state !== RUNNING || task.turnMs === undefined || task.stopped !== undefined) return
-  task.deadline = engine.clock.currentTimeMillisUnsafe() + task.turnMs
+  const more = task.more
+  if (task.state !== RUNNING || more?.turnMs === undefined || more.stopped !== undefined) return
+  more.deadline = engine.now() + more.turnMs
 }
 
 /** What a Promise task receives as its second argument. */
@@ -116,13 +129,13 @@ class TaskControlImpl implements TaskControl {
     return this.task.runId
   }
   get lane(): string {
-    return this.task.lane.name
+    return this.task.laneState.name
   }
   get key(): string {
     return this.task.key
   }
   keepAlive(): void {
-    keepAlive(this.task.lane.engine, this.task)
+    keepAlive(this.task.laneState.engine, this.task)
   }
 }
 
@@ -138,7 +151,7 @@ export const syncRunningTask = (): Task | undefined => syncRunning
 /** Forks the body in the caller's context; its exit if it ended synchronously, else an Effect of it. */
 export function startEffect(
   engine: EngineState,
-  task: Task,
+  task: EffectTask,
   turnMs: number | undefined,
   inline: boolean
 ): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> | typeof PENDING {
@@ -149,12 +162,12 @@ export function startEffect(
   const exit = fiber.pollUnsafe()
   if (exit !== undefined) return exit
   // Stopped while its first synchronous steps ran (they woke a fiber that cancelled it, say).
-  if (task.stopped !== undefined) {
+  if (stoppedOf(task) !== undefined) {
     fiber.interruptUnsafe()
     const interrupted = fiber.pollUnsafe()
     if (interrupted !== undefined) return interrupted
   } else if (turnMs !== undefined) {
-    task.timer = turnTimer(engine, task)
+    moreOf(task).timer = turnTimer(engine, task)
   }
   if (inline) {
     // No activation fiber: the body's own fiber ends the task when it exits.
@@ -172,7 +185,7 @@ export function startEffect(
  */
 export function startPromise(
   engine: EngineState,
-  task: Task,
+  task: PromiseBodyTask,
   turnMs: number | undefined,
   inline: boolean
 ): Exit.Exit<any, any> | Effect.Effect<Exit.Exit<any, any>> | typeof PENDING {
@@ -184,7 +197,7 @@ export function startPromise(
   try {
     if (mayReadSignal(fn)) {
       const controller = new AbortController()
-      task.handle = controller
+      moreOf(task).controller = controller
       out = (fn as (signal: AbortSignal, task: TaskControl) => unknown)(controller.signal, new TaskControlImpl(task))
     } else {
       out = (fn as () => unknown)()
@@ -198,66 +211,78 @@ export function startPromise(
   const promise = out
   if (inline) {
     // Stopped while the function ran: its late result is dropped (and its rejection handled).
-    if (task.stopped !== undefined) {
+    const stopped = stoppedOf(task)
+    if (stopped !== undefined) {
       promise.then(noop, noop)
-      return Exit.fail(task.stopped)
+      return Exit.fail(stopped)
     }
-    if (turnMs !== undefined) task.timer = turnTimer(engine, task)
+    if (turnMs !== undefined) moreOf(task).timer = turnTimer(engine, task)
     // No fiber: the promise's outcome, or the queue's stop, whichever comes first, ends the task.
-    task.resume = (exit) => {
-      task.resume = undefined
-      resumeInline(engine, task, exit)
-    }
-    promise.then(
-      (value) => task.resume?.(settledAs(task, Exit.succeed(value))),
-      (error) => task.resume?.(settledAs(task, Exit.fail(error)))
-    )
+    task.resume = RESUME_INLINE
+    awaitSettled(task, promise)
     return PENDING
   }
-  if (turnMs !== undefined) task.timer = turnTimer(engine, task)
+  if (turnMs !== undefined) moreOf(task).timer = turnTimer(engine, task)
   return Effect.callback<Exit.Exit<any, any>>((resume) => {
-    let settled = false
-    task.resume = (exit) => {
-      if (settled) return
-      settled = true
-      task.resume = undefined
-      resume(Effect.succeed(exit))
-    }
-    promise.then(
-      (value) => task.resume?.(settledAs(task, Exit.succeed(value))),
-      (error) => task.resume?.(settledAs(task, Exit.fail(error)))
-    )
+    task.resume = (exit) => resume(Effect.succeed(exit))
+    awaitSettled(task, promise)
     // Stopped before this point: its late result is dropped.
-    if (task.stopped !== undefined) task.resume(Exit.fail(task.stopped))
+    const stopped = stoppedOf(task)
+    if (stopped !== undefined) resumeTask(task, Exit.fail(stopped))
   })
 }
 
-/** A Promise body's outcome, unless the queue stopped it meanwhile (then its stop: the late result is dropped). */
-const settledAs = (task: Task, exit: Exit.Exit<any, any>): Exit.Exit<any, any> =>
-  task.stopped === undefined ? exit : Exit.fail(task.stopped)
+/** Resumes the task with the promise's outcome (its two callbacks share a context of one slot). */
+function awaitSettled(task: PromiseBodyTask, promise: PromiseLike<unknown>): void {
+  promise.then(
+    (value) => {
+      if (task.resume !== undefined) resumeTask(task, Exit.succeed(value))
+    },
+    (error) => {
+      if (task.resume !== undefined) resumeTask(task, Exit.fail(error))
+    }
+  )
+}
+
+/**
+ * Settles a Promise body's running stage once (a later call does nothing): with its outcome, or
+ * with its stop if the queue stopped it meanwhile (the late result is dropped).
+ */
+export function resumeTask(task: PromiseBodyTask, exit: Exit.Exit<any, any>): void {
+  const resume = task.resume
+  if (resume === undefined) return
+  task.resume = undefined
+  const stopped = stoppedOf(task)
+  const final = stopped === undefined ? exit : Exit.fail(stopped)
+  if (resume === RESUME_INLINE) resumeInline(task.laneState.engine, task, final)
+  else resume(final)
+}
 
 /**
  * Stops a running task: interrupts its fiber, or aborts its signal and drops its late result. A
  * Promise task keeps its slot up to the lane's `abortGraceMs` after the abort, to clean up.
  */
 export function stop(engine: EngineState, task: Task, reason: QueueFailureReason): void {
-  if (task.state !== RUNNING || task.stopped !== undefined) return
+  if (task.state !== RUNNING || stoppedOf(task) !== undefined) return
   const failure = failureOf(task, "running", reason)
-  task.stopped = failure
-  const handle = task.handle
+  const more = moreOf(task)
+  more.stopped = failure
   if (task.kind === EFFECT_BODY) {
-    ;(handle as Fiber.Fiber<unknown, unknown> | undefined)?.interruptUnsafe()
+    ;(task as EffectTask).handle?.interruptUnsafe()
     return
   }
-  ;(handle as AbortController | undefined)?.abort(failure)
-  const grace = task.lane.limits.abortGraceMs
-  if (grace === undefined || task.resume === undefined) {
-    task.resume?.(Exit.fail(failure))
+  const promiseTask = task as PromiseBodyTask
+  more.controller?.abort(failure)
+  const grace = task.laneState.limits.abortGraceMs
+  if (grace === undefined || promiseTask.resume === undefined) {
+    resumeTask(promiseTask, Exit.fail(failure))
     return
   }
   // The promise settling ends the task (as `failure`); else the grace timer does.
-  const turn = task.timer
-  task.timer = engine.fork(Effect.andThen(Effect.sleep(grace), Effect.sync(() => task.resume?.(Exit.fail(failure)))))
+  const turn = more.timer
+  more.timer = engine.fork(
+    Effect.andThen(Effect.sleep(grace), Effect.sync(() => resumeTask(promiseTask, Exit.fail(failure))))
+  )
   turn?.interruptUnsafe()
 }
 
@@ -275,7 +300,7 @@ export function runTask(
 ): Effect.Effect<void> {
   const waited = task.startedAt - task.admittedAt
   const warnAfter = lane.limits.warnAfterMs
-  if (warnAfter === undefined || waited <= warnAfter || task.stopped !== undefined) {
+  if (warnAfter === undefined || waited <= warnAfter || stoppedOf(task) !== undefined) {
     return runBody(engine, lane, key, task, inline)
   }
   return Effect.andThen(
@@ -293,12 +318,13 @@ export function runTask(
  */
 function runBody(engine: EngineState, lane: LaneState, key: string, task: Task, inline: boolean): Effect.Effect<void> {
   // Stopped (cancel, restart, drain) between its slot and its first step: the body never runs.
-  if (task.stopped !== undefined) return finish(engine, lane, key, task, Exit.fail(task.stopped))
+  const stopped = stoppedOf(task)
+  if (stopped !== undefined) return finish(engine, lane, key, task, Exit.fail(stopped))
   const turnMs = task.options?.turnTimeoutMs ?? lane.limits.turnTimeoutMs
-  task.turnMs = turnMs
+  if (turnMs !== undefined) moreOf(task).turnMs = turnMs
   const body = task.kind === EFFECT_BODY
-    ? startEffect(engine, task, turnMs, inline)
-    : startPromise(engine, task, turnMs, inline)
+    ? startEffect(engine, task as EffectTask, turnMs, inline)
+    : startPromise(engine, task as PromiseBodyTask, turnMs, inline)
   if (body === PENDING) return PENDING
   // A body that ended synchronously is finished without another step.
   return Exit.isExit(body)
@@ -312,8 +338,9 @@ function runBody(engine: EngineState, lane: LaneState, key: string, task: Task, 
  * callback or a fiber observer).
  */
 export function resumeInline(engine: EngineState, task: Task, exit: Exit.Exit<any, any>): void {
-  const lane = task.lane
+  const lane = task.laneState
   const key = task.key
+  const ks = task.keyTasks! // a running task's key, held by the lanes until its activation ends
   let rest: Effect.Effect<void>
   try {
     rest = finish(engine, lane, key, task, exit)
@@ -321,10 +348,10 @@ export function resumeInline(engine: EngineState, task: Task, exit: Exit.Exit<an
     rest = Effect.die(defect)
   }
   if (rest === VOID) {
-    lane.lanes.endInline(key)
+    lane.lanes.endInlineEntry(ks)
     return
   }
   engine.fork(
-    Effect.uninterruptible(Effect.ensuring(Effect.ignoreCause(rest), Effect.sync(() => lane.lanes.endInline(key))))
+    Effect.uninterruptible(Effect.ensuring(Effect.ignoreCause(rest), Effect.sync(() => lane.lanes.endInlineEntry(ks))))
   )
 }

@@ -8,8 +8,9 @@ import { Clock, Context, Effect } from "effect"
 import type { Deferred, Exit, Fiber } from "effect"
 import { QueueFailure, RequestError } from "../errors.js"
 import type { QueueFailureReason, QueueFailureStage } from "../errors.js"
-import { Fifo } from "../fifo.js"
-import { RunInline } from "../lanes/entry.js"
+import { Fifo, pushTo, unlinkFrom } from "../fifo.js"
+import type { Ends } from "../fifo.js"
+import { Entry, IDLE, RunInline } from "../lanes/entry.js"
 import type { InlineWork, LanesInternal } from "../lanes/entry.js"
 import type { CapacityGroup } from "../lanes/group.js"
 import { show } from "../show.js"
@@ -46,54 +47,71 @@ export interface TaskOptions {
   readonly priority?: number | undefined
 }
 
-/** Called when the task settles (Promise API futures, abort-signal clean-up). */
-export type Listener = ((exit: Exit.Exit<unknown, unknown>) => void) | {
-  readonly settled: (exit: Exit.Exit<unknown, unknown>) => void
+/** Called when the task settles (abort-signal clean-up of the Promise API). */
+export type Listener = (exit: Exit.Exit<unknown, unknown>) => void
+
+/**
+ * What few tasks need: set only when one of them is (a timeout, `onWait`, a stop, an AbortSignal, a
+ * settle listener), so that a waiting task without them is small (issue 12: heap per waiting task).
+ */
+export class TaskMore {
+  /** Why the queue stopped it (also its future's failure and its AbortSignal's reason). */
+  stopped: QueueFailure | undefined = undefined
+  /** The queue-timeout timer while it waits, the turn-timeout (or abort-grace) timer while it runs. */
+  timer: Fiber.Fiber<unknown, unknown> | undefined = undefined
+  /** The `onWait` timer while it waits (`watch.ts`); `WAIT_NOTIFIED` once `onWait` was called for it. */
+  waitTimer: Fiber.Fiber<unknown, unknown> | typeof WAIT_NOTIFIED | undefined = undefined
+  /** Its turn timeout while it runs, if any (what `keepAlive` restarts). */
+  turnMs: number | undefined = undefined
+  /** While it runs with a turn timeout: the deadline the last `keepAlive` set, -1 when none since the turn timer last looked. */
+  deadline = -1
+  /** A Promise body's AbortSignal, when the function can see one. */
+  controller: AbortController | undefined = undefined
+  listeners: Listener | Array<Listener> | undefined = undefined
+  /** A Promise-API task's Deferred (see `Task.deferred`). */
+  deferred: Deferred.Deferred<any, any> | undefined = undefined
 }
+
+/** The task's rarely used fields, made when first needed. */
+export const moreOf = (task: Task): TaskMore => (task.more ??= new TaskMore())
+
+/** Why the queue stopped the task, if it did. */
+export const stoppedOf = (task: Task): QueueFailure | undefined => task.more?.stopped
 
 /**
  * One admitted task. Linked into its key's FIFO while it waits. It is also the work of the lane
  * activation that runs it (`InlineWork`): run as plain code when its turn comes, so a task that
- * ends synchronously needs no activation fiber.
+ * ends synchronously needs no activation fiber. An `EffectTask` (Effect API) or a `PromiseBodyTask`
+ * (the Promise API's, which is its own future: `AsyncTask` in `asyncTask.ts`).
  */
-export class Task implements InlineWork {
+export abstract class Task implements InlineWork {
   state: TaskState = WAITING
   next: Task | undefined = undefined
   prev: Task | undefined = undefined
-  /** Created lazily, when an Effect caller awaits. */
-  deferred: Deferred.Deferred<any, any> | undefined = undefined
   exit: Exit.Exit<any, any> | undefined = undefined
-  /** Why the queue stopped it (also its future's failure and its AbortSignal's reason). */
-  stopped: QueueFailure | undefined = undefined
+  /** When it started, in ms since the engine's epoch (`EngineState.now`); -1 before. */
   startedAt = -1
-  /** The queue-timeout timer while it waits, the turn-timeout timer while it runs. */
-  timer: Fiber.Fiber<unknown, unknown> | undefined = undefined
-  /** The running body: a fiber (Effect body) or an AbortController (Promise body). */
-  handle: Fiber.Fiber<any, any> | AbortController | undefined = undefined
-  /** Promise body: settles the running stage once (late results are dropped). */
-  resume: ((exit: Exit.Exit<any, any>) => void) | undefined = undefined
-  listeners: Listener | Array<Listener> | undefined = undefined
-  /** While it runs with a turn timeout: the deadline the last `keepAlive` set, -1 when none since the turn timer last looked. */
-  deadline = -1
-  /** Its turn timeout while it runs, if any (what `keepAlive` restarts). */
-  turnMs: number | undefined = undefined
-  /** The `onWait` timer while it waits (`watch.ts`); `WAIT_NOTIFIED` once `onWait` was called for it. */
-  waitTimer: Fiber.Fiber<unknown, unknown> | typeof WAIT_NOTIFIED | undefined = undefined
+  more: TaskMore | undefined = undefined
+  /** Its key's entry while it waits or runs (saves the lookups); let go when it settles. */
+  keyTasks: KeyTasks | undefined = undefined
+  /** Created lazily, when an Effect caller (or `cancel`) awaits; completed when the task settles. */
+  abstract deferred: Deferred.Deferred<any, any> | undefined
   constructor(
     /** Its place in the process-wide sequence; `runId` is made from it when asked for. */
     readonly seq: number,
-    readonly lane: LaneState,
+    readonly laneState: LaneState,
     readonly key: string,
     readonly generation: number,
     public body: unknown,
-    readonly kind: BodyKind,
-    public context: Context.Context<never> | undefined,
+    /** In ms since the engine's epoch (a small integer: no heap number per task). */
     readonly admittedAt: number,
     readonly options: TaskOptions | undefined
   ) {}
+  /** Its body: an Effect or a function of an AbortSignal. */
+  abstract get kind(): BodyKind
   /** Its activation's turn: runs the task (`runTask` in run.ts); what is left as an Effect, or `Effect.void`. */
   [RunInline](): Effect.Effect<unknown> {
-    const lane = this.lane
+    const lane = this.laneState
     const engine = lane.engine
     return engine.runTask(engine, lane, this.key, this, true)
   }
@@ -101,10 +119,84 @@ export class Task implements InlineWork {
   get runId(): string {
     return `run-${this.seq.toString(36)}`
   }
+  /** Called once when the task settles, after its Deferred (the Promise API's future settles its `result`). */
+  onSettled(_exit: Exit.Exit<any, any>): void {}
+  /** Its body ended: what ran it is let go. */
+  dropHandle(): void {}
 }
 
-/** The FIFO of one key's waiting tasks and the task it runs. Deleted from the lane when empty. */
-export class KeyTasks extends Fifo<Task> {
+/** A task of the Effect API: its body runs in a fiber of its own, in the caller's context. */
+export class EffectTask extends Task {
+  deferred: Deferred.Deferred<any, any> | undefined = undefined
+  /** The running body's fiber. */
+  handle: Fiber.Fiber<any, any> | undefined = undefined
+  context: Context.Context<never> | undefined
+  constructor(
+    seq: number,
+    laneState: LaneState,
+    key: string,
+    generation: number,
+    body: unknown,
+    admittedAt: number,
+    options: TaskOptions | undefined,
+    context: Context.Context<never> | undefined
+  ) {
+    super(seq, laneState, key, generation, body, admittedAt, options)
+    this.context = context
+  }
+  get kind(): BodyKind {
+    return EFFECT_BODY
+  }
+  override onSettled(): void {
+    this.context = undefined
+  }
+  override dropHandle(): void {
+    this.handle = undefined
+  }
+}
+
+/** `PromiseBodyTask.resume` while its promise is awaited inline (no fiber): `resumeTask` ends it. */
+export const RESUME_INLINE = 1
+
+/** A task of the Promise API: a function of an AbortSignal. */
+export abstract class PromiseBodyTask extends Task {
+  /**
+   * Settles the running stage once (late results are dropped): `RESUME_INLINE` while its promise
+   * is awaited inline, a callback inside an activation fiber, undefined otherwise.
+   */
+  resume: ((exit: Exit.Exit<any, any>) => void) | typeof RESUME_INLINE | undefined = undefined
+  get kind(): BodyKind {
+    return PROMISE_BODY
+  }
+  // Only `cancel` awaits a Promise-API task through a Deferred: it lives with the rare fields.
+  get deferred(): Deferred.Deferred<any, any> | undefined {
+    return this.more?.deferred
+  }
+  set deferred(deferred: Deferred.Deferred<any, any> | undefined) {
+    moreOf(this).deferred = deferred
+  }
+}
+
+/** What `admit` makes a task with (the Effect API's `EffectTask`, the Promise API's `AsyncTask`). */
+export type TaskClass = new(
+  seq: number,
+  laneState: LaneState,
+  key: string,
+  generation: number,
+  body: unknown,
+  admittedAt: number,
+  options: TaskOptions | undefined,
+  context: Context.Context<never> | undefined
+) => Task
+
+/**
+ * One key of a lane: the FIFO of its waiting tasks and the task it runs. The same object is the
+ * key's entry in the lanes (`Entry`, one map for both: `LaneState.keys`), so a key costs one
+ * object and one map slot. It leaves the map once neither side holds the key (`forgetKey`).
+ */
+export class KeyTasks extends Entry<string> implements Ends<Task> {
+  head: Task | undefined = undefined
+  tail: Task | undefined = undefined
   running: Task | undefined = undefined
   /** A `lanes.cancel(key)` is in flight to drop an activation owed for tasks that are gone. */
   cancelling = false
@@ -113,6 +205,29 @@ export class KeyTasks extends Fifo<Task> {
   get idle(): boolean {
     return this.head === undefined && this.running === undefined
   }
+
+  push(task: Task): void {
+    pushTo(this, task)
+  }
+
+  unlink(task: Task): void {
+    unlinkFrom(this, task)
+  }
+}
+
+/** Whether the engine still holds the key (the lanes must keep its entry in the map). */
+export const engineHolds = (ks: KeyTasks): boolean => ks.head !== undefined || ks.running !== undefined || ks.cancelling
+
+/** The engine is done with the key: it leaves the map unless the lanes still hold it. */
+export const forgetKey = (lane: LaneState, ks: KeyTasks): void => {
+  if (ks.state === IDLE && !engineHolds(ks)) lane.keys.delete(ks.key)
+}
+
+/** The keys the engine holds (those the lanes alone still hold, between a task's end and its activation's, are not counted). */
+export const keysHeld = (lane: LaneState): number => {
+  let n = 0
+  for (const ks of lane.keys.values()) if (engineHolds(ks)) n++
+  return n
 }
 
 /** What a `removeLane` in progress counts, and the Deferred its callers wait on. */
@@ -187,6 +302,8 @@ export class EngineState {
   armSweeper: (engine: EngineState) => void = () => {}
   readonly fork: <A, E>(effect: Effect.Effect<A, E>) => Fiber.Fiber<A, E>
   readonly clock: Clock.Clock
+  /** The clock's time when the engine was made (see `now`). */
+  readonly epoch: number
   /** Admission is closed. */
   draining = false
   /** The lanes are being closed (end of a drain): dropped keys need no lanes clean-up. */
@@ -219,6 +336,19 @@ export class EngineState {
   ) {
     this.fork = Effect.runForkWith(context)
     this.clock = Context.get(context, Clock.Clock)
+    this.epoch = this.clock.currentTimeMillisUnsafe()
+  }
+
+  /**
+   * The clock in ms since the engine was made: what tasks keep (`admittedAt`, `startedAt`), a
+   * small integer for 24 days (a V8 small integer, where a wall-clock time is a heap number).
+   */
+  now(): number {
+    const ms = this.clock.currentTimeMillisUnsafe() - this.epoch
+    // `| 0` makes it a V8 small integer, so the task fields that hold it need no heap number (one
+    // stored double would turn the field into a boxed double on every task); past 2^30 ms (12
+    // days) the plain number, exact as ever.
+    return ms >= 0 && ms < 0x40000000 ? ms | 0 : ms
   }
 
   /** Every lane, in the order they were made. */
@@ -241,9 +371,9 @@ export const touchAuto = (engine: EngineState, lane: LaneState): void => {
 export const failureOf = (task: Task, stage: QueueFailureStage, reason: QueueFailureReason): QueueFailure =>
   new QueueFailure({
     runId: task.runId,
-    lane: task.lane.name,
+    lane: task.laneState.name,
     key: task.key,
-    participation: task.lane.limits.participation,
+    participation: task.laneState.limits.participation,
     stage,
     reason
   })

@@ -7,18 +7,19 @@ import { Cause, Effect } from "effect"
 import type { WaitInfo } from "../types.js"
 import { clearWaitTimer, warn } from "./end.js"
 import type { EngineState, LaneState, Task } from "./state.js"
-import { WAIT_NOTIFIED, WAITING } from "./state.js"
+import { moreOf, WAIT_NOTIFIED, WAITING } from "./state.js"
 
 /** A task of a lane with `warnAfterMs`, in a queue with `onWait`, has to wait: report it when it has waited that long. */
 export function armWaitTimer(engine: EngineState, task: Task): void {
-  const ms = task.lane.limits.warnAfterMs
-  if (engine.options.onWait === undefined || ms === undefined || task.waitTimer !== undefined) return
-  task.waitTimer = engine.fork(Effect.andThen(
+  const ms = task.laneState.limits.warnAfterMs
+  if (engine.options.onWait === undefined || ms === undefined || task.more?.waitTimer !== undefined) return
+  const more = moreOf(task)
+  more.waitTimer = engine.fork(Effect.andThen(
     Effect.sleep(ms),
     Effect.suspend(() => {
       if (task.state !== WAITING) return Effect.void
-      task.waitTimer = WAIT_NOTIFIED
-      return notify(engine, task, engine.clock.currentTimeMillisUnsafe() - task.admittedAt, queuedAhead(task))
+      more.waitTimer = WAIT_NOTIFIED
+      return notify(engine, task, engine.now() - task.admittedAt, queuedAhead(task))
     })
   ))
 }
@@ -31,7 +32,7 @@ export function waitStarted(engine: EngineState, task: Task): void {
 /** Calls `onWait`; a throw or a failing Effect is logged as a warning and changes nothing. */
 function notify(engine: EngineState, task: Task, waitedMs: number, ahead: number): Effect.Effect<void> {
   const onWait = engine.options.onWait!
-  const info: WaitInfo = { runId: task.runId, lane: task.lane.name, key: task.key, waitedMs, queuedAhead: ahead }
+  const info: WaitInfo = { runId: task.runId, lane: task.laneState.name, key: task.key, waitedMs, queuedAhead: ahead }
   let r: unknown
   try {
     r = onWait(info)
@@ -57,7 +58,7 @@ const rankAt = (lane: LaneState, t: Task, now: number): number =>
  * with priorities); only `onWait` asks.
  */
 export function queuedAhead(task: Task): number {
-  const lane = task.lane
+  const lane = task.laneState
   // turn order: the queued keys, then the keys that run (their follow-up will queue at the tail)
   const turns: Array<Task> = []
   const seen = new Set<string>()
@@ -69,7 +70,7 @@ export function queuedAhead(task: Task): number {
   }
   for (const key of lane.lanes.queuedKeys()) take(key)
   for (const key of lane.keys.keys()) take(key)
-  const now = lane.engine.clock.currentTimeMillisUnsafe()
+  const now = lane.engine.now()
   let ahead = 0
   // `turns` holds each key's next task, in turn order; a key that takes its turn goes to the tail
   for (let i = 0; i < turns.length; i++) {

@@ -17,8 +17,12 @@ import type { ActivationExit, Lanes, WakeResult } from "./types.js"
 export interface LanesInternal<K> extends Lanes<K> {
   /** The transition of `wake(key)`, run now; the refusal is returned as a value. */
   readonly wakeUnsafe: (key: K) => WakeResult | LaneQueueFull | LanesClosed
+  /** `wakeUnsafe` of the key of `e`, an entry of the shared map (`InternalOptions.entries`), without a lookup. */
+  readonly wakeEntryUnsafe: (e: Entry<K>) => WakeResult | LaneQueueFull | LanesClosed
   /** Ends the activation of `key` whose inline work returned `PENDING` (nothing otherwise). */
   readonly endInline: (key: K) => void
+  /** `endInline` of the key of `e`, an entry of the shared map, without a lookup. */
+  readonly endInlineEntry: (e: Entry<K>) => void
   /** A new `maxConcurrent`: a larger one starts waiting keys at once, a smaller one lets running ones finish. */
   readonly setConcurrent: (maxConcurrent: number) => void
   /** Paused: nothing starts (wakes still queue); resumed: what waits starts, as a freed slot would. */
@@ -51,6 +55,19 @@ export interface InternalOptions<K = unknown> {
    * `Effect.void` (the activation ended synchronously).
    */
   readonly inlineWork?: boolean
+  /**
+   * The map of entries is shared with the command queue's engine, whose per-key state lives on
+   * the same objects (one map and one object per key instead of two of each): `make` makes an
+   * entry (in state IDLE); the lanes delete one they are done with only when `keep(e)` is false
+   * (else it stays, IDLE, and the engine deletes it once both sides are done).
+   */
+  /** Called instead of `activate(key)` with the key's entry (an entry of the shared map). */
+  readonly activateEntry?: ((e: Entry<K>) => unknown) | undefined
+  readonly entries?: {
+    readonly map: Map<K, Entry<K>>
+    readonly make: (key: K) => Entry<K>
+    readonly keep: (e: Entry<K>) => boolean
+  } | undefined
 }
 
 /** The method of an `InlineWork`. @internal */
@@ -82,6 +99,12 @@ export const RUNNING = 1
 export const STARTING = 2
 /** RUNNING as inline work that returned `PENDING`: no fiber; it ends when `endInline(key)` is called. */
 export const INLINE = 3
+/**
+ * The lanes hold nothing for the key. An entry in this state stays in the map only when it is
+ * shared with the command queue's engine, which still holds the key (`InternalOptions.entries`).
+ */
+export const IDLE = 4
+export type EntryState = typeof QUEUED | typeof RUNNING | typeof STARTING | typeof INLINE | typeof IDLE
 
 /**
  * Activations forked per run of the start list before the next run waits for a macrotask
@@ -97,7 +120,7 @@ export const START_BUDGET_MS = 4
 
 /** One key that runs or owes work; deleted from the map the moment the key is idle. */
 export class Entry<K> {
-  state: typeof QUEUED | typeof RUNNING | typeof STARTING | typeof INLINE = QUEUED
+  state: EntryState = IDLE
   /** Running, and a follow-up activation is owed. */
   owed = false
   /** Why the lanes interrupt the current activation (set once per activation). */
@@ -107,17 +130,19 @@ export class Entry<K> {
   /** Links in the FIFO of queued keys (QUEUED) or in the start list (STARTING). */
   prev: Entry<K> | undefined = undefined
   next: Entry<K> | undefined = undefined
-  /** The activation's fiber, set by the fiber itself when it first runs. */
-  fiber: Fiber.Fiber<void> | undefined = undefined
   /**
-   * The Effect `activate(key)` returned, kept from `start` until its fiber is forked; while INLINE,
-   * the Deferred that `cancel`/`close` wait on (made when one of them has to wait).
+   * What its activation is, by state (one field, read through the helpers below): STARTING, the
+   * Effect (or inline work) `activate(key)` returned, until its fiber is forked; RUNNING, the
+   * activation's fiber, set by the fiber itself when it first runs; INLINE, the Deferred that
+   * `cancel`/`close` wait on (made when one of them has to wait).
    */
-  work: Effect.Effect<unknown, any, Scope.Scope> | Deferred.Deferred<void> | undefined = undefined
-  /** `wake(key)` for a held key, made on its second wake (see `wake`). */
-  wake: Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> | undefined = undefined
+  work: Effect.Effect<unknown, any, Scope.Scope> | Fiber.Fiber<void> | Deferred.Deferred<void> | undefined = undefined
   constructor(readonly key: K) {}
 }
+
+/** The activation fiber of `e`, once it runs. */
+export const fiberOf = <K>(e: Entry<K>): Fiber.Fiber<void> | undefined =>
+  e.state === RUNNING ? (e.work as Fiber.Fiber<void> | undefined) : undefined
 
 export const STARTED: Effect.Effect<WakeResult> = Effect.succeed("started")
 export const QUEUED_RESULT: Effect.Effect<WakeResult> = Effect.succeed("queued")

@@ -19,6 +19,8 @@ import {
   CLOSED_ERROR,
   dropped,
   Entry,
+  fiberOf,
+  IDLE,
   INLINE,
   isInlineWork,
   outcome,
@@ -58,6 +60,8 @@ export const makeLanesUnsafe = <K, E, R>(
   internal: InternalOptions<K> | undefined
 ): LanesInternal<K> => make(options, context, internal)
 
+const RESOLVED: Promise<void> = Promise.resolve()
+
 const make = <K, E, R>(
   options: LanesOptions<K, E, R>,
   context: Context.Context<Scope.Scope | R>,
@@ -79,15 +83,43 @@ const make = <K, E, R>(
   const onExit = options.onExit
   const fork = Effect.runForkWith(context as Context.Context<never>)
 
-  const entries = new Map<K, Entry<K>>()
-  // The last lookup made by `wake(key)`, valid until the map changes (every set/delete clears it).
+  // The map may be shared with the command queue's engine (`InternalOptions.entries`): then an
+  // entry the lanes are done with stays, IDLE, while the engine still holds the key.
+  const shared = internal?.entries
+  const entries = shared?.map ?? new Map<K, Entry<K>>()
+  const keep = shared?.keep
+  const makeEntry = shared?.make
+  /** Entries the lanes hold (not IDLE): `stats.keys`. */
+  let held = 0
+  // The last lookup made by `wake(key)`, valid until the map changes (every set/delete clears it;
+  // never used with a shared map, which the engine changes too).
   let lookedUp = false
   let lookedUpKey: K | undefined
   let lookedUpEntry: Entry<K> | undefined
-  const deleteEntry = (key: K): void => {
+  /** The entry of `key` if the lanes hold it. */
+  const lookup = (key: K): Entry<K> | undefined => {
+    const e = entries.get(key)
+    return e === undefined || e.state === IDLE ? undefined : e
+  }
+  /** The lanes take `key` up: its IDLE entry (`idle`, kept in the shared map), or a new one. */
+  const acquire = (key: K, idle: Entry<K> | undefined): Entry<K> => {
+    held++
+    if (idle !== undefined) return idle
+    const fresh = makeEntry === undefined ? new Entry(key) : makeEntry(key)
+    lookedUp = false
+    entries.set(key, fresh)
+    return fresh
+  }
+  /** The lanes are done with `e`: it leaves the map, unless the engine still holds its key. */
+  const deleteEntry = (e: Entry<K>): void => {
+    held--
+    e.state = IDLE
+    e.owed = false
+    e.reason = undefined
+    e.work = undefined
     lookedUp = false
     lookedUpEntry = undefined
-    entries.delete(key)
+    if (keep === undefined || !keep(e)) entries.delete(e.key)
   }
   /** The keys queued for a slot, oldest first. */
   const queue = new Fifo<Entry<K>>()
@@ -132,11 +164,14 @@ const make = <K, E, R>(
   const report = (exit: ActivationExit<K, E>): Effect.Effect<void> =>
     onExit === undefined ? Effect.void : Effect.suspend(() => callOnExitOf(onExit, exit))
 
+  const activateEntry = internal?.activateEntry
+
   /** Calls `activate(key)`; a throw, or a value that is not an Effect, becomes a defect of the activation. */
-  const callActivate = (key: K): Effect.Effect<unknown, E, Scope.Scope> => {
+  const callActivate = (e: Entry<K>): Effect.Effect<unknown, E, Scope.Scope> => {
     try {
-      const r = activate(key)
-      return Effect.isEffect(r) || (inline && isInlineWork(r))
+      const r = activateEntry === undefined ? activate(e.key) : activateEntry(e)
+      // inline work first: the command queue's activations are its tasks
+      return (inline && isInlineWork(r)) || Effect.isEffect(r)
         ? (r as Effect.Effect<unknown, E, Scope.Scope>)
         : Effect.die(new TypeError(`activate must return an Effect, got ${show(r)}`))
     } catch (defect) {
@@ -157,7 +192,7 @@ const make = <K, E, R>(
     scope: Scope.Closeable
   ): Effect.Effect<void, never, Scope.Scope> =>
     Effect.withFiber((self) => {
-      e.fiber = self as Fiber.Fiber<any>
+      e.work = self as Fiber.Fiber<any>
       if (e.reason !== undefined && interruptibleWork) {
         // cut short before its fiber first ran: activate was called, its Effect never ran
         const exit: ActivationExit<K, E> = {
@@ -209,12 +244,13 @@ const make = <K, E, R>(
     e.reason = undefined
     running++
     if (group !== undefined) group.running++
-    e.work = callActivate(e.key)
+    e.work = callActivate(e)
     e.state = STARTING
     starts.push(e)
     if (!startScheduled) {
       startScheduled = true
-      if (startedSinceMacrotask < START_BUDGET) queueMicrotask(runStarts)
+      // a reaction on a settled promise: a microtask without `queueMicrotask`'s AsyncResource and bound function
+      if (startedSinceMacrotask < START_BUDGET) void RESOLVED.then(runStartsInMicrotask)
       else setImmediate(runStartsAfterMacrotask)
     }
   }
@@ -278,6 +314,17 @@ const make = <K, E, R>(
     }
   }
 
+  /** `runStarts` as a promise reaction: a throw (a bug) is reported as uncaught, as `queueMicrotask` would. */
+  const runStartsInMicrotask = (): void => {
+    try {
+      runStarts()
+    } catch (defect) {
+      queueMicrotask(() => {
+        throw defect
+      })
+    }
+  }
+
   const runStartsAfterMacrotask = (): void => {
     startedSinceMacrotask = 0
     runStarts()
@@ -286,7 +333,12 @@ const make = <K, E, R>(
   /** The inline activation of `key` (it returned `PENDING`) is over: the key moves on, the slot passes on. */
   const endInline = (key: K): void => {
     const e = entries.get(key)
-    if (e === undefined || e.state !== INLINE) return
+    if (e !== undefined) endInlineEntry(e)
+  }
+
+  /** `endInline` of the key of `e` (an entry of the shared map). */
+  const endInlineEntry = (e: Entry<K>): void => {
+    if (e.state !== INLINE) return
     e.state = RUNNING
     const ended = e.work as Deferred.Deferred<void> | undefined
     e.work = undefined
@@ -313,14 +365,14 @@ const make = <K, E, R>(
   const finish = (e: Entry<K>): void => {
     running--
     if (group !== undefined) group.running--
-    e.fiber = undefined
+    e.work = undefined
     if (e.owed) {
       e.owed = false
       waiting-- // the owed follow-up becomes a queue entry, which counts again below
       enqueue(e)
       waiting++
     } else {
-      deleteEntry(e.key)
+      deleteEntry(e)
     }
     drain()
   }
@@ -362,26 +414,33 @@ const make = <K, E, R>(
     // the lookup `wake(key)` just made, when nothing changed since (one Map lookup per wake, not two)
     const e = lookedUp && lookedUpKey === key ? lookedUpEntry : entries.get(key)
     lookedUp = false
-    if (e === undefined) {
-      // With a slot free the queue is empty (every freed slot drains it), so the key starts now.
-      // In a group the group needs a slot too; with one free, no member has a startable waiter.
-      if (running < cap && (group === undefined || group.running < group.concurrent)) {
-        const fresh = new Entry(key)
-        lookedUp = false
-        entries.set(key, fresh)
-        start(fresh)
-        return "started"
-      }
-      if (waiting >= maxQueued) return queueFull(key, maxQueued)
-      const fresh = new Entry(key)
-      lookedUp = false
-      entries.set(key, fresh)
-      enqueue(fresh)
-      waiting++
-      return "queued"
+    return e === undefined || e.state === IDLE ? wakeIdle(key, e) : wakeHeld(e)
+  }
+
+  /** `wakeUnsafe` of the key of `e`, an entry of the shared map (no lookup). */
+  const wakeEntryUnsafe = (e: Entry<K>): WakeResult | LaneQueueFull | LanesClosed => {
+    if (closed) return CLOSED_ERROR
+    return e.state === IDLE ? wakeIdle(e.key, e) : wakeHeld(e)
+  }
+
+  /** A wake of a key the lanes do not hold (`idle`: its IDLE entry in the shared map, if any). */
+  const wakeIdle = (key: K, idle: Entry<K> | undefined): WakeResult | LaneQueueFull => {
+    // With a slot free the queue is empty (every freed slot drains it), so the key starts now.
+    // In a group the group needs a slot too; with one free, no member has a startable waiter.
+    if (running < cap && (group === undefined || group.running < group.concurrent)) {
+      start(acquire(key, idle))
+      return "started"
     }
-    if (e.state === QUEUED || e.owed) return "coalesced"
     if (waiting >= maxQueued) return queueFull(key, maxQueued)
+    enqueue(acquire(key, idle))
+    waiting++
+    return "queued"
+  }
+
+  /** A wake of a key that is queued or running. */
+  const wakeHeld = (e: Entry<K>): WakeResult | LaneQueueFull => {
+    if (e.state === QUEUED || e.owed) return "coalesced"
+    if (waiting >= maxQueued) return queueFull(e.key, maxQueued)
     e.owed = true
     waiting++
     return "queued"
@@ -390,28 +449,29 @@ const make = <K, E, R>(
   /** `wakeUnsafe` as an Effect (constant Effects: no allocation but for a refusal). */
   const transition = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => wakeEffect(wakeUnsafe(key))
 
-  const makeWake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> =>
-    Effect.suspend(() => transition(key))
-
-  // A key that is held (queued or running) keeps its wake Effect, so that waking it again (the
+  // The wake Effect of the key woken last is kept, so that waking one key again and again (the
   // coalesced case) allocates nothing at all; the Effect looks the key up afresh each time it runs.
+  let lastWakeKey: K | undefined
+  let lastWake: Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> | undefined
   const wake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
-    const e = entries.get(key)
-    lookedUp = true
-    lookedUpKey = key
-    lookedUpEntry = e
-    if (e === undefined) return makeWake(key)
-    return e.wake ??= makeWake(key)
+    if (shared === undefined) {
+      lookedUp = true
+      lookedUpKey = key
+      lookedUpEntry = lookup(key)
+    }
+    if (lastWake !== undefined && lastWakeKey === key) return lastWake
+    lastWakeKey = key
+    return lastWake = Effect.suspend(() => transition(key))
   }
 
   const cancel = (key: K): Effect.Effect<void> =>
     Effect.withFiber((self) => {
-      const e = entries.get(key)
+      const e = lookup(key)
       if (e === undefined) return Effect.void
       if (e.state === QUEUED) {
         queue.unlink(e)
         waiting--
-        deleteEntry(key)
+        deleteEntry(e)
         return Effect.uninterruptible(report(dropped(key, "cancel")))
       }
       const owed = e.owed
@@ -421,7 +481,7 @@ const make = <K, E, R>(
       }
       if (e.reason === undefined) e.reason = "cancel"
       // Given a slot but not forked yet: fork it now; it sees the reason and ends (interrupted) at once.
-      const fiber = e.state === STARTING ? forkNow(e) : e.fiber
+      const fiber = e.state === STARTING ? forkNow(e) : fiberOf(e)
       const dropReport = owed ? Effect.uninterruptible(report(dropped(key, "cancel"))) : Effect.void
       // inline work that goes on without a fiber: it cannot be interrupted, the caller waits for its end
       if (e.state === INLINE) return Effect.andThen(dropReport, awaitInline(e))
@@ -439,8 +499,8 @@ const make = <K, E, R>(
   const runningFibers = (self: Fiber.Fiber<unknown, unknown>): Array<Fiber.Fiber<void>> => {
     const out: Array<Fiber.Fiber<void>> = []
     for (const e of entries.values()) {
-      const fiber = e.state === STARTING ? forkNow(e) : e.fiber
-      if (e.state !== QUEUED && fiber !== undefined && fiber !== self) out.push(fiber)
+      const fiber = e.state === STARTING ? forkNow(e) : fiberOf(e)
+      if (fiber !== undefined && fiber !== self) out.push(fiber)
     }
     return out
   }
@@ -457,7 +517,7 @@ const make = <K, E, R>(
       const next = e.next
       e.prev = undefined
       e.next = undefined
-      deleteEntry(e.key)
+      deleteEntry(e)
       drops.push(e.key)
       e = next
     }
@@ -467,13 +527,15 @@ const make = <K, E, R>(
     const fibers: Array<Fiber.Fiber<void>> = []
     const starting: Array<Entry<K>> = []
     for (const e of entries.values()) {
+      if (e.state === IDLE) continue
       if (e.owed) {
         e.owed = false
         waiting--
         drops.push(e.key)
       }
       if (e.reason === undefined) e.reason = "close"
-      if (e.fiber !== undefined) fibers.push(e.fiber)
+      const fiber = fiberOf(e)
+      if (fiber !== undefined) fibers.push(fiber)
       else if (e.state === STARTING) starting.push(e)
     }
     // Given a slot but not forked yet: forked now, each sees the reason and ends (interrupted) at once.
@@ -495,7 +557,7 @@ const make = <K, E, R>(
     return Effect.andThen(reports, Effect.andThen(waits, last))
   })
 
-  const stats = Effect.sync(() => ({ running, waiting, keys: entries.size }))
+  const stats = Effect.sync(() => ({ running, waiting, keys: held }))
 
   const queuedKeys = (): Array<K> => {
     const out: Array<K> = []
@@ -503,5 +565,18 @@ const make = <K, E, R>(
     return out
   }
 
-  return { wake, cancel, close, stats, wakeUnsafe, endInline, setConcurrent, setPaused, prioritize, queuedKeys }
+  return {
+    wake,
+    cancel,
+    close,
+    stats,
+    wakeUnsafe,
+    wakeEntryUnsafe,
+    endInline,
+    endInlineEntry,
+    setConcurrent,
+    setPaused,
+    prioritize,
+    queuedKeys
+  }
 }
