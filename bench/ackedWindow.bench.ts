@@ -98,6 +98,8 @@ for (let r = 0; r < 3; r++) {
   })
 }
 table(
-  `keyed: add + hit (read back from an array) + miss + evict of ${N.toLocaleString("en-US")} acked keyed entries, CPU per entry`,
+  `keyed: add + hit (read back from an array) + miss + evict of ${
+    N.toLocaleString("en-US")
+  } acked keyed entries, CPU per entry`,
   keyedRows
 )
