@@ -9,23 +9,14 @@
  */
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs"
 import { join } from "node:path"
-import type { CompactionStep } from "../src/delivery/compaction.js"
-import { check, checkKeys, Model, runRound } from "../test/delivery/fixtures/crashHarness.js"
+import { check, checkKeys, COMPACTION_STEPS, Model, runRound } from "../test/delivery/fixtures/crashHarness.js"
 
 const roundsArg = process.argv.indexOf("--rounds")
 const rounds = roundsArg >= 0 ? Number(process.argv[roundsArg + 1]) : 40
 const base = join(process.cwd(), ".bench-tmp")
 mkdirSync(base, { recursive: true })
 const root = mkdtempSync(join(base, "crash-log-"))
-const steps: ReadonlyArray<CompactionStep> = [
-  "checkpointed",
-  "temp-written",
-  "temp-synced",
-  "renamed",
-  "dir-synced",
-  "removed-one",
-  "removed-all"
-]
+const steps = COMPACTION_STEPS
 
 const main = async (): Promise<void> => {
   const model = new Model()

@@ -5,9 +5,9 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
+import { CorruptLog } from "./corrupt.js"
 import { BadPayload, type EntryData, readAcked, readAppend, readEntry } from "./payload.js"
 import { decodeAt, describeInvalid, HEADER_BYTES, Kind } from "./record.js"
-import { CorruptLog } from "./recovery.js"
 import { codeName } from "./segment.js"
 
 export class RecordReader {

@@ -17,7 +17,7 @@ import type { KeyDigest } from "../../src/delivery/keyDigest.js"
 import { type Done, LogCore } from "../../src/delivery/logCore.js"
 import type { DeliveryEntry } from "../../src/delivery/types.js"
 import { type ResolvedOptions, resolveOptions } from "../../src/delivery/validate.js"
-import { tempRoot } from "./fixtures/files.js"
+import { copyLogDir, tempRoot } from "./fixtures/files.js"
 
 const tmp = tempRoot("log-acked")
 afterAll(tmp.rm)
@@ -32,13 +32,7 @@ const call = <A>(f: (done: Done<A>) => void): Promise<A> =>
 
 const open = (dir: string, now: number, hooks: CompactionHooks) => LogCore.open(options(dir), now, hooks)
 
-/** Copy the files of `from` (not the lock) into a fresh dir: what a crash leaves, or a backup. */
-const copyDir = (from: string): string => {
-  const to = tmp.next()
-  fs.mkdirSync(to, { mode: 0o700 })
-  for (const f of fs.readdirSync(from)) if (f !== "LOCK") fs.copyFileSync(join(from, f), join(to, f))
-  return to
-}
+const copyDir = (from: string): string => copyLogDir(from, tmp.next())
 
 const message = (n: number, key?: string) => ({
   channel: "c",

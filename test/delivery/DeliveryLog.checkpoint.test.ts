@@ -15,7 +15,7 @@ import { DeliveryLog } from "../../src/delivery/index.js"
 import { type Done, LogCore } from "../../src/delivery/logCore.js"
 import type { DeliveryEntry } from "../../src/delivery/types.js"
 import { type ResolvedOptions, resolveOptions } from "../../src/delivery/validate.js"
-import { failure, recordBoundaries, snapshotFiles, tempRoot } from "./fixtures/files.js"
+import { copyLogDir, failure, recordBoundaries, snapshotFiles, tempRoot } from "./fixtures/files.js"
 
 const tmp = tempRoot("log-checkpoint")
 afterAll(tmp.rm)
@@ -26,12 +26,7 @@ const options = (dir: string): ResolvedOptions =>
 const call = <A>(f: (done: Done<A>) => void): Promise<A> =>
   new Promise((resolve, reject) => f((e, v) => (e ? reject(e) : resolve(v as A))))
 
-const copyDir = (from: string): string => {
-  const to = tmp.next()
-  fs.mkdirSync(to, { mode: 0o700 })
-  for (const f of fs.readdirSync(from)) if (f !== "LOCK") fs.copyFileSync(join(from, f), join(to, f))
-  return to
-}
+const copyDir = (from: string): string => copyLogDir(from, tmp.next())
 
 const msg = (n: number, key?: string) => ({
   channel: "c",

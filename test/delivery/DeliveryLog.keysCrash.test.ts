@@ -10,8 +10,7 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import type { CompactionStep } from "../../src/delivery/compaction.js"
-import { check, checkKeys, Model, runRound } from "./fixtures/crashHarness.js"
+import { check, checkKeys, COMPACTION_STEPS, Model, runRound } from "./fixtures/crashHarness.js"
 
 const root = mkdtempSync(join(tmpdir(), "switchyard-log-keys-crash-"))
 afterAll(() => rmSync(root, { recursive: true, force: true }))
@@ -31,19 +30,11 @@ describe("DeliveryLog idempotency keys through SIGKILL", () => {
     assert.isAbove(model.acked.size, 10, "the children did ack")
   }, 120_000)
 
-  const steps: ReadonlyArray<CompactionStep> = [
-    "checkpointed",
-    "temp-written",
-    "renamed",
-    "dir-synced",
-    "removed-one",
-    "removed-all"
-  ]
   it("compaction cut by SIGKILL at each of its steps: acked keys still return their entries", async () => {
     const dir = join(root, "compact")
     const model = new Model()
     let round = 0
-    for (const step of steps) {
+    for (const step of COMPACTION_STEPS) {
       const r = await runRound(dir, round++, model, 5_000, [
         "--segment-bytes",
         "4096",
