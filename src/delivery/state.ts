@@ -6,6 +6,7 @@
 import { AckedWindow } from "./ackedWindow.js"
 import { Addresses } from "./addresses.js"
 import type { KeyDigest } from "./keyDigest.js"
+import { LiveEntries } from "./liveEntries.js"
 import type { EntryData } from "./payload.js"
 
 /** First record of a snapshot: where the log goes on after it. */
@@ -28,7 +29,7 @@ const place = new Uint32Array(2)
 /** Pending and dead entries in seq order, idempotency keys, and ids acked within the window. */
 export class LogState {
   /** Insertion order is append order, which is seq order. */
-  readonly live = new Map<string, EntryData>()
+  readonly live = new LiveEntries()
   /** idempotencyKey -> id, for live entries and for acked ones kept with their entry (not the keyed ring's). */
   readonly keys = new Map<string, string>()
   /** Ids acked within the window, in ack order (keyed ones by their key's digest and record's place). */
@@ -52,7 +53,7 @@ export class LogState {
 
   /** `insert` for an id known to be new (a fresh UUID from `append`): one hash lookup less. */
   insertNew(entry: EntryData): void {
-    this.live.set(entry.id, entry)
+    this.live.add(entry)
     if (entry.status === "pending") this.pending++
     else this.dead++
     this.liveBytes += entry.bytes

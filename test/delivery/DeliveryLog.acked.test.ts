@@ -79,7 +79,7 @@ const remembered = async (dir: string, now: number, hooks: CompactionHooks, mode
     }
     const keys: Record<string, string | null> = {}
     for (const key of model.owner.keys()) {
-      const e = await call<DeliveryEntry>((d) => core.append(message(0, key), now, d))
+      const e = await call<DeliveryEntry>((d) => core.append(message(0, key), now, d, undefined))
       const fresh = !model.live.has(e.id) && !model.ackedAt.has(e.id)
       keys[key] = fresh ? null : e.id
     }
@@ -135,7 +135,7 @@ const runModel = async (bulk: number, ops: ReadonlyArray<Op>, digest: KeyDigest 
       case "append": {
         const key = o.key === undefined ? undefined : `reply:session-${o.key}:turn-${o.key * 7}`
         const known = key === undefined ? undefined : model.holder(key, now)
-        const e = await call<DeliveryEntry>((d) => core.append(message(++n, key), now, d))
+        const e = await call<DeliveryEntry>((d) => core.append(message(++n, key), now, d, undefined))
         if (known !== undefined) assert.strictEqual(e.id, known, `key ${key} returns its entry`)
         else {
           if (key !== undefined) assert.notInclude([...model.live.keys(), ...model.ackedAt.keys()], e.id)

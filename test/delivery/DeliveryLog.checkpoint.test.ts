@@ -42,7 +42,7 @@ const build = async (dir: string) => {
   const keys: Record<string, string> = {}
   for (let i = 0; i < 120; i++) {
     const key = i % 3 === 0 ? undefined : `reply:session-${i % 7}:turn-${i}`
-    const e = await call<DeliveryEntry>((d) => core.append(msg(i, key), 1000 + i, d))
+    const e = await call<DeliveryEntry>((d) => core.append(msg(i, key), 1000 + i, d, undefined))
     if (key !== undefined) keys[key] = e.id
     if (i % 5 === 4) await call((d) => core.attempt(e.id, { error: "down", nextAttemptAt: 5 }, d))
     if (i % 11 === 10) await call<void>((d) => core.deadLetter(e.id, "gone", d))
@@ -68,7 +68,7 @@ const state = async (dir: string, known: { acked: Array<string>; keys: Record<st
     }
     const keys: Record<string, string> = {}
     for (const key of Object.keys(known.keys)) {
-      keys[key] = (await call<DeliveryEntry>((d) => core.append(msg(0, key), 2000, d))).id
+      keys[key] = (await call<DeliveryEntry>((d) => core.append(msg(0, key), 2000, d, undefined))).id
     }
     return { view: { pending, dead, ids, keys }, fromCheckpoint: notes.fromCheckpoint === true }
   } finally {
@@ -81,7 +81,9 @@ describe("DeliveryLog CHECKPOINT", () => {
     const dir = tmp.next()
     const { core } = LogCore.open(options(dir), 1000, {})
     for (let i = 0; i < 50; i++) {
-      const e = await call<DeliveryEntry>((d) => core.append(msg(i, i % 2 === 0 ? `k${i}` : undefined), 1000, d))
+      const e = await call<DeliveryEntry>((d) =>
+        core.append(msg(i, i % 2 === 0 ? `k${i}` : undefined), 1000, d, undefined)
+      )
       if (i % 5 === 0) await call<void>((d) => core.ack(e.id, 1000, d))
     }
     await core.close()
@@ -153,7 +155,7 @@ describe("DeliveryLog CHECKPOINT", () => {
     const later: Array<DeliveryEntry> = []
     for (let i = 0; i < 30; i++) {
       const key = `late-${i}`
-      later.push(await call<DeliveryEntry>((d) => core.append(msg(i, key), 1500, d)))
+      later.push(await call<DeliveryEntry>((d) => core.append(msg(i, key), 1500, d, undefined)))
       known.keys[key] = later[i]!.id
       if (i % 2 === 0) {
         await call<void>((d) => core.ack(later[i]!.id, 1500, d))
@@ -181,14 +183,14 @@ describe("DeliveryLog CHECKPOINT", () => {
   it("a damaged record behind an acked key fails the repeated append as corrupt and writes nothing", async () => {
     const dir = tmp.next()
     const { core } = LogCore.open(options(dir), 1000, {})
-    const e = await call<DeliveryEntry>((d) => core.append(msg(1, "order-1"), 1000, d))
+    const e = await call<DeliveryEntry>((d) => core.append(msg(1, "order-1"), 1000, d, undefined))
     await call<void>((d) => core.ack(e.id, 1000, d))
     const name = fs.readdirSync(dir).filter((f) => f.endsWith(".log"))[0]!
     const buf = fs.readFileSync(join(dir, name))
     buf[60]! ^= 0x20 // inside the append record's payload (the first record)
     fs.writeFileSync(join(dir, name), buf)
     const size = fs.statSync(join(dir, name)).size
-    const err = await call<DeliveryEntry>((d) => core.append(msg(2, "order-1"), 1000, d)).then(
+    const err = await call<DeliveryEntry>((d) => core.append(msg(2, "order-1"), 1000, d, undefined)).then(
       () => assert.fail("expected corrupt"),
       (x: DeliveryLogError) => x
     )
