@@ -18,6 +18,7 @@ import * as path from "node:path"
 import * as Postgres from "../src/cluster/Postgres.js"
 import { CommandQueue } from "../src/queue/index.js"
 import { ratio, table } from "./lib.js"
+import { attribute, readStatements } from "./pglog.js"
 
 const ADMIN = process.env.SWITCHYARD_TEST_PG ?? "postgres://postgres@127.0.0.1:5432/test"
 const LATENCY = 20
@@ -26,6 +27,17 @@ const MESSAGES = Number(process.env.CLUSTER_BENCH_MESSAGES ?? 600)
 const CONCURRENCY = 48
 const LATENCY_SAMPLES = 40
 const root = path.resolve(import.meta.dirname, "..")
+/**
+ * With `CLUSTER_BENCH_PGLOG=<the Postgres server log>` (e.g. /var/log/postgresql/postgresql-15-main.log),
+ * each run's database logs every statement (`log_statement = 'all'`) and the throughput phase's
+ * transactions are attributed to effect/cluster or switchyard (bench/pglog.ts). Logging slows Postgres:
+ * take timings from a run without it.
+ */
+const PGLOG = process.env.CLUSTER_BENCH_PGLOG
+/** `CLUSTER_BENCH_PROFILE=<dir>`: every runner writes a CPU profile there (`node --cpu-prof`) when it exits. */
+const PROFILE = process.env.CLUSTER_BENCH_PROFILE
+/** `CLUSTER_BENCH_ONLY=short` skips the 500 ms runs; `=slow` runs only them. */
+const ONLY = process.env.CLUSTER_BENCH_ONLY
 
 const freePort = (): Promise<number> =>
   new Promise((resolve) => {
@@ -50,6 +62,7 @@ const reachable = async () => {
 const startRunner = (url: string, port: number, clusterPort: number, outbox: string, latency: number) =>
   new Promise<ChildProcess>((resolve, reject) => {
     const child = spawn(process.execPath, [
+      ...(PROFILE === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`]),
       "--import",
       "tsx",
       "src/cluster/runner-main.ts",
@@ -106,6 +119,7 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
   const name = `sy_bench_${process.pid}_${runners}`
   await admin((sql) => sql.unsafe(`DROP DATABASE IF EXISTS ${name}`))
   await admin((sql) => sql.unsafe(`CREATE DATABASE ${name}`))
+  if (PGLOG !== undefined) await admin((sql) => sql.unsafe(`ALTER DATABASE ${name} SET log_statement = 'all'`))
   const u = new URL(ADMIN)
   u.pathname = `/${name}`
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-"))
@@ -122,11 +136,13 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
     const latencies: Array<number> = []
     const samples = latency > 100 ? 2 : LATENCY_SAMPLES
     for (let i = 0; i < samples; i++) latencies.push((await post(ports[i % runners], `lat${i % 5}`, "hi"))!)
-    const cpuTicks = () =>
+    const cpuTicksOf = (field: 11 | 12) =>
       children.reduce((sum, c) => {
         const f = fs.readFileSync(`/proc/${c.pid}/stat`, "utf8").split(") ")[1]!.split(" ")
-        return sum + Number(f[11]) + Number(f[12]) // utime + stime (fields 14, 15)
+        return sum + Number(f[field]) // utime (field 14) or stime (field 15)
       }, 0)
+    const cpuTicks = () => cpuTicksOf(11) + cpuTicksOf(12)
+    const sys0 = cpuTicksOf(12)
     const commits = async () =>
       Number(
         ((await admin((sql) =>
@@ -135,6 +151,7 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
       )
     const ticks0 = cpuTicks()
     const commits0 = await commits()
+    const log0 = PGLOG === undefined ? 0 : fs.statSync(PGLOG).size
     let next = 0
     let busy = 0
     const start = performance.now()
@@ -148,13 +165,36 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
     }))
     const seconds = (performance.now() - start) / 1000
     const cpuMsPerMessage = ((cpuTicks() - ticks0) * 10) / messages // 100 ticks per second on Linux
+    const sysMsPerMessage = ((cpuTicksOf(12) - sys0) * 10) / messages
     const commitsPerMessage = ((await commits()) - commits0) / messages
+    if (PGLOG !== undefined) {
+      const { rows, transactions } = attribute(readStatements(PGLOG, name, log0, fs.statSync(PGLOG).size))
+      table(
+        `Where the transactions go: ${runners} runner(s), ${latency} ms turn, ${messages} messages (${
+          (transactions / messages).toFixed(2)
+        } per message logged, ${commitsPerMessage.toFixed(2)} by xact_commit)`,
+        rows.map((r) => ({ name: r.name, whose: r.whose, "per message": r.count / messages, example: r.example }))
+      )
+    }
+    // How the measured turns spread over the runners (the sessions' shards decide where a turn runs).
+    const spread = await Effect.runPromise(
+      Postgres.withClient(u.toString(), (sql) =>
+        sql.unsafe<{ runner: string; n: number; sessions: number }>(
+          `SELECT runner, count(*)::float8 AS n, count(DISTINCT session)::float8 AS sessions FROM switchyard_turns
+         WHERE session ~ '^s[0-9]+$' GROUP BY runner ORDER BY 2 DESC`
+        ))
+    )
+    const turns = spread.reduce((sum, r) => sum + Number(r.n), 0)
     return {
+      spread: spread.map((r) => `${Number(r.n)} turns of ${Number(r.sessions)} sessions`).join(", "),
+      /** The busiest runner's share of the turns: its slots bound the whole cluster's rate. */
+      busiestShare: spread.length === 0 ? 1 : Number(spread[0].n) / turns,
       perSecond: messages / seconds,
       p50: percentile(latencies, 0.5),
       p95: percentile(latencies, 0.95),
       busy,
       cpuMsPerMessage,
+      sysMsPerMessage,
       commitsPerMessage
     }
   } finally {
@@ -188,62 +228,75 @@ if (!(await reachable())) {
   console.log(`Postgres not reachable at ${Postgres.redactUrl(ADMIN)}: cluster benchmark skipped\n`)
 } else {
   const local = await single()
-  const one = await cluster(1)
-  const three = await cluster(3)
-  table(
-    `Cluster throughput: ${MESSAGES} messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${LATENCY} ms scripted turn, lane main concurrent 8 per runner`,
-    [
-      {
-        name: "single-process CommandQueue (same 20 ms task)",
-        "messages/s": local.perSecond,
-        "vs 1 runner": ratio(local.perSecond, one.perSecond),
-        "runner CPU ms/message": "-",
-        "Postgres transactions/message": "-"
-      },
-      {
-        name: "cluster, 1 runner",
-        "messages/s": one.perSecond,
-        "vs 1 runner": "1.00x",
-        "runner CPU ms/message": one.cpuMsPerMessage,
-        "Postgres transactions/message": one.commitsPerMessage
-      },
-      {
-        name: "cluster, 3 runners",
-        "messages/s": three.perSecond,
-        "vs 1 runner": ratio(three.perSecond, one.perSecond),
-        "runner CPU ms/message": three.cpuMsPerMessage,
-        "Postgres transactions/message": three.commitsPerMessage
-      }
-    ]
-  )
-  table(`Turn latency one message at a time (POST ... ?wait to reply), ${LATENCY_SAMPLES} samples`, [
-    { name: "single-process CommandQueue", "p50 ms": local.p50, "p95 ms": local.p95, "added p50 ms": 0 },
-    { name: "cluster, 1 runner", "p50 ms": one.p50, "p95 ms": one.p95, "added p50 ms": one.p50 - local.p50 },
-    { name: "cluster, 3 runners", "p50 ms": three.p50, "p95 ms": three.p95, "added p50 ms": three.p50 - local.p50 }
-  ])
+  const skipShort = ONLY === "slow"
+  const one = skipShort ? undefined : await cluster(1)
+  const three = skipShort ? undefined : await cluster(3)
+  if (one !== undefined && three !== undefined) {
+    table(
+      `Cluster throughput: ${MESSAGES} messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${LATENCY} ms scripted turn, lane main concurrent 8 per runner`,
+      [
+        {
+          name: "single-process CommandQueue (same 20 ms task)",
+          "messages/s": local.perSecond,
+          "vs 1 runner": ratio(local.perSecond, one.perSecond),
+          "runner CPU ms/message": "-",
+          "of which kernel": "-",
+          "Postgres transactions/message": "-"
+        },
+        {
+          name: "cluster, 1 runner",
+          "messages/s": one.perSecond,
+          "vs 1 runner": "1.00x",
+          "runner CPU ms/message": one.cpuMsPerMessage,
+          "of which kernel": one.sysMsPerMessage,
+          "Postgres transactions/message": one.commitsPerMessage
+        },
+        {
+          name: "cluster, 3 runners",
+          "messages/s": three.perSecond,
+          "vs 1 runner": ratio(three.perSecond, one.perSecond),
+          "runner CPU ms/message": three.cpuMsPerMessage,
+          "of which kernel": three.sysMsPerMessage,
+          "Postgres transactions/message": three.commitsPerMessage
+        }
+      ]
+    )
+    table(`Turn latency one message at a time (POST ... ?wait to reply), ${LATENCY_SAMPLES} samples`, [
+      { name: "single-process CommandQueue", "p50 ms": local.p50, "p95 ms": local.p95, "added p50 ms": 0 },
+      { name: "cluster, 1 runner", "p50 ms": one.p50, "p95 ms": one.p95, "added p50 ms": one.p50 - local.p50 },
+      { name: "cluster, 3 runners", "p50 ms": three.p50, "p95 ms": three.p95, "added p50 ms": three.p50 - local.p50 }
+    ])
+  }
   // Where the turn's own wait dominates (a model call), each runner's lane concurrency is the limit.
   const SLOW = 500
-  const slowOne = await cluster(1, SLOW, 240)
-  const slowThree = await cluster(3, SLOW, 240)
-  table(
-    `Cluster throughput when the turn waits: 240 messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${SLOW} ms scripted turn, lane main concurrent 8 per runner`,
-    [
-      {
-        name: "cluster, 1 runner",
-        "messages/s": slowOne.perSecond,
-        "vs 1 runner": "1.00x",
-        "bound (8 slots x runners / 0.5 s)": 16
-      },
-      {
-        name: "cluster, 3 runners",
-        "messages/s": slowThree.perSecond,
-        "vs 1 runner": ratio(slowThree.perSecond, slowOne.perSecond),
-        "bound (8 slots x runners / 0.5 s)": 48
-      }
-    ]
-  )
+  if (ONLY !== "short") {
+    const slowOne = await cluster(1, SLOW, 240)
+    const slowThree = await cluster(3, SLOW, 240)
+    table(
+      `Cluster throughput when the turn waits: 240 messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${SLOW} ms scripted turn, lane main concurrent 8 per runner`,
+      [
+        {
+          name: "cluster, 1 runner",
+          "messages/s": slowOne.perSecond,
+          "vs 1 runner": "1.00x",
+          "bound (8 slots x runners / 0.5 s)": 16
+        },
+        {
+          name: "cluster, 3 runners",
+          "messages/s": slowThree.perSecond,
+          "vs 1 runner": ratio(slowThree.perSecond, slowOne.perSecond),
+          "bound (8 slots x runners / 0.5 s)": 48
+        }
+      ]
+    )
+    console.log(
+      `(where the turns ran, 3 runners: ${slowThree.spread}; the busiest runner's 8 slots bound the cluster to ${
+        (16 / slowThree.busiestShare).toFixed(1)
+      } messages/s = ${ratio(16 / slowThree.busiestShare, slowOne.perSecond)} of 1 runner)\n`
+    )
+  }
   console.log(
-    `(429 backpressure retries: 1 runner ${one.busy}, 3 runners ${three.busy}; load average ${
+    `(429 backpressure retries: 1 runner ${one?.busy}, 3 runners ${three?.busy}; load average ${
       os.loadavg().map((l) => l.toFixed(1)).join(" ")
     })\n`
   )

@@ -13,8 +13,10 @@ import { HEARTBEAT_SESSION } from "../agent/Heartbeat.js"
 import type { Model as ModelService } from "../agent/Model.js"
 import { Model } from "../agent/Model.js"
 import { Fenced } from "./Fencing.js"
+import { marksSlot } from "./KeyRunner.js"
 import type { ClusterTask, LaneHandler } from "./KeyRunner.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
+import * as Storage from "./Storage.js"
 
 /** A user message for the `main` lane; the key is the session. */
 export interface MessageCommand {
@@ -57,6 +59,8 @@ export interface ClusterAgentOptions {
   readonly historyLimit?: number
   /** Table prefix; default `switchyard`. */
   readonly prefix?: string
+  /** Called after a turn's reply was committed to the outbox (the runner wakes its deliverer). */
+  readonly onCommit?: () => void
 }
 
 /**
@@ -94,7 +98,8 @@ export const handlers = (
     ) =>
       Effect.gen(function*() {
         const startedAt = yield* Clock.currentTimeMillis
-        // The messages recorded for this run in the inbox, and the session's history: one statement.
+        // The run's coalescing slot marked started (later messages take the next run), then the messages
+        // recorded for this run in the inbox and the session's history: one statement (Migrations 0005).
         const rows = yield* sql.unsafe<
           {
             readonly src: "inbox" | "history"
@@ -103,11 +108,8 @@ export const handlers = (
             readonly content: string
           }
         >(
-          `SELECT 'inbox' AS src, id::float8 AS id, 'user' AS role, text AS content FROM ${prefix}_inbox WHERE run_id = $3
-           UNION ALL
-           SELECT 'history', id::float8, role, content FROM (SELECT id, role, content FROM ${prefix}_transcripts WHERE session = $1
-           ORDER BY id DESC LIMIT $2) t`,
-          [session, historyLimit * 2, task.runId]
+          `SELECT src, id, role, content FROM ${prefix}_turn_start($1, $2, $3, $4, $5, $6)`,
+          [task.lane, task.key, task.coalesceSlot ?? null, task.runId, session, historyLimit * 2]
         )
         const byId = (a: { id: number }, b: { id: number }) => Number(a.id) - Number(b.id)
         const history = rows.filter((r) => r.src === "history").sort(byId)
@@ -130,13 +132,19 @@ export const handlers = (
         // What makes the turn visible (the reply in the outbox, the exchange in the transcript, the turn
         // record) is one statement, written only while the shard's epoch is the one the turn started
         // under (Fencing.ts): a runner that stalled past its lease and lost the shard writes nothing.
+        // Where the runner can, that statement also saves the run's reply (Storage.ts): the turn is
+        // visible exactly when its run is answered, in one transaction.
         const fence = task.fence
-        const entry = yield* options.outbox.appendGuarded({
+        const deliveryId = crypto.randomUUID()
+        const result: TurnResult = { text: reply.text, deliveryId, runner: options.member, messages: texts.length }
+        // Checked now (a reply the outbox refuses fails the turn), written by `commit`.
+        const statement = yield* options.outbox.prepareGuarded({
           channel,
           to,
           body: { session, kind, text: reply.text, messages: texts.length, ...(job === undefined ? {} : { job }) },
           idempotencyKey: `reply:${task.runId}`
         }, {
+          id: deliveryId,
           guard: fence === undefined
             ? `SELECT 1`
             : `SELECT 1 FROM ${prefix}_shard_epochs WHERE shard = $17::text AND epoch = $18::bigint FOR SHARE`,
@@ -161,28 +169,50 @@ export const handlers = (
             fence?.epoch ?? null
           ]
         })
-        if (entry === undefined) {
-          return yield* Effect.fail(new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId))
+        // With the run's reply (Storage.replyWrites: parameters from $19 on), or on its own.
+        const commit = (withReply: Storage.ReplyRow | undefined) =>
+          Effect.map(
+            statement(
+              withReply === undefined
+                ? undefined
+                : { also: Storage.replyWrites(19), params: Storage.replyParams(withReply) }
+            ),
+            (entry) => entry !== undefined
+          )
+        const fenced = () => new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId)
+        if (task.commitWithReply !== undefined) {
+          let logged = false
+          task.commitWithReply((row) =>
+            commit(row).pipe(
+              Effect.tap((written) => {
+                if (written) return Effect.sync(() => options.onCommit?.())
+                if (logged) return Effect.void
+                logged = true
+                return Effect.logWarning(
+                  `fenced: run ${task.runId} of ${task.lane}/${task.key} dropped, its writes refused (${fenced().message}); the shard's owner runs it`
+                )
+              })
+            )
+          )
+          return result
         }
-        return {
-          text: reply.text,
-          deliveryId: entry.id,
-          runner: options.member,
-          messages: texts.length
-        } satisfies TurnResult
+        if (!(yield* commit(undefined))) return yield* Effect.fail(fenced())
+        options.onCommit?.()
+        return result
       }).pipe(Effect.mapError((e) => ({ _tag: e._tag, message: e.message })))
 
+    // Each marks its run's coalescing slot started in its first statement (KeyRunner.marksSlot).
     return {
-      main: (task) => {
+      main: marksSlot((task) => {
         const c = task.command as MessageCommand
         return turn(task, task.key, String(c.text), task.key, "user", undefined, c.inbox === true)
-      },
-      cron: (task) => {
+      }),
+      cron: marksSlot((task) => {
         const c = task.command as CronCommand
         const session = cronSession(c.job)
         return turn(task, session, String(c.prompt), c.to ?? session, "cron", c.job)
-      },
-      heartbeat: (task) =>
+      }),
+      heartbeat: marksSlot((task) =>
         turn(
           task,
           HEARTBEAT_SESSION,
@@ -190,5 +220,6 @@ export const handlers = (
           HEARTBEAT_SESSION,
           "user"
         )
+      )
     }
   })

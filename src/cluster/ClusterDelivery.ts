@@ -30,6 +30,13 @@ export interface ClusterDeliveryOptions {
   readonly pollMs?: number
   /** How long a claim holds an entry; must exceed `attemptTimeoutMs`. Default `attemptTimeoutMs + 10_000`. */
   readonly leaseMs?: number
+  /**
+   * How long the loop waits, once woken, for more work before its next statement, so that the acks of
+   * deliveries that end close together and the claims of entries appended close together share one
+   * statement (an ack waits at most this long; a crash before it is written redelivers the entry).
+   * Default 0.
+   */
+  readonly batchMs?: number
 }
 
 /** A delivering process of the cluster. */
@@ -37,6 +44,8 @@ export interface ClusterDelivery {
   readonly owner: string
   /** Appends durably, then wakes the claim loop of this process. */
   readonly enqueue: (message: OutboundMessage) => Effect.Effect<DeliveryEntry, DeliveryLogError>
+  /** Wakes the claim loop: something was appended to the log (by a turn's commit, say). */
+  readonly wake: () => void
   /** Counts of this process: entries in flight, delivered (acked), failed attempts, dead-lettered. */
   readonly stats: Effect.Effect<{
     readonly inFlight: number
@@ -62,6 +71,7 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
     const jitter = options.jitter ?? 0.2
     const maxAttempts = options.maxAttempts ?? 5
     const pollMs = options.pollMs ?? 250
+    const batchMs = Math.max(0, options.batchMs ?? 0)
     const leaseMs = Math.max(options.leaseMs ?? attemptTimeoutMs + 10_000, attemptTimeoutMs + 1_000)
 
     let inFlight = 0
@@ -77,11 +87,13 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
     // Attempts live in a scope of their own, closed by the finalizer only after they had their time.
     const attempts = yield* Scope.make()
     let idleWaiter: Deferred.Deferred<void> | undefined
+    // Delivered entries whose ack the loop writes with its next claim (one statement for both).
+    let acks: Array<string> = []
 
     const settle = (entry: DeliveryEntry, failure: DeliveryFailure | undefined) =>
       Effect.gen(function*() {
         if (failure === undefined) {
-          yield* log.ack(entry.id)
+          acks.push(entry.id)
           delivered++
           return
         }
@@ -118,26 +130,45 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
         }))
       )
 
+    /** Writes the acks gathered so far and claims up to `room` entries, in one statement. */
+    const ackAndClaim = (room: number) =>
+      Effect.suspend(() => {
+        const writing = acks
+        acks = []
+        const restore = Effect.sync(() => {
+          acks = [...writing, ...acks]
+        })
+        return log.ackAndClaim({ acks: writing, owner, limit: room, leaseMs }).pipe(
+          // Acking twice is harmless (an acked entry is left as it is): give them back to the next statement.
+          Effect.onInterrupt(() => restore),
+          Effect.catch((e) =>
+            Effect.as(
+              // Written with the next statement (or, failing that, the leases run out and they are delivered again).
+              Effect.andThen(restore, Effect.logWarning(`Delivery claim failed: ${e.message}`)),
+              [] as ReadonlyArray<DeliveryEntry>
+            )
+          )
+        )
+      })
+
     const loop = Effect.gen(function*() {
       while (!stopping) {
         const current = wake
         const room = concurrency - inFlight
-        if (room > 0) {
-          const claimed = yield* log.claim({ owner, limit: room, leaseMs }).pipe(
-            Effect.catch((e) =>
-              Effect.as(Effect.logWarning(`Delivery claim failed: ${e.message}`), [] as ReadonlyArray<DeliveryEntry>)
-            )
-          )
+        if (room > 0 || acks.length > 0) {
+          const claimed = yield* ackAndClaim(Math.max(0, room))
           for (const entry of claimed) {
             inFlight++
             yield* Effect.forkIn(attempt(entry), attempts)
           }
-          if (claimed.length === room) continue
+          if (room > 0 && claimed.length === room) continue
         }
-        yield* Deferred.await(current).pipe(
-          Effect.timeoutOrElse({ duration: Duration.millis(pollMs), orElse: () => Effect.void })
+        const woken = yield* Deferred.await(current).pipe(
+          Effect.as(true),
+          Effect.timeoutOrElse({ duration: Duration.millis(pollMs), orElse: () => Effect.succeed(false) })
         )
         if (current === wake) wake = Deferred.makeUnsafe<void>()
+        if (woken && batchMs > 0) yield* Effect.sleep(Duration.millis(batchMs))
       }
     })
     const fiber = yield* Effect.forkIn(Effect.interruptible(loop), scope)
@@ -159,6 +190,7 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
           }
           // Attempts that did not end are interrupted; their leases are given back below.
           yield* Scope.close(attempts, Exit.void)
+          if (acks.length > 0) yield* Effect.ignore(ackAndClaim(0))
           const held = yield* Effect.orElseSucceed(log.leased(owner), () => [] as ReadonlyArray<string>)
           for (const id of held) yield* Effect.ignore(log.release(id, owner))
         }).pipe(Effect.ensuring(Deferred.succeed(done, undefined)))
@@ -168,6 +200,7 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
     return {
       owner,
       enqueue: (message) => Effect.tap(log.append(message), () => Effect.sync(poke)),
+      wake: poke,
       stats: Effect.sync(() => ({ inFlight, delivered, failedAttempts, deadLettered })),
       stop
     }

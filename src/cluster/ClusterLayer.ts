@@ -5,12 +5,12 @@
  */
 import * as NodeClusterSocket from "@effect/platform-node/NodeClusterSocket"
 import * as NodeCrypto from "@effect/platform-node/NodeCrypto"
-import { Effect, Layer, Option } from "effect"
-import type { Duration } from "effect"
-import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "effect/cluster"
+import { Duration, Effect, Layer, Option } from "effect"
+import { RunnerAddress, ShardingConfig, SqlRunnerStorage } from "effect/cluster"
 import * as Fencing from "./Fencing.js"
 import * as Migrations from "./Migrations.js"
 import * as Postgres from "./Postgres.js"
+import * as Storage from "./Storage.js"
 
 /** Where a runner listens for the other runners, and its timing. */
 export interface ClusterLayerOptions {
@@ -33,6 +33,13 @@ export interface ClusterLayerOptions {
   readonly entityReplyPollInterval?: Duration.Input
   /** How often a runner reads unprocessed persisted messages; default 1 s. */
   readonly entityMessagePollInterval?: Duration.Input
+  /**
+   * How long a shard lock refresh answers effect/cluster's lock check before a reply (Fencing.ts); 0
+   * refreshes before every reply. Default, and at most, 90 % of the interval of the periodic refresh
+   * (2 s, or a third of the lease if shorter): that refresh still runs every interval (it writes the
+   * runner's heartbeat) and each reply reuses the last one.
+   */
+  readonly lockCheckReuseMs?: number
   /** Pool size of this runner's Postgres client; default 10. */
   readonly maxConnections?: number
   /** Table prefix of switchyard's tables, created with effect/cluster's; default `switchyard`. */
@@ -40,29 +47,41 @@ export interface ClusterLayerOptions {
 }
 
 /**
- * The cluster runtime (Sharding, Runners, MessageStorage, the shards' fencing `Fence`) plus the Postgres client it uses. The whole
+ * The cluster runtime (Sharding, Runners, MessageStorage, the shards' fencing `Fence`, the storage's `Saved`) plus the Postgres client it uses. The whole
  * schema (effect/cluster's tables and switchyard's of `prefix`) is created first, once, under one lock
  * (`Migrations.migrate`), so runners that start together on an empty database never race on it;
  * effect/cluster's storage then runs without migrations of its own.
  */
 export const layer = (options: ClusterLayerOptions) => {
+  const leaseMs = Duration.toMillis(Duration.fromInputUnsafe(options.shardLockExpiration ?? "10 seconds"))
+  // effect/cluster refreshes the locks every 2 s, or every third of the lease if that is shorter.
+  const refreshMs = Math.min(2_000, leaseMs / 3)
+  const reuseMs = Math.min(options.lockCheckReuseMs ?? Infinity, Math.floor(0.9 * refreshMs))
   const shardingConfig: Partial<ShardingConfig.ShardingConfig["Service"]> = {
     runnerAddress: Option.some(RunnerAddress.make(options.host ?? "127.0.0.1", options.port)),
     shardsPerGroup: options.shardsPerGroup ?? 64,
     refreshAssignmentsInterval: options.refreshAssignmentsInterval ?? "1 second",
-    shardLockRefreshInterval: "2 seconds",
+    shardLockRefreshInterval: Duration.millis(2_000),
     shardLockExpiration: options.shardLockExpiration ?? "10 seconds",
     entityReplyPollInterval: options.entityReplyPollInterval ?? "50 millis",
     entityMessagePollInterval: options.entityMessagePollInterval ?? "1 second",
-    sendRetryInterval: "50 millis"
+    sendRetryInterval: "50 millis",
+    // A local send would otherwise encode and decode each message as if it crossed runners (a test aid
+    // of effect/cluster's: our payloads are JSON values already, checked at dispatch).
+    simulateRemoteSerialization: false
   }
   const schema = Layer.effectDiscard(
     Effect.orDie(Migrations.migrate(options.prefix === undefined ? {} : { prefix: options.prefix }))
   )
   const storage = Layer.mergeAll(
-    SqlMessageStorage.layerStorage({}).pipe(Layer.provide(NodeCrypto.layerDigest)),
-    // Shards this runner acquires get a new fencing epoch first (Fencing.ts).
-    Fencing.layer(options.prefix)(SqlRunnerStorage.layerStorage({}))
+    // SqlMessageStorage's driver; a dispatch learns when its Run is durable from it (one send per run),
+    // and a turn's writes commit with its run's reply (Storage.ts).
+    Storage.layer.pipe(Layer.provide(NodeCrypto.layerDigest)),
+    // Shards this runner acquires get a new fencing epoch first; the lock check before each reply reuses
+    // the last refresh of its shard (Fencing.ts).
+    Fencing.layer(options.prefix, { refreshReuseMs: reuseMs })(
+      SqlRunnerStorage.layerStorage({})
+    )
   ).pipe(Layer.provide(ShardingConfig.layerFromEnv(shardingConfig)), Layer.provide(schema))
   return NodeClusterSocket.layer({ storage: "byo", shardingConfig }).pipe(
     Layer.provideMerge(storage),

@@ -16,12 +16,15 @@ import type { DrainReport, LaneLimits, LaneSnapshot, TaskReport } from "../queue
 import { AdmissionError, FutureTimeout, LanesConfigInvalid, QueueFailure, RequestError } from "../queue/errors.js"
 import type { Participation } from "../queue/errors.js"
 import * as Coalesce from "./Coalesce.js"
+import type { InboxMessage } from "./Coalesce.js"
 import * as Generations from "./Generations.js"
 import * as KeyRunner from "./KeyRunner.js"
 import type { LaneHandler } from "./KeyRunner.js"
 import * as LocalLanes from "./LocalLanes.js"
 import * as Migrations from "./Migrations.js"
 import { entityId, KeyEntity } from "./protocol.js"
+import { runPayload, sendRun } from "./send.js"
+import * as Storage from "./Storage.js"
 import { checkDispatch, DEFAULT_LANES, fromReply, transient } from "./wire.js"
 
 export type { ClusterTask, LaneHandler } from "./KeyRunner.js"
@@ -72,10 +75,15 @@ export interface ClusterDispatchOptions {
   /** The run's id; a client's message id makes a retried dispatch join the first one. Default a random UUID. */
   readonly runId?: string
   /**
-   * Runs once the run id is known, before the run is sent; with `coalesce`, inside the slot's lock, so
-   * the run has not started yet (the agent's inbox records the message for the run here).
+   * Runs once the run id is known, before the run is sent; with `coalesce`, inside the slot's lock (in
+   * the slot's transaction), so the run has not started yet.
    */
   readonly beforeSend?: (runId: string) => Effect.Effect<void, unknown>
+  /**
+   * With `coalesce`: records this message in the inbox (Inbox.ts) for the run the dispatch joins or opens,
+   * in the same statement as the slot; a `messageId` recorded before joins the run it was recorded for.
+   */
+  readonly inbox?: InboxMessage
 }
 
 /** Options of {@link ClusterQueue.drain}. */
@@ -192,6 +200,7 @@ export const make = (
       queueTimeoutMs: (lane) => lanes[lane]?.queueTimeoutMs
     })
     const makeClient = yield* KeyEntity.client
+    const saved = yield* Effect.serviceOption(Storage.Saved)
     // The fibers that wait for replies live in a scope that closes only after the drain below: a
     // fiber forked into the queue's own scope would be interrupted first (finalizers run newest first),
     // and the drain would wait for futures nobody settles.
@@ -235,46 +244,11 @@ export const make = (
           return yield* new AdmissionError({ lane, key, reason: "full" })
         }
         const generation = generations.current(lane)
-        const client = makeClient(entityId(lane, key))
-        const payloadFor = (runId: string, coalesceSlot: number | undefined) => ({
-          runId,
-          lane,
-          key,
-          generation,
-          command,
-          admittedAt: Date.now(),
-          ...(coalesceSlot === undefined ? {} : { coalesceSlot }),
-          ...(o?.queueTimeoutMs === undefined ? {} : { queueTimeoutMs: o.queueTimeoutMs }),
-          ...(o?.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: o.turnTimeoutMs })
-        })
-        // Durable once this returns: saved in the message table and the key's runner notified.
-        const send = (payload: ReturnType<typeof payloadFor>) =>
-          client.Run(payload, { discard: true }).pipe(
-            Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
-            Effect.orDie
-          )
-        const before = (runId: string) => o?.beforeSend === undefined ? Effect.void : Effect.orDie(o.beforeSend(runId))
-        let payload: ReturnType<typeof payloadFor>
-        let joined = false
-        if (o?.coalesce === true) {
-          // Join the key's run that waits (same run id: the cluster dedupes it), or take the next slot.
-          const slotted = yield* coalescing.withSlot(lane, key, (slot) => {
-            const p = payloadFor(slot.runId, slot.slot)
-            // A run that is joined was sent, durably, by the dispatch that opened its slot (under this lock).
-            return Effect.as(Effect.andThen(before(slot.runId), slot.joined ? Effect.void : send(p)), {
-              payload: p,
-              joined: slot.joined
-            })
-          }).pipe(Effect.orDie)
-          payload = slotted.payload
-          joined = slotted.joined
-        } else {
-          payload = payloadFor(o?.runId ?? crypto.randomUUID(), undefined)
-          yield* before(payload.runId)
-          yield* send(payload)
-        }
+        const id = entityId(lane, key)
+        const client = makeClient(id)
+        // The run's id: joining the key's waiting run (coalesce), the caller's, or a new one.
+        const { joined, payload } = yield* runPayload({ lane, key, generation, command, options: o, coalescing })
         const runId = payload.runId
-        counters.dispatched++
         const deferred = Deferred.makeUnsafe<unknown, unknown>()
         let settled: Exit.Exit<unknown, unknown> | undefined
         const cancel = Effect.gen(function*() {
@@ -287,16 +261,13 @@ export const make = (
         const entry: Outstanding = { id: ++futureSeq, lane, key, runId, deferred, cancel }
         outstanding.set(entry.id, entry)
         outstandingPerLane.set(lane, (outstandingPerLane.get(lane) ?? 0) + 1)
-        // The same runId joins the durable run (deduplicated by its primary key) and waits for its reply.
-        yield* client.Run(payload).pipe(
-          Effect.retry({ while: transient, schedule: Schedule.spaced("200 millis") }),
-          Effect.exit,
-          Effect.flatMap((exit) => {
-            settled = settleFrom(lane, key, runId, exit)
-            return settle(entry, settled)
-          }),
-          Effect.forkIn(scope)
-        )
+        const settleWith = (exit: Exit.Exit<unknown, unknown>) => {
+          settled = settleFrom(lane, key, runId, exit)
+          return settle(entry, settled)
+        }
+        // Durable once this returns; the reply settles the future later.
+        yield* sendRun({ client, entityId: id, payload, saved, scope, onReply: settleWith })
+        counters.dispatched++
         const future: ClusterFuture<A, E> = {
           runId,
           lane,

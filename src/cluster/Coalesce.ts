@@ -1,70 +1,78 @@
 /**
  * Coalescing across processes. A key's runs reach its runner one at a time, so "join the run of this
  * key that waits" must be decided where the waiting run is: in Postgres. Each (lane, key) has a slot
- * row `(slot, started)`. A coalescing dispatch locks the row; if the slot's run has not started it
- * joins it (same run id, so the cluster dedupes the message), else it takes the next slot; the
- * message is sent while the lock is held. The runner marks the slot started (waiting for that lock)
- * before it runs it. So a coalescing dispatch never joins a run that has started, and a trigger
- * that arrives while a run runs is never lost: it owes exactly one follow-up run.
+ * row `(slot, started)`. A coalescing dispatch locks the row (`<prefix>_coalesce_slot`, one statement):
+ * if the slot's run has not started it joins it (same run id, so the cluster dedupes the message),
+ * else it takes the next slot; with an inbox message, the message is recorded for that run under the
+ * same lock. Every dispatch then sends the run (the first save wins, the others are duplicates of it),
+ * so a joined run is durable even when the dispatch that opened its slot died before sending.
+ *
+ * The runner marks the slot started, waiting for that lock, before the run reads its inbox rows
+ * (`<prefix>_turn_start` does both, see ClusterAgent.ts; otherwise `markStarted`). So a coalescing
+ * dispatch never joins a run that has started, every message recorded for a run is seen by its turn,
+ * and a trigger that arrives while a run runs is never lost: it owes exactly one follow-up run.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Effect } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
 
+/** A message to record in the inbox for the run a coalescing dispatch joins or opens (Inbox.ts). */
+export interface InboxMessage {
+  readonly session: string
+  /** The client's message id: a message id recorded before joins the run it was recorded for. */
+  readonly messageId?: string
+  readonly text: string
+}
+
+/** The run a coalescing dispatch takes. */
+export interface Slot {
+  readonly runId: string
+  /** The key's slot (absent when a re-sent inbox message joins the run it was first recorded for). */
+  readonly slot: number | undefined
+  readonly joined: boolean
+}
+
 /** The coalescing slots of one cluster (table `<prefix>_coalesce`). */
 export interface Coalesce {
   /**
-   * Runs `send` with the run id to use, inside the slot's lock: `joined` when a run of the key waits
-   * and has not started (`runId` is its id), else a new slot's id.
+   * Joins the key's run that waits and has not started, or opens the next slot, in one statement;
+   * with `inbox`, records the message for that run under the slot's lock.
    */
+  readonly slot: (lane: string, key: string, inbox?: InboxMessage) => Effect.Effect<Slot, SqlError>
+  /** The same, then `inside` with the run id, in one transaction that holds the slot's lock. */
   readonly withSlot: <A, E, R>(
     lane: string,
     key: string,
-    send: (slot: { readonly runId: string; readonly slot: number; readonly joined: boolean }) => Effect.Effect<A, E, R>
+    inside: (slot: Slot) => Effect.Effect<A, E, R>
   ) => Effect.Effect<A, E | SqlError, R>
   /** The runner is about to run `slot` of the key: later coalescing dispatches take the next slot. */
   readonly markStarted: (lane: string, key: string, slot: number) => Effect.Effect<void, SqlError>
 }
 
-/** The run id of a slot. */
+/** The run id of a slot (the same text `<prefix>_coalesce_slot` builds). */
 export const runIdOf = (lane: string, key: string, slot: number): string => `coalesce:${lane}:${key}:${slot}`
 
-/** The slots of `prefix` (the table comes from `Migrations.migrate`). */
+/** The slots of `prefix` (the table and its functions come from `Migrations.migrate`). */
 export const make = (prefix = "switchyard"): Effect.Effect<Coalesce, never, PgClient.PgClient> =>
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const table = `${prefix}_coalesce`
+    const take = (lane: string, key: string, inbox: InboxMessage | undefined) =>
+      Effect.map(
+        sql.unsafe<{ readonly slot: number | null; readonly joined: boolean; readonly run_id: string }>(
+          `SELECT out_slot::float8 AS slot, out_joined AS joined, out_run_id AS run_id
+           FROM ${prefix}_coalesce_slot($1, $2, $3, $4, $5, $6)`,
+          [lane, key, inbox?.session ?? null, inbox?.messageId ?? null, inbox?.text ?? null, Date.now()]
+        ),
+        (rows): Slot => ({
+          runId: rows[0].run_id,
+          slot: rows[0].slot === null ? undefined : Number(rows[0].slot),
+          joined: rows[0].joined
+        })
+      )
     return {
-      withSlot: <A, E, R>(
-        lane: string,
-        key: string,
-        send: (
-          slot: { readonly runId: string; readonly slot: number; readonly joined: boolean }
-        ) => Effect.Effect<A, E, R>
-      ) =>
-        // `send` runs outside the transaction (on the context from before it): only the row lock is held.
-        Effect.flatMap(Effect.context<R>(), (outside) =>
-          sql.withTransaction(Effect.gen(function*() {
-            yield* sql.unsafe(
-              `INSERT INTO ${table} (lane, key, slot, started) VALUES ($1, $2, 0, true) ON CONFLICT (lane, key) DO NOTHING`,
-              [lane, key]
-            )
-            const rows = yield* sql.unsafe<{ readonly slot: number; readonly started: boolean }>(
-              `SELECT slot::float8 AS slot, started FROM ${table} WHERE lane = $1 AND key = $2 FOR UPDATE`,
-              [lane, key]
-            )
-            const current = Number(rows[0].slot)
-            const joined = !rows[0].started
-            const slot = joined ? current : current + 1
-            if (!joined) {
-              yield* sql.unsafe(`UPDATE ${table} SET slot = $3, started = false WHERE lane = $1 AND key = $2`, [
-                lane,
-                key,
-                slot
-              ])
-            }
-            return yield* Effect.provideContext(send({ runId: runIdOf(lane, key, slot), slot, joined }), outside)
-          }))),
+      slot: take,
+      withSlot: (lane, key, inside) => sql.withTransaction(Effect.flatMap(take(lane, key, undefined), inside)),
       markStarted: (lane, key, slot) =>
         Effect.asVoid(sql.unsafe(
           `UPDATE ${table} SET started = true WHERE lane = $1 AND key = $2 AND slot = $3`,

@@ -14,7 +14,7 @@
  * The check is one statement, so the row lock lives only while it runs: a runner stopped between two
  * statements holds no lock a takeover would wait for.
  */
-import { Context, Effect, Layer } from "effect"
+import { Clock, Context, Effect, Layer } from "effect"
 import { RunnerStorage } from "effect/cluster"
 import * as ShardId from "effect/cluster/ShardId"
 import { SqlClient } from "effect/sql"
@@ -85,14 +85,24 @@ export const make = (prefix = "switchyard"): Effect.Effect<FenceShape, never, Sq
  * The Fence plus effect/cluster's `RunnerStorage` wrapped so that the shards it acquires get a new
  * epoch first. A shard whose epoch could not be bumped is reported not acquired (its lock stays held;
  * effect/cluster asks again and the bump is retried), so no entity runs on a shard without an epoch.
+ *
+ * With `refreshReuseMs`, a refresh of shards that were all refreshed (locks confirmed, runner's heartbeat
+ * written) within that many ms is answered from that refresh instead of two more statements. effect/cluster
+ * refreshes a shard's lock before it saves each persisted reply (its `isShardOwned`); a run's reply is
+ * saved here in one statement with the turn's writes under the shard's fencing epoch (Storage.ts), which
+ * a new owner bumps before it runs anything, so that check adds nothing for runs but its cost. The
+ * periodic refresh (every `shardLockRefreshInterval`) and the release of lost shards are unchanged.
  */
-export const layer = (prefix = "switchyard") =>
+export const layer = (prefix = "switchyard", options: { readonly refreshReuseMs?: number } = {}) =>
 <E, R>(
   storage: Layer.Layer<RunnerStorage.RunnerStorage, E, R>
 ): Layer.Layer<Fence | RunnerStorage.RunnerStorage, E, R | SqlClient.SqlClient> =>
   Layer.effectContext(Effect.gen(function*() {
     const fence = yield* make(prefix)
     const inner = yield* RunnerStorage.RunnerStorage
+    const reuseMs = options.refreshReuseMs ?? 0
+    // Per shard: when its last successful refresh started, and whether it confirmed the lock.
+    const refreshed = new Map<string, { readonly at: number; readonly held: boolean }>()
     const wrapped: RunnerStorage.RunnerStorage["Service"] = {
       ...inner,
       acquire: (address, shardIds) =>
@@ -108,7 +118,34 @@ export const layer = (prefix = "switchyard") =>
                 Effect.as(Effect.logWarning("Could not bump the fencing epochs of acquired shards", cause), [])
               )
             )
-        )
+        ),
+      refresh: (address, shardIds) =>
+        Effect.flatMap(Clock.currentTimeMillis, (startedAt) => {
+          const shards = [...shardIds]
+          if (reuseMs <= 0 || shards.length === 0) return inner.refresh(address, shards)
+          const recent = shards.map((s) => refreshed.get(ShardId.toString(s)))
+          if (recent.every((r) => r !== undefined && r.at > startedAt - reuseMs)) {
+            return Effect.succeed(shards.filter((_, i) => recent[i]!.held))
+          }
+          return Effect.tap(inner.refresh(address, shards), (held) =>
+            Effect.sync(() => {
+              const ok = new Set(held.map(ShardId.toString))
+              for (const s of shards) {
+                const k = ShardId.toString(s)
+                refreshed.set(k, { at: startedAt, held: ok.has(k) })
+              }
+            }))
+        }),
+      release: (address, shardId) =>
+        Effect.suspend(() => {
+          refreshed.delete(ShardId.toString(shardId))
+          return inner.release(address, shardId)
+        }),
+      releaseAll: (address) =>
+        Effect.suspend(() => {
+          refreshed.clear()
+          return inner.releaseAll(address)
+        })
     }
     return Context.make(Fence, fence).pipe(Context.add(RunnerStorage.RunnerStorage, wrapped))
   })).pipe(Layer.provide(storage))

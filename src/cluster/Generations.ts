@@ -92,10 +92,17 @@ export const make = (
 
     yield* heartbeat
     yield* readAll
+    // The membership heartbeat and the read of every lane's generation: one statement.
     yield* Effect.suspend(() =>
-      sql.unsafe(`UPDATE ${members} SET seen_at = $2 WHERE member = $1`, [member, Date.now()])
+      sql.unsafe<{ readonly lane: string; readonly generation: number }>(
+        `WITH seen AS (UPDATE ${members} SET seen_at = $2 WHERE member = $1)
+         SELECT lane, generation::float8 AS generation FROM ${gens}`,
+        [member, Date.now()]
+      )
     ).pipe(
-      Effect.andThen(readAll),
+      Effect.flatMap((rows) =>
+        Effect.forEach(rows, (r) => applyNewer(r.lane, Number(r.generation)), { discard: true })
+      ),
       Effect.catch((e) => Effect.logWarning(`Generations heartbeat failed: ${e.message}`)),
       Effect.repeat(Schedule.spaced(Duration.millis(heartbeatMs))),
       Effect.forkScoped

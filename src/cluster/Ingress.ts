@@ -228,9 +228,7 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
         }
         // A message joins the session's run that waits (answered together with the others that came while
         // the turn before it ran), recorded in the inbox for that run; a re-sent message id joins its run.
-        const known = body.id === undefined || options.inbox === undefined
-          ? undefined
-          : yield* Effect.orElseSucceed(options.inbox.runOf(session, body.id), () => undefined)
+        // The slot, the inbox row and the lookup of the message id are one statement (Coalesce.ts).
         const inbox = options.inbox
         const dispatched = yield* Effect.exit(
           options.queue.dispatch(
@@ -239,11 +237,9 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
             { type: "message", session, text: body.text, inbox: inbox !== undefined },
             inbox === undefined
               ? (body.id === undefined ? {} : { runId: `msg:${session}:${body.id}` })
-              : known !== undefined
-              ? { runId: known }
               : {
                 coalesce: true,
-                beforeSend: (runId: string) => inbox.add(session, body.id, body.text, runId)
+                inbox: { session, text: body.text, ...(body.id === undefined ? {} : { messageId: body.id }) }
               }
           )
         )

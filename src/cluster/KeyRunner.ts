@@ -22,6 +22,8 @@ import type { FenceShape, FenceToken } from "./Fencing.js"
 import type { Generations } from "./Generations.js"
 import { KeyEntity } from "./protocol.js"
 import type { Cancel, CancelKey, Run, WireQueueFailure, WireTaskDefect } from "./protocol.js"
+import { ReplyCommits } from "./Storage.js"
+import type { ReplyCommit } from "./Storage.js"
 
 /** What a lane handler gets: the command as sent (a JSON value) and where it runs. */
 export interface ClusterTask {
@@ -40,10 +42,36 @@ export interface ClusterTask {
    * here and the shard's new owner runs it.
    */
   readonly fence?: FenceToken
+  /**
+   * The run's coalescing slot (Coalesce.ts), for a run dispatched with `coalesce` to a handler made with
+   * {@link marksSlot}: the handler marks it started as the first thing it writes. Absent otherwise (the
+   * runner marks it before the handler runs).
+   */
+  readonly coalesceSlot?: number
+  /**
+   * Present when the runner's storage can commit a handler's writes together with the run's reply
+   * (Storage.ts): a handler that calls it with its writes (one statement, see `Storage.replyWrites`)
+   * instead of running them itself gets one transaction less per run, and its writes become visible
+   * exactly when the run is answered. Call it at most once, just before succeeding; a handler that
+   * then fails has its writes dropped.
+   */
+  readonly commitWithReply?: (commit: ReplyCommit) => void
 }
 
 /** Runs one command of a lane. Success and failure values cross processes as JSON. */
 export type LaneHandler = (task: ClusterTask) => Effect.Effect<unknown, unknown>
+
+const MarksSlot = Symbol.for("switchyard/cluster/KeyRunner/MarksSlot")
+
+/**
+ * A lane handler that marks its run's coalescing slot started itself (`task.coalesceSlot`), in its first
+ * statement, before it reads what was recorded for the run (the agent's turn does it together with that
+ * read: one statement less per run). If it fails, the runner marks the slot as well.
+ */
+export const marksSlot = (handler: LaneHandler): LaneHandler =>
+  Object.assign((task: ClusterTask) => handler(task), { [MarksSlot]: true })
+
+const handlerMarksSlot = (handler: LaneHandler): boolean => (handler as { [MarksSlot]?: boolean })[MarksSlot] === true
 
 /** What the behaviour needs from the queue it belongs to. */
 export interface KeyRunnerOptions {
@@ -91,269 +119,309 @@ const MAX_EARLY_CANCELS = 1_000
 
 /** Registers the key entity on this runner for the Scope's lifetime. */
 export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, Sharding.Sharding | Scope.Scope> =>
-  Effect.flatMap(Effect.serviceOption(Fence), (fence) =>
-    Effect.asVoid(Layer.build(KeyEntity.toLayerQueue(
-      Effect.map(Entity.CurrentAddress, (address) => (mailbox, replier) =>
-        Effect.gen(function*() {
-          const { local, generations, handlers } = options
-          const shard = `${address.shardId.group}:${address.shardId.id}`
-          const runs = new Map<string, Future<unknown, unknown>>()
-          // The epoch each live run started under (when the runtime fences).
-          const tokens = new Map<string, FenceToken>()
-          const earlyCancels = new Set<string>()
-          // Runs this entity canceled itself because it stops (not because a caller asked).
-          const stoppedRuns = new Set<string>()
-          // Runs admitted up to this time (epoch ms) were canceled by `cancel(lane, key)` before they arrived.
-          let canceledBefore = 0
+  Effect.flatMap(
+    Effect.all([Effect.serviceOption(Fence), Effect.serviceOption(ReplyCommits)]),
+    ([fence, commits]) =>
+      Effect.asVoid(Layer.build(KeyEntity.toLayerQueue(
+        Effect.map(Entity.CurrentAddress, (address) => (mailbox, replier) =>
+          Effect.gen(function*() {
+            const { local, generations, handlers } = options
+            const shard = `${address.shardId.group}:${address.shardId.id}`
+            const runs = new Map<string, Future<unknown, unknown>>()
+            // The epoch each live run started under (when the runtime fences).
+            const tokens = new Map<string, FenceToken>()
+            const earlyCancels = new Set<string>()
+            // Runs this entity canceled itself because it stops (not because a caller asked).
+            const stoppedRuns = new Set<string>()
+            // Runs that ended here whose writes wait to commit with their reply, by request id.
+            const committing = new Map<string, { readonly runId: string; readonly token: FenceToken | undefined }>()
+            // Runs admitted up to this time (epoch ms) were canceled by `cancel(lane, key)` before they arrived.
+            let canceledBefore = 0
 
-          // The replier is typed per RPC; this one function answers all three, passing each exit through.
-          const reply = (request: Req, exit: Exit.Exit<unknown, unknown>) =>
-            replier.complete(request as never, exit as never)
-          // A coalescing slot is used up when its run starts, or ends without starting: later coalescing
-          // dispatches must not join a run that will never run.
-          const consumeSlot = (p: typeof Run.payloadSchema.Type) =>
-            p.coalesceSlot === undefined ? Effect.void : options.markStarted(p.lane, p.key, p.coalesceSlot).pipe(
-              Effect.catchCause((cause) => Effect.logWarning("Could not mark a coalescing slot started", cause))
-            )
-          const failWith = (
-            request: Req,
-            p: typeof Run.payloadSchema.Type,
-            stage: WireQueueFailure["stage"],
-            reason: WireQueueFailure["reason"]
-          ) =>
-            Effect.andThen(
-              consumeSlot(p),
-              reply(
-                request,
-                Exit.fail(
-                  {
-                    _tag: "QueueFailure",
-                    runId: p.runId,
-                    lane: p.lane,
-                    key: p.key,
-                    participation: options.participation(p.lane),
-                    stage,
-                    reason
-                  } satisfies WireQueueFailure
-                )
+            // The replier is typed per RPC; this one function answers all three, passing each exit through.
+            const reply = (request: Req, exit: Exit.Exit<unknown, unknown>) =>
+              replier.complete(request as never, exit as never)
+            // A coalescing slot is used up when its run starts, or ends without starting: later coalescing
+            // dispatches must not join a run that will never run.
+            const consumeSlot = (p: typeof Run.payloadSchema.Type) =>
+              p.coalesceSlot === undefined ? Effect.void : options.markStarted(p.lane, p.key, p.coalesceSlot).pipe(
+                Effect.catchCause((cause) => Effect.logWarning("Could not mark a coalescing slot started", cause))
               )
-            )
-
-          /** The local outcome as the cluster reply; `undefined` when the run must be left for the next runner. */
-          const toReply = (
-            p: typeof Run.payloadSchema.Type,
-            exit: Exit.Exit<unknown, unknown>
-          ): Exit.Exit<unknown, unknown> | undefined => {
-            if (Exit.isSuccess(exit)) return exit
-            const failure = Cause.findErrorOption(exit.cause)
-            if (Option.isSome(failure)) {
-              // Fenced: another runner took the shard while this one stalled; it runs the run, not us.
-              if (isFenced(failure.value)) return undefined
-              const e = failure.value as {
-                _tag?: string
-                stage?: WireQueueFailure["stage"]
-                reason?: WireQueueFailure["reason"]
-              }
-              if (
-                e !== null && typeof e === "object" && e._tag === "QueueFailure" && e.reason !== undefined &&
-                e.stage !== undefined
-              ) {
-                // closed: this runner drains; the run goes to the key's next runner instead of failing.
-                if (e.reason === "closed") return undefined
-                return Exit.fail(
-                  {
-                    _tag: "QueueFailure",
-                    runId: p.runId,
-                    lane: p.lane,
-                    key: p.key,
-                    participation: options.participation(p.lane),
-                    stage: e.stage,
-                    reason: e.reason
-                  } satisfies WireQueueFailure
-                )
-              }
-              return Exit.fail({ _tag: "TaskFailed", error: failure.value })
-            }
-            if (Cause.hasInterruptsOnly(exit.cause)) return undefined
-            const defect = exit.cause.reasons.find((r) => r._tag === "Die")
-            const d = defect !== undefined && defect._tag === "Die" ? defect.defect : Cause.squash(exit.cause)
-            return Exit.fail(
-              {
-                _tag: "TaskDefect",
-                name: d instanceof Error ? d.name : "Defect",
-                message: d instanceof Error ? d.message : String(d)
-              } satisfies WireTaskDefect
-            )
-          }
-
-          const onRun = (request: Req, p: typeof Run.payloadSchema.Type) =>
-            Effect.gen(function*() {
-              if (earlyCancels.delete(p.runId) || p.admittedAt <= canceledBefore) {
-                return yield* failWith(request, p, "queued", "canceled")
-              }
-              let generation = generations.current(p.lane)
-              if (p.generation > generation) {
-                generation = yield* Effect.orElseSucceed(generations.refresh(p.lane), () => generation)
-              }
-              if (p.generation < generation) {
-                return yield* failWith(request, p, "queued", "stale")
-              }
-              const handler = handlers[p.lane]
-              if (handler === undefined) {
-                return yield* reply(
+            const failWith = (
+              request: Req,
+              p: typeof Run.payloadSchema.Type,
+              stage: WireQueueFailure["stage"],
+              reason: WireQueueFailure["reason"]
+            ) =>
+              Effect.andThen(
+                consumeSlot(p),
+                reply(
                   request,
                   Exit.fail(
                     {
-                      _tag: "TaskDefect",
-                      name: "Error",
-                      message: `This runner has no handler for lane \`${p.lane}\``
-                    } satisfies WireTaskDefect
+                      _tag: "QueueFailure",
+                      runId: p.runId,
+                      lane: p.lane,
+                      key: p.key,
+                      participation: options.participation(p.lane),
+                      stage,
+                      reason
+                    } satisfies WireQueueFailure
                   )
-                )
-              }
-              const now = yield* Clock.currentTimeMillis
-              const queueTimeout = p.queueTimeoutMs ?? options.queueTimeoutMs(p.lane)
-              const remaining = queueTimeout === undefined ? undefined : p.admittedAt + queueTimeout - now
-              if (remaining !== undefined && remaining <= 0) return yield* failWith(request, p, "queued", "timeout")
-              let token: FenceToken | undefined
-              if (Option.isSome(fence)) {
-                const epoch = fence.value.epochOf(shard)
-                // No epoch: this runner does not hold the shard (any more); its owner runs the run.
-                if (epoch === undefined) {
-                  return yield* Effect.logWarning(
-                    `fenced: run ${p.runId} of ${p.lane}/${p.key} not started, this runner holds no epoch of shard ${shard}`
-                  )
-                }
-                token = { shard, epoch }
-              }
-              const run = handler({
-                runId: p.runId,
-                lane: p.lane,
-                key: p.key,
-                generation: p.generation,
-                command: p.command,
-                admittedAt: p.admittedAt,
-                ...(token === undefined ? {} : { fence: token })
-              }).pipe(
-                Effect.tapError((e) =>
-                  isFenced(e)
-                    ? Effect.logWarning(
-                      `fenced: run ${p.runId} of ${p.lane}/${p.key} dropped, its writes refused (${
-                        e.message ?? `shard ${shard} has a newer epoch`
-                      }); the shard's owner runs it`
-                    )
-                    : Effect.void
                 )
               )
-              // A coalescing slot is marked started when the task starts here (not when it is admitted):
-              // until then, coalescing dispatches of the key join it.
-              // Marked once: when the task starts here, or when it ends without having started.
-              let consumed = false
-              const task = p.coalesceSlot === undefined
-                ? run
-                : Effect.andThen(
-                  Effect.andThen(
-                    consumeSlot(p),
+
+            /** The local outcome as the cluster reply; `undefined` when the run must be left for the next runner. */
+            const toReply = (
+              p: typeof Run.payloadSchema.Type,
+              exit: Exit.Exit<unknown, unknown>
+            ): Exit.Exit<unknown, unknown> | undefined => {
+              if (Exit.isSuccess(exit)) return exit
+              const failure = Cause.findErrorOption(exit.cause)
+              if (Option.isSome(failure)) {
+                // Fenced: another runner took the shard while this one stalled; it runs the run, not us.
+                if (isFenced(failure.value)) return undefined
+                const e = failure.value as {
+                  _tag?: string
+                  stage?: WireQueueFailure["stage"]
+                  reason?: WireQueueFailure["reason"]
+                }
+                if (
+                  e !== null && typeof e === "object" && e._tag === "QueueFailure" && e.reason !== undefined &&
+                  e.stage !== undefined
+                ) {
+                  // closed: this runner drains; the run goes to the key's next runner instead of failing.
+                  if (e.reason === "closed") return undefined
+                  return Exit.fail(
+                    {
+                      _tag: "QueueFailure",
+                      runId: p.runId,
+                      lane: p.lane,
+                      key: p.key,
+                      participation: options.participation(p.lane),
+                      stage: e.stage,
+                      reason: e.reason
+                    } satisfies WireQueueFailure
+                  )
+                }
+                return Exit.fail({ _tag: "TaskFailed", error: failure.value })
+              }
+              if (Cause.hasInterruptsOnly(exit.cause)) return undefined
+              const defect = exit.cause.reasons.find((r) => r._tag === "Die")
+              const d = defect !== undefined && defect._tag === "Die" ? defect.defect : Cause.squash(exit.cause)
+              return Exit.fail(
+                {
+                  _tag: "TaskDefect",
+                  name: d instanceof Error ? d.name : "Defect",
+                  message: d instanceof Error ? d.message : String(d)
+                } satisfies WireTaskDefect
+              )
+            }
+
+            const onRun = (request: Req, p: typeof Run.payloadSchema.Type) =>
+              Effect.gen(function*() {
+                if (earlyCancels.delete(p.runId) || p.admittedAt <= canceledBefore) {
+                  return yield* failWith(request, p, "queued", "canceled")
+                }
+                let generation = generations.current(p.lane)
+                if (p.generation > generation) {
+                  generation = yield* Effect.orElseSucceed(generations.refresh(p.lane), () => generation)
+                }
+                if (p.generation < generation) {
+                  return yield* failWith(request, p, "queued", "stale")
+                }
+                const handler = handlers[p.lane]
+                if (handler === undefined) {
+                  return yield* reply(
+                    request,
+                    Exit.fail(
+                      {
+                        _tag: "TaskDefect",
+                        name: "Error",
+                        message: `This runner has no handler for lane \`${p.lane}\``
+                      } satisfies WireTaskDefect
+                    )
+                  )
+                }
+                const now = yield* Clock.currentTimeMillis
+                const queueTimeout = p.queueTimeoutMs ?? options.queueTimeoutMs(p.lane)
+                const remaining = queueTimeout === undefined ? undefined : p.admittedAt + queueTimeout - now
+                if (remaining !== undefined && remaining <= 0) return yield* failWith(request, p, "queued", "timeout")
+                let token: FenceToken | undefined
+                if (Option.isSome(fence)) {
+                  const epoch = fence.value.epochOf(shard)
+                  // No epoch: this runner does not hold the shard (any more); its owner runs the run.
+                  if (epoch === undefined) {
+                    return yield* Effect.logWarning(
+                      `fenced: run ${p.runId} of ${p.lane}/${p.key} not started, this runner holds no epoch of shard ${shard}`
+                    )
+                  }
+                  token = { shard, epoch }
+                }
+                const selfMarks = p.coalesceSlot !== undefined && handlerMarksSlot(handler)
+                let commit: ReplyCommit | undefined
+                const run = handler({
+                  runId: p.runId,
+                  lane: p.lane,
+                  key: p.key,
+                  generation: p.generation,
+                  command: p.command,
+                  admittedAt: p.admittedAt,
+                  ...(token === undefined ? {} : { fence: token }),
+                  ...(selfMarks ? { coalesceSlot: p.coalesceSlot } : {}),
+                  ...(Option.isSome(commits) ?
+                    {
+                      commitWithReply: (c: ReplyCommit) => {
+                        commit = c
+                      }
+                    } :
+                    {})
+                }).pipe(
+                  Effect.tapError((e) =>
+                    isFenced(e)
+                      ? Effect.logWarning(
+                        `fenced: run ${p.runId} of ${p.lane}/${p.key} dropped, its writes refused (${
+                          e.message ?? `shard ${shard} has a newer epoch`
+                        }); the shard's owner runs it`
+                      )
+                      : Effect.void
+                  )
+                )
+                // A coalescing slot is marked started when the task starts here (not when it is admitted):
+                // until then, coalescing dispatches of the key join it.
+                // Marked once: when the task starts here, or when it ends without having started.
+                let consumed = false
+                const task = p.coalesceSlot === undefined
+                  ? run
+                  : selfMarks
+                  ? Effect.andThen(
                     Effect.sync(() => {
                       consumed = true
-                    })
-                  ),
-                  run
-                )
-              const admitted = yield* local.dispatch(p.lane, p.key, task, {
-                ...(remaining === undefined ? {} : { queueTimeoutMs: Math.max(1, Math.round(remaining)) }),
-                ...(p.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: p.turnTimeoutMs })
-              }).pipe(
-                // full: this runner holds `concurrent + queued` of the lane; the run waits in the key's mailbox.
-                Effect.retry({
-                  while: (e) => e._tag === "AdmissionError" && e.reason === "full",
-                  schedule: Schedule.spaced("20 millis")
-                }),
-                Effect.result
-              )
-              if (admitted._tag === "Failure") {
-                const e = admitted.failure
-                // closed: the runner drains; no reply, so the run is replayed on the key's next runner.
-                if (e._tag === "AdmissionError") return
-                return yield* reply(
-                  request,
-                  Exit.fail({ _tag: "TaskDefect", name: "RequestError", message: e.message } satisfies WireTaskDefect)
-                )
-              }
-              const future = admitted.success
-              runs.set(p.runId, future)
-              if (token !== undefined) tokens.set(p.runId, token)
-              yield* Effect.exit(future.await).pipe(
-                Effect.flatMap((exit) => {
-                  if (runs.get(p.runId) === future) {
-                    runs.delete(p.runId)
-                    tokens.delete(p.runId)
-                  }
-                  const out = toReply(p, exit)
-                  // A run canceled because the entity stops gets no reply: the key's next runner runs it.
-                  // Any other outcome (also one reached while stopping) is the answer, saved as usual.
-                  if (out === undefined || (stoppedRuns.has(p.runId) && isCanceled(out))) return Effect.void
-                  return consumed ? reply(request, out) : Effect.andThen(consumeSlot(p), reply(request, out))
-                }),
-                Effect.forkChild
-              )
-            })
-
-          const onCancel = (request: Req, runId: string) => {
-            const future = runs.get(runId)
-            if (future === undefined) {
-              if (earlyCancels.size >= MAX_EARLY_CANCELS) earlyCancels.delete(earlyCancels.values().next().value!)
-              earlyCancels.add(runId)
-              return reply(request, Exit.void)
-            }
-            return Effect.forkChild(Effect.andThen(future.cancel, reply(request, Exit.void)))
-          }
-
-          const loop = Effect.gen(function*() {
-            while (true) {
-              const request = (yield* Queue.take(mailbox)) as Req
-              switch (request.tag) {
-                case "Run":
-                  yield* onRun(request, request.payload as typeof Run.payloadSchema.Type)
-                  break
-                case "Cancel":
-                  yield* onCancel(request, (request.payload as { runId: string }).runId)
-                  break
-                case "CancelKey": {
-                  const p = request.payload as { lane: string; key: string; before: number }
-                  canceledBefore = Math.max(canceledBefore, p.before)
-                  yield* Effect.forkChild(Effect.andThen(
-                    Effect.ignore(local.cancel(p.lane, p.key)),
-                    reply(request, Exit.void)
-                  ))
-                  break
-                }
-              }
-            }
-          })
-
-          return yield* loop.pipe(
-            Effect.onInterrupt(() =>
-              Effect.suspend(() => {
-                // Stop answering: whatever did not end goes to the key's next runner. Cancel first, so
-                // no task of this key still runs here when the next runner starts it.
-                const live = [...runs.entries()]
-                for (const [runId] of live) stoppedRuns.add(runId)
-                const held = live.flatMap(([runId]) => {
-                  const t = tokens.get(runId)
-                  return t === undefined ? [] : [[runId, t] as const]
-                })
-                return Effect.forEach(live, ([, f]) => f.cancel, { concurrency: "unbounded", discard: true }).pipe(
-                  // let the awaiters of runs that ended by themselves send their answers
-                  Effect.andThen(Effect.yieldNow),
-                  // A run stopped because another runner took the shard (this one stalled past its lease) was fenced too.
-                  Effect.andThen(
-                    held.length === 0 || Option.isNone(fence) ? Effect.void : reportFenced(fence.value, held)
+                    }),
+                    // The handler marks the slot; if it failed (maybe before it did), mark it here.
+                    Effect.onExit(run, (exit) => Exit.isFailure(exit) ? consumeSlot(p) : Effect.void)
                   )
+                  : Effect.andThen(
+                    Effect.andThen(
+                      consumeSlot(p),
+                      Effect.sync(() => {
+                        consumed = true
+                      })
+                    ),
+                    run
+                  )
+                const admitted = yield* local.dispatch(p.lane, p.key, task, {
+                  ...(remaining === undefined ? {} : { queueTimeoutMs: Math.max(1, Math.round(remaining)) }),
+                  ...(p.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: p.turnTimeoutMs })
+                }).pipe(
+                  // full: this runner holds `concurrent + queued` of the lane; the run waits in the key's mailbox.
+                  Effect.retry({
+                    while: (e) => e._tag === "AdmissionError" && e.reason === "full",
+                    schedule: Schedule.spaced("20 millis")
+                  }),
+                  Effect.result
+                )
+                if (admitted._tag === "Failure") {
+                  const e = admitted.failure
+                  // closed: the runner drains; no reply, so the run is replayed on the key's next runner.
+                  if (e._tag === "AdmissionError") return
+                  return yield* reply(
+                    request,
+                    Exit.fail({ _tag: "TaskDefect", name: "RequestError", message: e.message } satisfies WireTaskDefect)
+                  )
+                }
+                const future = admitted.success
+                runs.set(p.runId, future)
+                if (token !== undefined) tokens.set(p.runId, token)
+                yield* Effect.exit(future.await).pipe(
+                  Effect.flatMap((exit) => {
+                    if (runs.get(p.runId) === future) {
+                      runs.delete(p.runId)
+                      tokens.delete(p.runId)
+                    }
+                    const out = toReply(p, exit)
+                    // A run canceled because the entity stops gets no reply: the key's next runner runs it.
+                    // Any other outcome (also one reached while stopping) is the answer, saved as usual.
+                    if (out === undefined || (stoppedRuns.has(p.runId) && isCanceled(out))) return Effect.void
+                    if (commit !== undefined && Exit.isSuccess(out) && Option.isSome(commits)) {
+                      // The handler's writes commit with this reply (Storage.ts), or not at all.
+                      const requestId = String(request.requestId)
+                      committing.set(requestId, { runId: p.runId, token })
+                      commits.value.attach(requestId, {
+                        commit,
+                        address,
+                        onTaken: () => committing.delete(requestId)
+                      })
+                    }
+                    return consumed ? reply(request, out) : Effect.andThen(consumeSlot(p), reply(request, out))
+                  }),
+                  Effect.forkChild
                 )
               })
-            )
-          ) as Effect.Effect<never>
-        })),
-      { maxIdleTime: "1 minute" }
-    ))))
+
+            const onCancel = (request: Req, runId: string) => {
+              const future = runs.get(runId)
+              if (future === undefined) {
+                if (earlyCancels.size >= MAX_EARLY_CANCELS) earlyCancels.delete(earlyCancels.values().next().value!)
+                earlyCancels.add(runId)
+                return reply(request, Exit.void)
+              }
+              return Effect.forkChild(Effect.andThen(future.cancel, reply(request, Exit.void)))
+            }
+
+            const loop = Effect.gen(function*() {
+              while (true) {
+                const request = (yield* Queue.take(mailbox)) as Req
+                switch (request.tag) {
+                  case "Run":
+                    yield* onRun(request, request.payload as typeof Run.payloadSchema.Type)
+                    break
+                  case "Cancel":
+                    yield* onCancel(request, (request.payload as { runId: string }).runId)
+                    break
+                  case "CancelKey": {
+                    const p = request.payload as { lane: string; key: string; before: number }
+                    canceledBefore = Math.max(canceledBefore, p.before)
+                    yield* Effect.forkChild(Effect.andThen(
+                      Effect.ignore(local.cancel(p.lane, p.key)),
+                      reply(request, Exit.void)
+                    ))
+                    break
+                  }
+                }
+              }
+            })
+
+            return yield* loop.pipe(
+              Effect.onInterrupt(() =>
+                Effect.suspend(() => {
+                  // Stop answering: whatever did not end goes to the key's next runner. Cancel first, so
+                  // no task of this key still runs here when the next runner starts it.
+                  const live = [...runs.entries()]
+                  for (const [runId] of live) stoppedRuns.add(runId)
+                  const held = live.flatMap(([runId]) => {
+                    const t = tokens.get(runId)
+                    return t === undefined ? [] : [[runId, t] as const]
+                  })
+                  // Runs that ended here but whose writes had not committed with their reply: dropped.
+                  for (const [requestId, c] of committing) {
+                    if (Option.isSome(commits) && commits.value.detach(requestId) && c.token !== undefined) {
+                      held.push([c.runId, c.token] as const)
+                    }
+                  }
+                  committing.clear()
+                  return Effect.forEach(live, ([, f]) => f.cancel, { concurrency: "unbounded", discard: true }).pipe(
+                    // let the awaiters of runs that ended by themselves send their answers
+                    Effect.andThen(Effect.yieldNow),
+                    // A run stopped because another runner took the shard (this one stalled past its lease) was fenced too.
+                    Effect.andThen(
+                      held.length === 0 || Option.isNone(fence) ? Effect.void : reportFenced(fence.value, held)
+                    )
+                  )
+                })
+              )
+            ) as Effect.Effect<never>
+          })),
+        { maxIdleTime: "1 minute" }
+      )))
+  )

@@ -124,6 +124,70 @@ export const switchyardMigrations = (prefix: string): Migrator.Loader =>
     "0004_turn_epochs": Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       yield* sql.unsafe(`ALTER TABLE ${prefix}_turns ADD COLUMN shard text, ADD COLUMN epoch bigint`)
+    }),
+    // Fewer round trips and transactions per message (docs/cluster.md "What a message costs"): a
+    // coalescing dispatch takes its slot and records its inbox message in one statement, and a turn marks
+    // its slot started and reads its inbox rows and history in one. Functions, because each statement in
+    // a VOLATILE PL/pgSQL function takes a fresh snapshot: the read after the slot's lock was waited for
+    // sees every inbox row committed under that lock (one SQL statement would read its start snapshot).
+    "0005_message_functions": Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* sql.unsafe(`CREATE FUNCTION ${prefix}_coalesce_slot(
+          p_lane text, p_key text, p_session text, p_message_id text, p_text text, p_now bigint)
+        RETURNS TABLE (out_slot bigint, out_joined boolean, out_run_id text)
+        LANGUAGE plpgsql VOLATILE AS $fn$
+        DECLARE
+          v_slot bigint;
+          v_started boolean;
+          v_known text;
+          v_run text;
+        BEGIN
+          IF p_message_id IS NOT NULL THEN
+            SELECT i.run_id INTO v_known FROM ${prefix}_inbox i WHERE i.session = p_session AND i.message_id = p_message_id;
+            IF v_known IS NOT NULL THEN
+              RETURN QUERY SELECT NULL::bigint, true, v_known;
+              RETURN;
+            END IF;
+          END IF;
+          INSERT INTO ${prefix}_coalesce (lane, key, slot, started) VALUES (p_lane, p_key, 0, true)
+            ON CONFLICT (lane, key) DO NOTHING;
+          SELECT c.slot, c.started INTO v_slot, v_started FROM ${prefix}_coalesce c
+            WHERE c.lane = p_lane AND c.key = p_key FOR UPDATE;
+          IF v_started THEN
+            v_slot := v_slot + 1;
+            UPDATE ${prefix}_coalesce c SET slot = v_slot, started = false WHERE c.lane = p_lane AND c.key = p_key;
+          END IF;
+          v_run := 'coalesce:' || p_lane || ':' || p_key || ':' || v_slot;
+          IF p_text IS NOT NULL THEN
+            INSERT INTO ${prefix}_inbox (session, message_id, text, run_id, received_at)
+              VALUES (p_session, p_message_id, p_text, v_run, p_now)
+              ON CONFLICT (session, message_id) DO NOTHING;
+            IF NOT FOUND THEN
+              -- the same message id, sent again at the same moment, was recorded first: join its run
+              SELECT i.run_id INTO v_known FROM ${prefix}_inbox i WHERE i.session = p_session AND i.message_id = p_message_id;
+              RETURN QUERY SELECT NULL::bigint, true, v_known;
+              RETURN;
+            END IF;
+          END IF;
+          RETURN QUERY SELECT v_slot, NOT v_started, v_run;
+        END
+        $fn$`)
+      yield* sql.unsafe(`CREATE FUNCTION ${prefix}_turn_start(
+          p_lane text, p_key text, p_slot bigint, p_run_id text, p_session text, p_history integer)
+        RETURNS TABLE (src text, id double precision, role text, content text)
+        LANGUAGE plpgsql VOLATILE AS $fn$
+        BEGIN
+          IF p_slot IS NOT NULL THEN
+            UPDATE ${prefix}_coalesce c SET started = true WHERE c.lane = p_lane AND c.key = p_key AND c.slot = p_slot;
+          END IF;
+          RETURN QUERY
+            SELECT 'inbox'::text, i.id::float8, 'user'::text, i.text FROM ${prefix}_inbox i WHERE i.run_id = p_run_id
+            UNION ALL
+            SELECT 'history'::text, t.id::float8, t.role, t.content FROM (
+              SELECT h.id, h.role, h.content FROM ${prefix}_transcripts h WHERE h.session = p_session
+              ORDER BY h.id DESC LIMIT p_history) t;
+        END
+        $fn$`)
     })
   })
 

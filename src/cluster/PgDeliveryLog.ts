@@ -13,8 +13,9 @@ import { SqlClient } from "effect/sql"
 import type { SqlError } from "effect/sql/SqlError"
 import { DeliveryLogError } from "../delivery/errors.js"
 import type { DeliveryEntry, DeliveryLog, OutboundMessage } from "../delivery/types.js"
-import { notJson } from "./json.js"
 import { createOutbox, withSchemaLock } from "./Migrations.js"
+import { ackAndClaimSql, checkMessage, COLUMNS, TABLE_NAME, toEntry } from "./pgOutbox.js"
+import type { Row } from "./pgOutbox.js"
 
 /** Options of {@link make}. */
 export interface PgDeliveryLogOptions {
@@ -55,48 +56,43 @@ export interface PgDeliveryLog extends DeliveryLog {
     readonly guard: string
     readonly also?: ReadonlyArray<string>
     readonly params?: ReadonlyArray<unknown>
+    /** The new entry's id (a caller that must name it before the statement runs); default a random UUID. */
+    readonly id?: string
   }) => Effect.Effect<DeliveryEntry | undefined, DeliveryLogError>
+  /**
+   * {@link appendGuarded} in two steps: checks `message` now (failing as an append does) and returns the
+   * statement to run later, with `more` writes (`also` CTEs after the others, their `params` after
+   * `options.params`): the cluster runs it with a run's reply (Storage.ts).
+   */
+  readonly prepareGuarded: (message: OutboundMessage, options: {
+    readonly guard: string
+    readonly also?: ReadonlyArray<string>
+    readonly params?: ReadonlyArray<unknown>
+    readonly id?: string
+  }) => Effect.Effect<
+    (more?: {
+      readonly also: ReadonlyArray<string>
+      readonly params: ReadonlyArray<unknown>
+    }) => Effect.Effect<DeliveryEntry | undefined, DeliveryLogError>,
+    DeliveryLogError
+  >
+  /**
+   * Acks `acks` (delivered entries; a dead one is left dead) and claims as {@link claim} does, in one
+   * statement: the head of a recipient acked here makes its next entry claimable in the same statement.
+   */
+  readonly ackAndClaim: (options: {
+    readonly acks: ReadonlyArray<string>
+    readonly owner: string
+    readonly limit: number
+    readonly leaseMs: number
+  }) => Effect.Effect<ReadonlyArray<DeliveryEntry>, DeliveryLogError>
   /** Gives a claimed entry back without counting an attempt (the owner shuts down). */
   readonly release: (id: string, owner: string) => Effect.Effect<void, DeliveryLogError>
   /** Ids of entries whose lease `owner` holds now. */
   readonly leased: (owner: string) => Effect.Effect<ReadonlyArray<string>, DeliveryLogError>
 }
 
-interface Row {
-  readonly id: string
-  readonly seq: number
-  readonly channel: string
-  readonly recipient: string
-  readonly body: string
-  readonly idempotency_key: string | null
-  readonly enqueued_at: number
-  readonly attempts: number
-  readonly last_error: string | null
-  readonly next_attempt_at: number | null
-  readonly status: "pending" | "dead" | "acked"
-  readonly attempt_started: boolean
-}
-
-const TABLE_NAME = /^[A-Za-z_][A-Za-z0-9_]{0,50}$/
-
-const toEntry = (r: Row): DeliveryEntry => {
-  const message: OutboundMessage = r.idempotency_key === null
-    ? { channel: r.channel, to: r.recipient, body: JSON.parse(r.body) }
-    : { channel: r.channel, to: r.recipient, body: JSON.parse(r.body), idempotencyKey: r.idempotency_key }
-  return {
-    id: r.id,
-    seq: Number(r.seq),
-    message,
-    enqueuedAt: Number(r.enqueued_at),
-    attempts: Number(r.attempts),
-    ...(r.last_error === null ? {} : { lastError: r.last_error }),
-    ...(r.next_attempt_at === null ? {} : { nextAttemptAt: Number(r.next_attempt_at) }),
-    status: r.status === "dead" ? "dead" : "pending",
-    ...(r.attempt_started ? { maybeSent: true } : {})
-  }
-}
-
-const invalid = (reason: "invalid" | "too-large", message: string) => new DeliveryLogError({ reason, message })
+const invalid = (reason: "invalid", message: string) => new DeliveryLogError({ reason, message })
 
 /**
  * Creates the outbox table and its indexes when missing, under the cluster's schema lock (safe from many
@@ -150,53 +146,19 @@ export const make = (
 
     yield* Effect.mapError(migrate(table), io("creating the outbox table"))
 
-    const cols = `id, seq::float8 AS seq, channel, recipient, body, idempotency_key, enqueued_at::float8 AS enqueued_at,
-       attempts, last_error, next_attempt_at::float8 AS next_attempt_at, status, attempt_started`
+    const cols = COLUMNS
 
     /** Checks `message` and computes what both appends write. */
-    const prepare = (message: OutboundMessage) =>
-      Effect.gen(function*() {
-        if (typeof message.channel !== "string" || message.channel.length === 0) {
-          return yield* invalid(
-            "invalid",
-            "Expected `channel` to be a non-empty string, got `" + String(message.channel) + "`"
-          )
-        }
-        if (typeof message.to !== "string" || message.to.length === 0) {
-          return yield* invalid("invalid", "Expected `to` to be a non-empty string, got `" + String(message.to) + "`")
-        }
-        if (
-          message.channel.includes("\u0000") || message.to.includes("\u0000") ||
-          message.idempotencyKey?.includes("\u0000")
-        ) {
-          return yield* invalid(
-            "invalid",
-            "Expected `channel`, `to` and `idempotencyKey` without NUL characters (Postgres text cannot hold them)"
-          )
-        }
-        const bad = notJson(message.body, "body")
-        if (bad !== undefined) {
-          return yield* invalid("invalid", `Expected \`body\` to be a JSON value: ${bad}`)
-        }
-        const body = JSON.stringify(message.body)
-        const bytes = Buffer.byteLength(body) + Buffer.byteLength(message.channel) + Buffer.byteLength(message.to) +
-          Buffer.byteLength(message.idempotencyKey ?? "")
-        if (bytes > maxRecordBytes) {
-          return yield* invalid(
-            "too-large",
-            `Expected a message of at most ${maxRecordBytes} bytes (\`maxRecordBytes\`), got ${bytes}`
-          )
-        }
-        const now = yield* Clock.currentTimeMillis
-        const key = message.idempotencyKey ?? null
-        return {
-          params: [crypto.randomUUID(), message.channel, message.to, body, key, now, now - dedupeWindowMs] as Array<
-            unknown
-          >,
-          recipientLock: `${table}\u001f${message.channel}\u001f${message.to}`,
-          keyLock: key === null ? null : `${table}\u001e${key}`
-        }
-      })
+    const prepare = (message: OutboundMessage, id: string = crypto.randomUUID()) =>
+      Effect.flatMap(checkMessage(message, maxRecordBytes), (body) =>
+        Effect.map(Clock.currentTimeMillis, (now) => {
+          const key = message.idempotencyKey ?? null
+          return {
+            params: [id, message.channel, message.to, body, key, now, now - dedupeWindowMs] as Array<unknown>,
+            recipientLock: `${table}\u001f${message.channel}\u001f${message.to}`,
+            keyLock: key === null ? null : `${table}\u001e${key}`
+          }
+        }))
 
     // The entry the key ($5) still dedupes to (an acked one within the window comes back as it was when
     // acked), or else the new entry.
@@ -233,30 +195,34 @@ export const make = (
         )
       })
 
-    const appendGuarded: PgDeliveryLog["appendGuarded"] = (message, options) =>
-      Effect.gen(function*() {
-        const p = yield* prepare(message)
-        const also = options.also ?? []
-        const rows = yield* guard(
-          "append",
-          sql.unsafe<Row>(
-            `WITH gate AS MATERIALIZED (${options.guard}),
-           locked AS MATERIALIZED (
-             SELECT pg_advisory_xact_lock(hashtext($8))::text AS r,
-               CASE WHEN $9::text IS NULL THEN '' ELSE pg_advisory_xact_lock(hashtext($9))::text END AS k
-             FROM (SELECT 1 FROM gate LIMIT 1) g
-           ),
-           existing AS MATERIALIZED (${existingSql(", locked")}),
-           inserted AS (${insertSql(" FROM locked")})
-           ${
-              also.map((a, i) => `, also${i} AS (${a})`).join("\n")
-            }
-           SELECT * FROM existing UNION ALL SELECT * FROM inserted`,
-            [...p.params, p.recipientLock, p.keyLock, ...(options.params ?? [])]
-          )
+    const prepareGuarded: PgDeliveryLog["prepareGuarded"] = (message, options) =>
+      Effect.map(prepare(message, options.id), (p) => (more) => {
+        const also = [...(options.also ?? []), ...(more?.also ?? [])]
+        return Effect.map(
+          guard(
+            "append",
+            sql.unsafe<Row>(
+              `WITH gate AS MATERIALIZED (${options.guard}),
+             locked AS MATERIALIZED (
+               SELECT pg_advisory_xact_lock(hashtext($8))::text AS r,
+                 CASE WHEN $9::text IS NULL THEN '' ELSE pg_advisory_xact_lock(hashtext($9))::text END AS k
+               FROM (SELECT 1 FROM gate LIMIT 1) g
+             ),
+             existing AS MATERIALIZED (${existingSql(", locked")}),
+             inserted AS (${insertSql(" FROM locked")})
+             ${
+                also.map((a, i) => `, also${i} AS (${a})`).join("\n")
+              }
+             SELECT * FROM existing UNION ALL SELECT * FROM inserted`,
+              [...p.params, p.recipientLock, p.keyLock, ...(options.params ?? []), ...(more?.params ?? [])]
+            )
+          ),
+          (rows) => rows.length === 0 ? undefined : toEntry(rows[0])
         )
-        return rows.length === 0 ? undefined : toEntry(rows[0])
       })
+
+    const appendGuarded: PgDeliveryLog["appendGuarded"] = (message, options) =>
+      Effect.flatMap(prepareGuarded(message, options), (run) => run())
 
     const updateLive = (
       what: string,
@@ -271,10 +237,24 @@ export const make = (
         )
       )
 
+    const ackAndClaim: PgDeliveryLog["ackAndClaim"] = ({ acks, leaseMs, limit, owner }) =>
+      Effect.flatMap(Clock.currentTimeMillis, (now) =>
+        guard(
+          acks.length === 0 ? "claim" : "ack and claim",
+          Effect.map(
+            sql.unsafe<Row>(
+              ackAndClaimSql(table),
+              [owner, now, Math.max(0, limit), now + leaseMs, acks]
+            ),
+            (rows) => rows.map(toEntry).sort((a, b) => a.seq - b.seq)
+          )
+        ))
+
     const log: PgDeliveryLog = {
       table,
       append,
       appendGuarded,
+      prepareGuarded,
       attempt: (id, failure) =>
         updateLive(
           "attempt",
@@ -398,33 +378,8 @@ export const make = (
             sql.unsafe(`DELETE FROM ${table} WHERE status = 'acked' AND acked_at <= $1`, [now - dedupeWindowMs])
           )
         )),
-      claim: ({ owner, limit, leaseMs }) =>
-        Effect.flatMap(Clock.currentTimeMillis, (now) =>
-          guard(
-            "claim",
-            Effect.map(
-              sql.unsafe<Row>(
-                `WITH heads AS (
-                   SELECT DISTINCT ON (channel, recipient) id
-                   FROM ${table} WHERE status = 'pending'
-                   ORDER BY channel, recipient, seq
-                 ), due AS (
-                   -- conditions on o (the locked row) so they are re-checked against its latest version
-                   SELECT o.id FROM ${table} o JOIN heads h ON h.id = o.id
-                   WHERE o.status = 'pending'
-                     AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
-                     AND (o.lease_until IS NULL OR o.lease_until < $2)
-                   ORDER BY o.seq LIMIT $3
-                   FOR UPDATE OF o SKIP LOCKED
-                 )
-                 UPDATE ${table} SET lease_owner = $1, lease_until = $4
-                 WHERE id IN (SELECT id FROM due) AND status = 'pending'
-                 RETURNING ${cols}`,
-                [owner, now, limit, now + leaseMs]
-              ),
-              (rows) => rows.map(toEntry).sort((a, b) => a.seq - b.seq)
-            )
-          )),
+      claim: ({ owner, limit, leaseMs }) => ackAndClaim({ acks: [], owner, limit, leaseMs }),
+      ackAndClaim: (options) => ackAndClaim(options),
       release: (id, owner) =>
         guard(
           "release",

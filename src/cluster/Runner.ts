@@ -67,6 +67,11 @@ export interface RunnerOptions {
   readonly token?: string
   /** The shard lease (ms): a runner silent this long loses its shards (see Fencing.ts); default 10_000. */
   readonly leaseMs?: number
+  /**
+   * Record Effect spans (effect/cluster's requests, SQL statements, HTTP requests) for a tracer you
+   * provide; default false: a span costs CPU on every message even when nothing reads it.
+   */
+  readonly tracing?: boolean
 }
 
 /** A running runner. */
@@ -103,6 +108,9 @@ export const outboxLine = (
 
 /** Starts a runner in the current Scope. */
 export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Scope.Scope> =>
+  Effect.withTracerEnabled(startTraced(options), options.tracing === true)
+
+const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Scope.Scope> =>
   Effect.gen(function*() {
     const name = options.name ?? `runner-${options.port}`
     if ((options.token ?? "") === "" && !Ingress.isLoopback(options.host ?? "127.0.0.1")) {
@@ -138,7 +146,11 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
       deliver: channel.send,
       owner: name,
       attemptTimeoutMs,
-      leaseMs: attemptTimeoutMs + 1_000
+      leaseMs: attemptTimeoutMs + 1_000,
+      // Acks and claims of replies that come close together share a statement. A turn's commit wakes the
+      // loop, so the poll is only for entries of other runners, retries and leases that ran out.
+      batchMs: 50,
+      pollMs: 1_000
     })
     const drainTimeoutMs = options.drainTimeoutMs ?? 10_000
     const leaveMs = Math.min(LEAVE_RESERVE_MS, Math.floor(drainTimeoutMs / 4))
@@ -147,7 +159,9 @@ export const start = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sc
     const left = () => Math.max(0, (deadline ?? Date.now() + drainTimeoutMs) - leaveMs - Date.now())
     // Runs after the queue's finalizer (finalizers run newest first): replies of the last turns go out.
     yield* Effect.addFinalizer(() => Effect.suspend(() => delivery.stop(left())))
-    const handlers = yield* provide(ClusterAgent.handlers({ member: name, outbox, prefix, channel: channel.name }))
+    const handlers = yield* provide(
+      ClusterAgent.handlers({ member: name, outbox, prefix, channel: channel.name, onCommit: delivery.wake })
+    )
       .pipe(
         Effect.provideService(Model, model.mapUnsafe.get(Model.key))
       )

@@ -3,10 +3,11 @@
  * releases the lock, a background fiber for automatic compaction (with backoff after a failure), and
  * self-healing: after a failed write the log re-opens itself through recovery (see `healer.ts`).
  */
-import { Clock, Effect, Latch, Option, type Scope } from "effect"
+import { Clock, Effect, Fiber, Latch, Option, type Scope } from "effect"
 import type { CompactionHooks } from "./compaction.js"
 import { DeliveryLogError } from "./errors.js"
 import { makeHealer } from "./healer.js"
+import type { AppendDone } from "./inflight.js"
 import { type Done, LogCore } from "./logCore.js"
 import type { DeliveryEntry, DeliveryLog } from "./types.js"
 import { type OpenOptions, resolveOptions } from "./validate.js"
@@ -80,12 +81,30 @@ export const openFileLog = (
         })
       })
 
+    /** Now, by the clock of the fiber running (a callback's register runs inside its fiber). */
+    const fiberNow = (): number => {
+      const fiber = Fiber.getCurrent()
+      return fiber === undefined ? Date.now() : fiber.getRef(Clock.Clock).currentTimeMillisUnsafe()
+    }
+
+    // One completion for every append: the fiber's resume travels with the call, no closure per append.
+    type Resume = (effect: Effect.Effect<DeliveryEntry, DeliveryLogError>) => void
+    const appended: AppendDone<Resume> = (err, entry, resume) => {
+      if (err === undefined) {
+        healer.succeeded()
+        return resume(Effect.succeed(entry!))
+      }
+      resume(err.reason === "io" ? Effect.andThen(healer.failed(err), Effect.fail(err)) : Effect.fail(err))
+    }
+
     const log: DeliveryLog = {
-      // The clock is read inside the call (one Effect less per append than flatMap over currentTimeMillis).
+      // One Effect per append: the clock is the calling fiber's (TestClock in tests), read while it runs the callback.
       append: (message) =>
-        Effect.clockWith((clock) =>
-          call<DeliveryEntry>((core, done) => core.append(message, clock.currentTimeMillisUnsafe(), done))
-        ),
+        Effect.callback<DeliveryEntry, DeliveryLogError>((resume) => {
+          const refused = healer.refusal
+          if (refused !== undefined) return resume(Effect.fail(refused))
+          healer.core.append(message, fiberNow(), appended, resume)
+        }),
       attempt: (id, failure) => call((core, done) => core.attempt(id, failure, done)),
       ack: (id) =>
         Effect.clockWith((clock) => call<void>((core, done) => core.ack(id, clock.currentTimeMillisUnsafe(), done))),

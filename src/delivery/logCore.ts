@@ -3,7 +3,6 @@
  * the group-commit writer) runs in one synchronous step: records reach the file in the order their
  * changes were applied to the state, which is the order replay applies them.
  */
-import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
 import { join } from "node:path"
 import { type Captured, type CompactionHooks, removeReplaced, writeSnapshot } from "./compaction.js"
@@ -11,14 +10,17 @@ import { DeliveryLogError } from "./errors.js"
 import { stageIdRecord, tooLarge } from "./framing.js"
 import { describeFsError, fsErrorPath, makeDirectory } from "./fsError.js"
 import { GroupCommitWriter } from "./groupCommit.js"
+import { type AppendDone, InFlight } from "./inflight.js"
 import { acquireLock, releaseLock } from "./lockfile.js"
 import { writeManifest } from "./manifest.js"
-import { appendBytes, EntryData, utf8Bytes, writeAppend } from "./payload.js"
+import { MessageBytes, textOf } from "./messageBytes.js"
+import { appendBytes, EntryData, utf8Bytes, writeAppendFields } from "./payload.js"
 import { HEADER_BYTES, Kind, seal } from "./record.js"
 import { CorruptLog, finishRecovery, type KeptSegment, recover } from "./recovery.js"
 import { createSegment, DIR_MODE, segmentName } from "./segment.js"
 import type { LogState } from "./state.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
+import { UUID_CHARS, writeUuid } from "./uuid.js"
 import { checkMessage, clipError, type ResolvedOptions } from "./validate.js"
 
 /** Completion of a call: an error, or the value. */
@@ -67,6 +69,8 @@ export class LogCore {
   private lastNow = 0
   /** Size of the newest snapshot: the log must grow past it (and past a segment) before compacting again. */
   private baseline = 0
+  /** The append path's check-and-encode walk and its scratch buffer. */
+  private readonly messageBytes = new MessageBytes()
   /** Called when dead weight passed the threshold; the owner runs `compact()` in the background. */
   onCompactionWanted: () => void = () => {}
   /** Called once when the writer failed: the core accepts no more writes, the owner re-opens the log. */
@@ -235,6 +239,19 @@ export class LogCore {
     return no
   }
 
+  /** The latest time the acked window was evicted at. */
+  private evictedAt = Number.NEGATIVE_INFINITY
+
+  /**
+   * Forget what the dedupe window let go of by `now`: once per millisecond (calls within one find
+   * nothing new to evict; an earlier `now` neither), not on every call.
+   */
+  private evictAt(now: number): void {
+    if (now <= this.evictedAt) return
+    this.evictedAt = now
+    this.state.evict(now, this.o.dedupeWindowMs)
+  }
+
   /** Complete `done` once everything queued so far is durable. */
   private afterDurable<A>(value: () => A, done: Done<A>): void {
     this.writer.mark((err) => (err ? done(ioError(this.o.dir, err)) : done(undefined, value())))
@@ -245,48 +262,83 @@ export class LogCore {
     this.writer.push((err) => (err ? done(ioError(this.o.dir, err)) : done(undefined, value)))
   }
 
-  append(m: OutboundMessage, now: number, done: Done<DeliveryEntry>): void {
+  /** The appends staged and not yet durable, completed oldest first by `appendDurable`. */
+  private readonly inflight = new InFlight()
+
+  /** The writer's completion of every append record (they complete in the order they were staged). */
+  private readonly appendDurable = (err: Error | undefined): void => {
+    const t = this.inflight.take()
+    // A failed append stays uncommitted (never listed or counted) in this core, which takes no more writes.
+    if (err) return t.done(ioError(this.o.dir, err), undefined, t.arg)
+    this.uncommitted--
+    t.data.committed = true
+    t.done(undefined, t.entry, t.arg)
+  }
+
+  /**
+   * Append `m`: `done(error, entry, arg)` once its record is durable (or at once with why not). One
+   * `done` may serve every call, `arg` telling them apart: nothing is allocated per call to complete it.
+   */
+  append<X>(m: OutboundMessage, now: number, done: AppendDone<X>, arg: X): void {
     const no = this.refuse()
-    if (no) return done(no)
-    const checked = checkMessage(m)
-    if (checked instanceof DeliveryLogError) return done(checked)
+    if (no) return done(no, undefined, arg)
+    // The plain path checks, copies and encodes in one walk; anything else (and every error) goes
+    // through `checkMessage`, which encodes with JSON.stringify (the same bytes) or says what is wrong.
+    const enc = this.messageBytes
+    let copy = enc.encode(m, this.o.maxRecordBytes)
+    let json: string | undefined
+    let key: string | undefined
+    if (copy !== undefined) key = copy.idempotencyKey
+    else {
+      const checked = checkMessage(m)
+      if (checked instanceof DeliveryLogError) return done(checked, undefined, arg)
+      json = checked.json
+      key = checked.key
+      copy = checked.message
+    }
     this.lastNow = now
     const state = this.state
-    state.evict(now, this.o.dedupeWindowMs)
-    const key = checked.key
+    this.evictAt(now)
     if (key !== undefined) {
       const id = state.keys.get(key)
       if (id !== undefined) {
         const live = state.live.get(id)
         if (live !== undefined) {
           return live.committed
-            ? done(undefined, live.toEntry())
-            : this.afterDurable(() => live.toEntry(), done)
+            ? done(undefined, live.toEntry(), arg)
+            : this.afterDurable(() => live.toEntry(), (e, v) => done(e, v, arg))
         }
         const acked = state.acked.entry(id)
-        if (acked !== undefined) return this.afterDurable(() => acked.toEntry(), done)
+        if (acked !== undefined) return this.afterDurable(() => acked.toEntry(), (e, v) => done(e, v, arg))
       }
     }
-    const id = randomUUID()
     const seq = state.nextSeq
-    const json = checked.json
-    const copy = checked.message
-    const idBytes = id.length // a UUID: ASCII
     const keyBytes = key === undefined ? 0 : utf8Bytes(key)
-    const textBytes = utf8Bytes(json)
-    const payloadBytes = appendBytes(idBytes, keyBytes, textBytes)
+    const textBytes = json === undefined ? enc.bytes : utf8Bytes(json)
+    const payloadBytes = appendBytes(UUID_CHARS, keyBytes, textBytes)
     const big = tooLarge(this.o.maxRecordBytes, payloadBytes, "the message")
-    if (big) return done(big)
+    if (big) return done(big, undefined, arg)
     const at = this.writer.reserve(HEADER_BYTES + payloadBytes)
     const buf = this.writer.buffer
-    writeAppend(buf, at + HEADER_BYTES, id, idBytes, seq, now, key, keyBytes, json, textBytes)
+    // The id is written as ASCII in its place in the record, and read back as one string.
+    const idAt = at + HEADER_BYTES + 1
+    buf[idAt - 1] = UUID_CHARS
+    writeUuid(buf, idAt)
+    const id = textOf(buf, idAt, idAt + UUID_CHARS, true)
+    const textAt = writeAppendFields(buf, idAt + UUID_CHARS, seq, now, key, keyBytes)
+    let text: string
+    if (json === undefined) text = enc.copyText(buf, textAt)
+    else {
+      buf.write(json, textAt, textBytes, "utf8")
+      text = json
+    }
     seal(buf, at, this.nextLsn++, Kind.append, payloadBytes)
     const data = new EntryData(
       id,
       seq,
       now,
       key,
-      json,
+      text,
       0,
       undefined,
       undefined,
@@ -296,15 +348,10 @@ export class LogCore {
     )
     state.insertNew(data)
     this.uncommitted++
-    // Nobody knows the id before this call returns, so the entry cannot change before it is durable.
-    this.writer.push((err) => {
-      // A failed append stays uncommitted (never listed or counted) in this core, which takes no more writes.
-      if (err) return done(ioError(this.o.dir, err))
-      this.uncommitted--
-      data.committed = true
-      // The copy made while checking the body is the message as replay will parse it from the record.
-      done(undefined, copy === undefined ? data.toEntry() : data.toEntry(copy))
-    })
+    // Nobody knows the id before this call returns, so the entry cannot change before it is durable: it is
+    // made now. The copy made while checking the body is the message as replay will parse it from the record.
+    this.inflight.push(data, copy === undefined ? data.toEntry() : data.toEntry(copy), done, arg)
+    this.writer.push(this.appendDurable)
   }
 
   attempt(
@@ -359,7 +406,7 @@ export class LogCore {
     const no = this.refuse()
     if (no) return done(no)
     this.lastNow = now
-    this.state.evict(now, this.o.dedupeWindowMs)
+    this.evictAt(now)
     const live = this.state.live.get(id)
     if (live?.status === "dead") {
       return done(

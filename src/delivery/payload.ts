@@ -97,12 +97,7 @@ const writeHead = (
   if (idBytes > 255) throw new RangeError(`an id over 255 bytes (${idBytes})`)
   buf[at] = idBytes
   at = 1 + at + buf.write(id, at + 1, idBytes, "utf8")
-  buf.writeDoubleBE(seq, at)
-  buf.writeDoubleBE(enqueuedAt, at + 8)
-  buf.writeUInt32BE(keyBytes, at + 16)
-  at += 20
-  if (key !== undefined) at += buf.write(key, at, keyBytes, "utf8")
-  return at
+  return writeAppendFields(buf, at, seq, enqueuedAt, key, keyBytes)
 }
 
 /** A cursor over one payload; every read checks that it stays inside `[start, end)`. */
@@ -160,6 +155,26 @@ const checkMessageText = (buf: Buffer, at: number, end: number): void => {
 /** Payload bytes of an append record. */
 export const appendBytes = (idBytes: number, keyBytes: number, textBytes: number): number =>
   headBytes(idBytes, keyBytes) + textBytes
+
+/**
+ * Write the fields of an append payload that follow its id (`at` is where the id ends, its length byte
+ * and bytes already written); returns where the message text goes.
+ */
+export const writeAppendFields = (
+  buf: Buffer,
+  at: number,
+  seq: number,
+  enqueuedAt: number,
+  key: string | undefined,
+  keyBytes: number
+): number => {
+  buf.writeDoubleBE(seq, at)
+  buf.writeDoubleBE(enqueuedAt, at + 8)
+  buf.writeUInt32BE(keyBytes, at + 16)
+  at += 20
+  if (key !== undefined) at += buf.write(key, at, keyBytes, "utf8")
+  return at
+}
 
 /** Write an append payload at `at`; returns its end. */
 export const writeAppend = (

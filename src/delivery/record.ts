@@ -11,6 +11,7 @@
  * so a damaged length is caught as well as damaged contents. Payloads: payload.ts.
  */
 import { crc32 } from "node:zlib"
+import { crc32Range } from "./crc32.js"
 
 /** Bytes before the payload. */
 export const HEADER_BYTES = 17
@@ -47,7 +48,7 @@ export const seal = (buf: Buffer, at: number, lsn: number, kind: Kind, payloadBy
   buf.writeUInt32BE(Math.floor(lsn / TWO_32), at + 8)
   buf.writeUInt32BE(lsn >>> 0, at + 12)
   buf[at + 16] = kind
-  buf.writeUInt32BE(crc32(buf.subarray(at + 4, end)), at)
+  buf.writeUInt32BE(crc32Range(buf, at + 4, end), at)
   return end
 }
 

@@ -4,6 +4,7 @@
  * Entries are `EntryData` (payload.ts): the message stays its JSON text until an entry is read.
  */
 import { AckedWindow } from "./ackedWindow.js"
+import { LiveEntries } from "./liveEntries.js"
 import type { EntryData } from "./payload.js"
 
 /** First record of a snapshot: where the log goes on after it. */
@@ -21,7 +22,7 @@ export interface SnapshotEndPayload {
 /** Pending and dead entries in seq order, idempotency keys, and ids acked within the window. */
 export class LogState {
   /** Insertion order is append order, which is seq order. */
-  readonly live = new Map<string, EntryData>()
+  readonly live = new LiveEntries()
   /** idempotencyKey -> id, for live entries and for keyed acked ones. */
   readonly keys = new Map<string, string>()
   /** Ids acked within the window, in ack order (with their entry when keyed). */
@@ -39,7 +40,7 @@ export class LogState {
 
   /** `insert` for an id known to be new (a fresh UUID from `append`): one hash lookup less. */
   insertNew(entry: EntryData): void {
-    this.live.set(entry.id, entry)
+    this.live.add(entry)
     if (entry.status === "pending") this.pending++
     else this.dead++
     this.liveBytes += entry.bytes

@@ -84,7 +84,8 @@ class NotJson extends Error {}
  */
 export const MAX_BODY_DEPTH = 512
 
-const plainProto = (v: object): boolean => {
+/** An array, or an object whose prototype is `Object.prototype` or `null`: what JSON carries as it is. */
+export const plainProto = (v: object): boolean => {
   const p: unknown = Object.getPrototypeOf(v)
   return p === Object.prototype || p === null || Array.isArray(v)
 }

@@ -183,6 +183,14 @@ describe.skipIf(!up)(
         const session = "together"
         const first = postMessage(runners[0].port, session, "m1", 30_000)
         await runningOn(runners)
+        // m1's turn has read its messages (it marks its coalescing slot started as it reads them): later
+        // messages take the next run.
+        await until("m1's turn to read its messages", 20_000, async () =>
+          (await query<{ started: boolean }>(
+            db!.url,
+            `SELECT started FROM switchyard_coalesce WHERE lane = 'main' AND key = $1 AND slot = 1`,
+            [session]
+          ))[0]?.started === true)
         const [second, third] = await Promise.all([
           postMessage(runners[0].port, session, "m2", 30_000),
           postMessage(runners[1].port, session, "m3", 30_000)

@@ -43,7 +43,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard:0001_tables",
         "switchyard:0002_shard_epochs",
         "switchyard:0003_inbox",
-        "switchyard:0004_turn_epochs"
+        "switchyard:0004_turn_epochs",
+        "switchyard:0005_message_functions"
       ]])
       const again = await Effect.runPromise(
         Postgres.withClient(url, (sql) => Migrations.migrate().pipe(Effect.provideService(SqlClient.SqlClient, sql)))
@@ -98,7 +99,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard:0001_tables",
         "switchyard:0002_shard_epochs",
         "switchyard:0003_inbox",
-        "switchyard:0004_turn_epochs"
+        "switchyard:0004_turn_epochs",
+        "switchyard:0005_message_functions"
       ])
       const rows = await Effect.runPromise(
         Postgres.withClient(

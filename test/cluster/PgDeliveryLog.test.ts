@@ -95,6 +95,27 @@ describe.skipIf(!up)("PgDeliveryLog (Postgres)", () => {
       })
     ))
 
+  it.live("ackAndClaim acks and claims in one statement: an acked head's next entry is claimed with it; a dead entry stays dead", () =>
+    withLog((log) =>
+      Effect.gen(function*() {
+        const x1 = yield* log.append({ channel: "c", to: "x", body: 1 })
+        const x2 = yield* log.append({ channel: "c", to: "x", body: 2 })
+        const y1 = yield* log.append({ channel: "c", to: "y", body: 3 })
+        const z1 = yield* log.append({ channel: "c", to: "z", body: 4 })
+        const first = yield* log.claim({ owner: "p", limit: 2, leaseMs: 60_000 })
+        assert.deepStrictEqual(first.map((e) => e.id), [x1.id, y1.id])
+        yield* log.deadLetter(y1.id, "permanent")
+        // x1 delivered: acked, and x2 (now x's head) claimed in the same statement, with z1
+        const next = yield* log.ackAndClaim({ acks: [x1.id, y1.id], owner: "p", limit: 10, leaseMs: 60_000 })
+        assert.deepStrictEqual(next.map((e) => e.id), [x2.id, z1.id])
+        assert.deepStrictEqual((yield* log.pending).map((e) => e.id), [x2.id, z1.id])
+        assert.deepStrictEqual((yield* log.dead).map((e) => e.id), [y1.id])
+        // acks alone (no room to claim)
+        assert.deepStrictEqual(yield* log.ackAndClaim({ acks: [x2.id], owner: "p", limit: 0, leaseMs: 60_000 }), [])
+        assert.deepStrictEqual((yield* log.pending).map((e) => e.id), [z1.id])
+      })
+    ))
+
   it.live("a dead-lettered head lets the next entry of its recipient through", () =>
     withLog((log) =>
       Effect.gen(function*() {

@@ -1,0 +1,119 @@
+/**
+ * Sending a run to its key's entity: durable before the dispatch returns, its reply awaited in the
+ * background (see Storage.ts for why one send does both).
+ */
+import { Cause, Effect, Exit, Fiber, Option, Schedule } from "effect"
+import type { Scope } from "effect"
+import type { Coalesce, InboxMessage } from "./Coalesce.js"
+import { KeyEntity } from "./protocol.js"
+import type { Run } from "./protocol.js"
+import * as Storage from "./Storage.js"
+import { transient } from "./wire.js"
+
+/**
+ * The `Run` of a dispatch: with `coalesce`, the key's waiting run joined (same run id: the cluster
+ * dedupes it) or the next slot opened, in one statement (or in one transaction with `beforeSend`);
+ * otherwise the caller's run id or a new one, after `beforeSend`.
+ */
+export const runPayload = (options: {
+  readonly lane: string
+  readonly key: string
+  readonly generation: number
+  readonly command: unknown
+  readonly coalescing: Coalesce
+  readonly options:
+    | {
+      readonly coalesce?: boolean
+      readonly runId?: string
+      readonly queueTimeoutMs?: number
+      readonly turnTimeoutMs?: number
+      readonly beforeSend?: (runId: string) => Effect.Effect<void, unknown>
+      readonly inbox?: InboxMessage
+    }
+    | undefined
+}): Effect.Effect<{ readonly payload: typeof Run.payloadSchema.Type; readonly joined: boolean }> =>
+  Effect.gen(function*() {
+    const { command, generation, key, lane, options: o } = options
+    const payloadFor = (runId: string, coalesceSlot: number | undefined): typeof Run.payloadSchema.Type => ({
+      runId,
+      lane,
+      key,
+      generation,
+      command,
+      admittedAt: Date.now(),
+      ...(coalesceSlot === undefined ? {} : { coalesceSlot }),
+      ...(o?.queueTimeoutMs === undefined ? {} : { queueTimeoutMs: o.queueTimeoutMs }),
+      ...(o?.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: o.turnTimeoutMs })
+    })
+    const before = (runId: string) => o?.beforeSend === undefined ? Effect.void : Effect.orDie(o.beforeSend(runId))
+    if (o?.coalesce === true) {
+      const slot = yield* Effect.orDie(
+        o.beforeSend === undefined
+          ? options.coalescing.slot(lane, key, o.inbox)
+          : options.coalescing.withSlot(lane, key, (slot) => Effect.as(before(slot.runId), slot))
+      )
+      return { payload: payloadFor(slot.runId, slot.slot), joined: slot.joined }
+    }
+    const payload = payloadFor(o?.runId ?? crypto.randomUUID(), undefined)
+    yield* before(payload.runId)
+    return { payload, joined: false }
+  })
+
+/** What {@link sendRun} needs of the key's client (`KeyEntity.client(id)`). */
+export interface RunClient {
+  readonly Run: (
+    payload: typeof Run.payloadSchema.Type,
+    options?: { readonly discard?: boolean }
+  ) => Effect.Effect<unknown, unknown>
+}
+
+/**
+ * Sends `payload` to entity `entityId` and returns once the run is durable in the cluster's message
+ * table; `onReply` gets the run's outcome later, in a fiber of `scope`. With the storage's {@link Storage.Saved}
+ * it is one send; without (an effect/cluster runtime of the caller's own), one send with `discard`
+ * (returns once saved) and a second one to await the reply (deduplicated by the run id).
+ */
+export const sendRun = (options: {
+  readonly client: RunClient
+  readonly entityId: string
+  readonly payload: typeof Run.payloadSchema.Type
+  readonly saved: Option.Option<Storage.SavedShape>
+  readonly scope: Scope.Scope
+  readonly onReply: (exit: Exit.Exit<unknown, unknown>) => Effect.Effect<void>
+}): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const { client, payload, saved, scope } = options
+    if (Option.isNone(saved)) {
+      yield* client.Run(payload, { discard: true }).pipe(
+        Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
+        Effect.orDie
+      )
+      yield* client.Run(payload).pipe(
+        Effect.retry({ while: transient, schedule: Schedule.spaced("200 millis") }),
+        Effect.exit,
+        Effect.flatMap(options.onReply),
+        Effect.forkIn(scope)
+      )
+      return
+    }
+    // The reply comes back to this send the direct way: a local reply handler, or the key's runner over
+    // its socket (no polling of the reply table).
+    const wait = saved.value.await(Storage.primaryKeyOf(KeyEntity.type, options.entityId, "Run", payload.runId))
+    let durable = false
+    let attempts = 0
+    const sent = yield* client.Run(payload).pipe(
+      // Before it is durable, as many tries as a dispatch waits for; after, for as long as it takes.
+      Effect.retry({
+        while: (e) => transient(e) && (durable || ++attempts <= 50),
+        schedule: Schedule.spaced("100 millis")
+      }),
+      Effect.exit,
+      Effect.tap(options.onReply),
+      Effect.ensuring(Effect.sync(wait.release)),
+      Effect.forkIn(scope)
+    )
+    // The send ending first means it never saved the run (it gave up): the dispatch fails as a defect.
+    const ended = yield* Effect.raceFirst(Effect.as(wait.saved, undefined), Fiber.join(sent))
+    if (ended !== undefined && Exit.isFailure(ended)) return yield* Effect.die(Cause.squash(ended.cause))
+    durable = true
+  })

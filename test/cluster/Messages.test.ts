@@ -1,0 +1,166 @@
+/**
+ * The statements a message goes through (docs/cluster.md "What a message costs"), each on its own
+ * against Postgres: the coalescing slot with its inbox row, the turn's start (slot marked, then its
+ * inbox rows read, after waiting for the slot's lock), and the turn's writes committed with its run's
+ * reply in one statement fenced by the shard's epoch.
+ */
+import { Effect, Fiber } from "effect"
+import { SqlClient } from "effect/sql"
+import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import * as ScriptedModel from "../../src/agent/ScriptedModel.js"
+import * as ClusterAgent from "../../src/cluster/ClusterAgent.js"
+import type { ClusterTask } from "../../src/cluster/KeyRunner.js"
+import * as Migrations from "../../src/cluster/Migrations.js"
+import * as PgDeliveryLog from "../../src/cluster/PgDeliveryLog.js"
+import * as Postgres from "../../src/cluster/Postgres.js"
+import type { ReplyCommit } from "../../src/cluster/Storage.js"
+import { freshDatabase, postgresAvailable } from "./pg.js"
+
+const up = await postgresAvailable("test/cluster/Messages.test.ts")
+
+describe.skipIf(!up)("the statements of a message (Postgres)", () => {
+  let db: { url: string; drop: () => Promise<void> } | undefined
+  const query = <A extends object>(text: string, params: ReadonlyArray<unknown> = []) =>
+    Effect.runPromise(Postgres.withClient(db!.url, (sql) => sql.unsafe<A>(text, params)))
+
+  beforeAll(async () => {
+    db = await freshDatabase("messages")
+    await Effect.runPromise(
+      Postgres.withClient(db.url, (sql) => Migrations.migrate().pipe(Effect.provideService(SqlClient.SqlClient, sql)))
+    )
+  }, 30_000)
+  afterAll(async () => {
+    await db?.drop()
+  })
+
+  it("coalesce_slot: opens a slot and records the message for its run; joins it until it starts; a recorded message id joins its run", async () => {
+    const slot = (session: string, messageId: string | null, text: string) =>
+      query<{ slot: number | null; joined: boolean; run_id: string }>(
+        `SELECT out_slot::float8 AS slot, out_joined AS joined, out_run_id AS run_id FROM switchyard_coalesce_slot('main', $1, $1, $2, $3, 0)`,
+        [session, messageId, text]
+      ).then((rows) => rows[0])
+    expect(await slot("cs", "a", "one")).toEqual({ slot: 1, joined: false, run_id: "coalesce:main:cs:1" })
+    expect(await slot("cs", null, "two")).toEqual({ slot: 1, joined: true, run_id: "coalesce:main:cs:1" })
+    await query(`SELECT * FROM switchyard_turn_start('main', 'cs', 1, 'coalesce:main:cs:1', 'cs', 10)`)
+    expect(await slot("cs", "b", "three")).toEqual({ slot: 2, joined: false, run_id: "coalesce:main:cs:2" })
+    // "a" again (a client's retry): the run it was recorded for, nothing recorded twice
+    expect(await slot("cs", "a", "one")).toEqual({ slot: null, joined: true, run_id: "coalesce:main:cs:1" })
+    const inbox = await query<{ text: string; run_id: string }>(
+      `SELECT text, run_id FROM switchyard_inbox WHERE session = 'cs' ORDER BY id`
+    )
+    expect(inbox).toEqual([
+      { text: "one", run_id: "coalesce:main:cs:1" },
+      { text: "two", run_id: "coalesce:main:cs:1" },
+      { text: "three", run_id: "coalesce:main:cs:2" }
+    ])
+  })
+
+  it("turn_start waits for the slot's lock, then reads the inbox rows committed under it (a fresh snapshot, not the one of its start)", async () => {
+    await query(`INSERT INTO switchyard_coalesce VALUES ('main', 'snap', 1, false)`)
+    const program = Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      return yield* sql.withTransaction(Effect.gen(function*() {
+        // A dispatch joining slot 1: the slot's row locked, its message recorded, not committed yet.
+        yield* sql.unsafe(`SELECT * FROM switchyard_coalesce_slot('main', 'snap', 'snap', NULL, 'late', 0)`)
+        // The turn starts on another connection and waits for that lock.
+        const turn = yield* Effect.forkDetach(
+          Postgres.withClient(db!.url, (other) =>
+            other.unsafe<{ src: string; content: string }>(
+              `SELECT src, content FROM switchyard_turn_start('main', 'snap', 1, 'coalesce:main:snap:1', 'snap', 10)`
+            ))
+        )
+        for (let i = 0;; i++) {
+          // (activity statistics are a snapshot per transaction: cleared before each look)
+          yield* sql.unsafe(`SELECT pg_stat_clear_snapshot()`)
+          const waiting = yield* sql.unsafe<{ n: number }>(
+            `SELECT count(*)::float8 AS n FROM pg_stat_activity WHERE datname = current_database()
+             AND wait_event_type = 'Lock' AND query LIKE '%switchyard_turn_start%'`
+          )
+          if (Number(waiting[0].n) === 1) break
+          if (i > 400) return yield* Effect.die(new Error("the turn did not wait for the slot's lock in 10 s"))
+          yield* Effect.sleep("25 millis")
+        }
+        return turn
+      })).pipe(Effect.flatMap(Fiber.join))
+    }).pipe(Effect.provide(Postgres.layer(db!.url, { maxConnections: 2 })))
+    const rows = await Effect.runPromise(program)
+    expect(rows).toEqual([{ src: "inbox", content: "late" }])
+    expect(await query(`SELECT started FROM switchyard_coalesce WHERE key = 'snap'`)).toEqual([{ started: true }])
+  })
+
+  it("a turn's writes and its run's reply are one fenced statement: at a newer epoch nothing is written (no reply, the run left unprocessed); at the current epoch all of it", async () => {
+    await query(`INSERT INTO switchyard_shard_epochs VALUES ('default:5', 4, 'other', 0)`)
+    const message = (id: number) =>
+      query(
+        `INSERT INTO cluster_messages (id, message_id, shard_id, entity_type, entity_id, kind, tag, payload, headers, request_id)
+         VALUES ($1, $2, 'default:5', 'switchyard/Key', 'main/fs', 0, 'Run', '{}', '{}', $1)`,
+        [id, `switchyard/Key/main/fs/Run/run-${id}`]
+      )
+    const turn = (epoch: number, runId: string, requestId: number) =>
+      Effect.runPromise(
+        Effect.scoped(Effect.gen(function*() {
+          const outbox = yield* PgDeliveryLog.make()
+          const handlers = yield* ClusterAgent.handlers({ member: "me", outbox })
+          let commit: ReplyCommit | undefined
+          const task: ClusterTask = {
+            runId,
+            lane: "main",
+            key: "fs",
+            generation: 0,
+            command: { type: "message", session: "fs", text: "hi" },
+            admittedAt: 0,
+            fence: { shard: "default:5", epoch },
+            commitWithReply: (c) => {
+              commit = c
+            }
+          }
+          const result = (yield* handlers.main(task)) as { deliveryId: string }
+          // Nothing is visible before the reply is saved.
+          const before = yield* Effect.promise(() =>
+            query<{ n: number }>(`SELECT count(*)::float8 AS n FROM switchyard_outbox`)
+          )
+          const written = yield* commit!({
+            requestId: String(requestId),
+            replyId: String(requestId + 1),
+            payload: JSON.stringify({ _tag: "Success", value: result })
+          })
+          return { written, outboxBefore: Number(before[0].n), deliveryId: result.deliveryId }
+        })).pipe(
+          Effect.provide(ScriptedModel.layer({ latencyMs: 0 })),
+          Effect.provide(Postgres.layer(db!.url, { maxConnections: 2 }))
+        )
+      )
+    const state = async (requestId: number) => ({
+      replies: Number(
+        (await query<{ n: number }>(`SELECT count(*)::float8 AS n FROM cluster_replies WHERE request_id = $1`, [
+          requestId
+        ]))[0].n
+      ),
+      processed:
+        (await query<{ processed: boolean }>(`SELECT processed FROM cluster_messages WHERE id = $1`, [requestId]))[0]
+          .processed,
+      outbox: Number(
+        (await query<{ n: number }>(`SELECT count(*)::float8 AS n FROM switchyard_outbox WHERE recipient = 'fs'`))[0].n
+      ),
+      transcript: Number(
+        (await query<{ n: number }>(`SELECT count(*)::float8 AS n FROM switchyard_transcripts WHERE session = 'fs'`))[0]
+          .n
+      ),
+      turns: Number(
+        (await query<{ n: number }>(`SELECT count(*)::float8 AS n FROM switchyard_turns WHERE session = 'fs'`))[0].n
+      )
+    })
+    await message(1000)
+    const stale = await turn(3, "run-1000", 1000)
+    expect([stale.written, stale.outboxBefore]).toEqual([false, 0])
+    expect(await state(1000)).toEqual({ replies: 0, processed: false, outbox: 0, transcript: 0, turns: 0 })
+    await message(2000)
+    const current = await turn(4, "run-2000", 2000)
+    expect([current.written, current.outboxBefore]).toEqual([true, 0])
+    expect(await state(2000)).toEqual({ replies: 1, processed: true, outbox: 1, transcript: 2, turns: 1 })
+    const entry = await query<{ id: string }>(`SELECT id FROM switchyard_outbox WHERE recipient = 'fs'`)
+    expect(entry.map((e) => e.id)).toEqual([current.deliveryId])
+    const reply = await query<{ payload: string }>(`SELECT payload FROM cluster_replies WHERE request_id = 2000`)
+    expect(JSON.parse(reply[0].payload).value.deliveryId).toBe(current.deliveryId)
+  })
+})
