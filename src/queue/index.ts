@@ -6,15 +6,17 @@
  * - `errors.ts` (the failures); the helpers `show.ts` (messages), `fifo.ts` (an intrusive FIFO),
  *   `longTimer.ts`; `types.ts` (the public shapes: limits, reports, snapshots, the queue, futures).
  * - `lanes/`: `types.ts` -> `config.ts` (validation) -> `entry.ts` (a key's entry) ->
- *   `scheduler.ts` (one activation per key under a global cap); `Lanes.ts` (`createLanes`) on top.
+ *   `keyTable.ts` (the keys' table: when an entry leaves it) -> `scheduler.ts` (one activation per
+ *   key under a global cap); `Lanes.ts` (`createLanes`) on top.
  * - `engine/`, the command queue: `options.ts` (resolved limits) -> `metrics.ts` -> `state.ts`
- *   (Task, KeyTasks, LaneState, EngineState) -> `end.ts` (how a task ends: finalizer, report,
+ *   (Task and its two kinds, KeyTasks — a key's tasks and its lanes entry in one —, LaneState, EngineState) -> `end.ts` (how a task ends: finalizer, report,
  *   settle; a waiting one dropped) -> `watch.ts` (`onWait`, `queuedAhead`) -> `run.ts` (an
  *   activation runs one task; turn timers and `keepAlive`, `abortGraceMs`) -> `admit.ts` (how a
  *   task is admitted) -> `control.ts` (await, cancel, restart, drain, snapshot) -> `idle.ts`
  *   (`waitForIdle`, `clear`).
  * - `Future.ts` (the handle), `engine/Engine.ts` (wires the engine), then the two skins:
- *   `CommandQueue.ts` (Effect) and `promise.ts` (Promise).
+ *   `CommandQueue.ts` (Effect) and `promise.ts` (Promise), whose task is its own future
+ *   (`asyncTask.ts`).
  */
 export * as CommandQueue from "./CommandQueue.js"
 export type {

@@ -137,6 +137,12 @@ export class Entry<K> {
    * `cancel`/`close` wait on (made when one of them has to wait).
    */
   work: Effect.Effect<unknown, any, Scope.Scope> | Fiber.Fiber<void> | Deferred.Deferred<void> | undefined = undefined
+  /**
+   * `wake(key)` of a held key, made on its second wake, so that waking it again allocates nothing.
+   * Only the entries of `createLanes` have it (`keyTable.ts` makes them); the command queue's
+   * engine wakes its keys with `wakeEntryUnsafe`.
+   */
+  declare wake?: Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> | undefined
   constructor(readonly key: K) {}
 }
 

@@ -13,12 +13,11 @@ import type { LaneQueueFull, LanesClosed, LanesConfigInvalid } from "../errors.j
 import { Fifo } from "../fifo.js"
 import { show } from "../show.js"
 import { validateLanesOptions } from "./config.js"
-import type { InlineWork, InternalOptions, LanesInternal } from "./entry.js"
+import type { Entry, InlineWork, InternalOptions, LanesInternal } from "./entry.js"
 import {
   callOnExitOf,
   CLOSED_ERROR,
   dropped,
-  Entry,
   fiberOf,
   IDLE,
   INLINE,
@@ -34,6 +33,7 @@ import {
   STARTING,
   wakeEffect
 } from "./entry.js"
+import { KeyTable } from "./keyTable.js"
 import type { ActivationExit, LanesOptions, WakeResult } from "./types.js"
 
 /** `createLanes`, typed with its synchronous wake (for the command queue's engine). @internal */
@@ -83,43 +83,23 @@ const make = <K, E, R>(
   const onExit = options.onExit
   const fork = Effect.runForkWith(context as Context.Context<never>)
 
-  // The map may be shared with the command queue's engine (`InternalOptions.entries`): then an
-  // entry the lanes are done with stays, IDLE, while the engine still holds the key.
-  const shared = internal?.entries
-  const entries = shared?.map ?? new Map<K, Entry<K>>()
-  const keep = shared?.keep
-  const makeEntry = shared?.make
-  /** Entries the lanes hold (not IDLE): `stats.keys`. */
-  let held = 0
-  // The last lookup made by `wake(key)`, valid until the map changes (every set/delete clears it;
-  // never used with a shared map, which the engine changes too).
+  // The keys the lanes hold (the map may be shared with the command queue's engine: `keyTable.ts`).
+  const table = new KeyTable<K>(internal?.entries)
+  const shared = internal?.entries !== undefined
+  // The last lookup made by `wake(key)`, valid until an entry changes hands (every acquire/release
+  // clears it; never used with a shared map, which the engine changes too).
   let lookedUp = false
   let lookedUpKey: K | undefined
   let lookedUpEntry: Entry<K> | undefined
-  /** The entry of `key` if the lanes hold it. */
-  const lookup = (key: K): Entry<K> | undefined => {
-    const e = entries.get(key)
-    return e === undefined || e.state === IDLE ? undefined : e
-  }
-  /** The lanes take `key` up: its IDLE entry (`idle`, kept in the shared map), or a new one. */
+  const lookup = (key: K): Entry<K> | undefined => table.lookup(key)
   const acquire = (key: K, idle: Entry<K> | undefined): Entry<K> => {
-    held++
-    if (idle !== undefined) return idle
-    const fresh = makeEntry === undefined ? new Entry(key) : makeEntry(key)
     lookedUp = false
-    entries.set(key, fresh)
-    return fresh
+    return table.acquire(key, idle)
   }
-  /** The lanes are done with `e`: it leaves the map, unless the engine still holds its key. */
   const deleteEntry = (e: Entry<K>): void => {
-    held--
-    e.state = IDLE
-    e.owed = false
-    e.reason = undefined
-    e.work = undefined
     lookedUp = false
     lookedUpEntry = undefined
-    if (keep === undefined || !keep(e)) entries.delete(e.key)
+    table.release(e)
   }
   /** The keys queued for a slot, oldest first. */
   const queue = new Fifo<Entry<K>>()
@@ -332,7 +312,7 @@ const make = <K, E, R>(
 
   /** The inline activation of `key` (it returned `PENDING`) is over: the key moves on, the slot passes on. */
   const endInline = (key: K): void => {
-    const e = entries.get(key)
+    const e = table.get(key)
     if (e !== undefined) endInlineEntry(e)
   }
 
@@ -357,7 +337,7 @@ const make = <K, E, R>(
   /** The INLINE activations (no fiber) as Effects that wait for their end. */
   const inlineEnds = (): Array<Effect.Effect<void>> => {
     const out: Array<Effect.Effect<void>> = []
-    for (const e of entries.values()) if (e.state === INLINE) out.push(awaitInline(e))
+    for (const e of table.values()) if (e.state === INLINE) out.push(awaitInline(e))
     return out
   }
 
@@ -412,7 +392,7 @@ const make = <K, E, R>(
   const wakeUnsafe = (key: K): WakeResult | LaneQueueFull | LanesClosed => {
     if (closed) return CLOSED_ERROR
     // the lookup `wake(key)` just made, when nothing changed since (one Map lookup per wake, not two)
-    const e = lookedUp && lookedUpKey === key ? lookedUpEntry : entries.get(key)
+    const e = lookedUp && lookedUpKey === key ? lookedUpEntry : table.get(key)
     lookedUp = false
     return e === undefined || e.state === IDLE ? wakeIdle(key, e) : wakeHeld(e)
   }
@@ -449,19 +429,19 @@ const make = <K, E, R>(
   /** `wakeUnsafe` as an Effect (constant Effects: no allocation but for a refusal). */
   const transition = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => wakeEffect(wakeUnsafe(key))
 
-  // The wake Effect of the key woken last is kept, so that waking one key again and again (the
+  const makeWake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> =>
+    Effect.suspend(() => transition(key))
+
+  // A key that is held (queued or running) keeps its wake Effect, so that waking it again (the
   // coalesced case) allocates nothing at all; the Effect looks the key up afresh each time it runs.
-  let lastWakeKey: K | undefined
-  let lastWake: Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> | undefined
   const wake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
-    if (shared === undefined) {
-      lookedUp = true
-      lookedUpKey = key
-      lookedUpEntry = lookup(key)
-    }
-    if (lastWake !== undefined && lastWakeKey === key) return lastWake
-    lastWakeKey = key
-    return lastWake = Effect.suspend(() => transition(key))
+    if (shared) return makeWake(key)
+    const e = table.get(key)
+    lookedUp = true
+    lookedUpKey = key
+    lookedUpEntry = e
+    if (e === undefined || e.state === IDLE) return makeWake(key)
+    return e.wake ??= makeWake(key)
   }
 
   const cancel = (key: K): Effect.Effect<void> =>
@@ -498,7 +478,7 @@ const make = <K, E, R>(
   /** The running activations' fibers, except the caller's own (it cannot wait for itself). */
   const runningFibers = (self: Fiber.Fiber<unknown, unknown>): Array<Fiber.Fiber<void>> => {
     const out: Array<Fiber.Fiber<void>> = []
-    for (const e of entries.values()) {
+    for (const e of table.values()) {
       const fiber = e.state === STARTING ? forkNow(e) : fiberOf(e)
       if (fiber !== undefined && fiber !== self) out.push(fiber)
     }
@@ -526,7 +506,7 @@ const make = <K, E, R>(
     waiting -= drops.length
     const fibers: Array<Fiber.Fiber<void>> = []
     const starting: Array<Entry<K>> = []
-    for (const e of entries.values()) {
+    for (const e of table.values()) {
       if (e.state === IDLE) continue
       if (e.owed) {
         e.owed = false
@@ -557,7 +537,7 @@ const make = <K, E, R>(
     return Effect.andThen(reports, Effect.andThen(waits, last))
   })
 
-  const stats = Effect.sync(() => ({ running, waiting, keys: held }))
+  const stats = Effect.sync(() => ({ running, waiting, keys: table.held }))
 
   const queuedKeys = (): Array<K> => {
     const out: Array<K> = []
