@@ -9,7 +9,10 @@
  * 64 Effect fibers append (as `npm run bench -- delivery-log` does), each round a fresh log. With
  * `APPEND_PAIR_IO=stub`, `fs.write` and `fs.fdatasync` complete on the next turn without touching the
  * disk: what is left is the log's own CPU (JavaScript and GC), the steadiest figure on a busy machine.
- * `APPEND_PAIR_SQLITE=1` adds better-sqlite3 (WAL, FULL, a transaction per tick) as a third contender.
+ * `APPEND_PAIR_SQLITE=1` adds better-sqlite3 (WAL, FULL, a transaction per tick) as a contender, and
+ * `APPEND_PAIR_FLOOR=1` the floor of this design: the same fibers, each append one `Effect.callback`
+ * that copies a ready 270-byte record into a staging buffer, one `fs.write` + one `fs.fdatasync` per
+ * batch, and nothing else (no check, no encoding, no state, no entry returned).
  * Not a `.bench.ts` file: `npm run bench` does not run it (it needs a second tree).
  */
 import Database from "better-sqlite3"
@@ -129,8 +132,67 @@ const sqlite = async (lat: Array<number>) => {
   db.close()
 }
 
+/** The floor: group commit of ready-made records and nothing else. */
+const bare = (lat: Array<number>) => {
+  const fd = fs.openSync(join(root, `bare-${runs++}`), "w", 0o600)
+  const record = Buffer.alloc(270, 0x61)
+  let stage = Buffer.allocUnsafeSlow(1 << 20)
+  let spare = Buffer.allocUnsafeSlow(1 << 20)
+  let staged = 0
+  let position = 0
+  let waiting: Array<(e: Effect.Effect<void>) => void> = []
+  let running = false
+  const flush = (): void => {
+    if (waiting.length === 0) {
+      running = false
+      return
+    }
+    const buf = stage
+    const n = staged
+    const done = waiting
+    stage = spare
+    spare = buf
+    staged = 0
+    waiting = []
+    fs.write(fd, buf, 0, n, position, (err) => {
+      if (err) throw err
+      position += n
+      fs.fdatasync(fd, (e) => {
+        if (e) throw e
+        for (const resume of done) resume(Effect.void)
+        flush()
+      })
+    })
+  }
+  const append = (_m: OutboundMessage) =>
+    Effect.callback<void>((resume) => {
+      record.copy(stage, staged)
+      staged += record.length
+      waiting.push(resume)
+      if (!running) {
+        running = true
+        setImmediate(flush)
+      }
+    })
+  return Effect.runPromise(
+    Effect.forEach(
+      Array.from({ length: PRODUCERS }, (_, p) => p),
+      (p) =>
+        Effect.gen(function*() {
+          for (let n = 0; n < PER; n++) {
+            const t = now()
+            yield* append(message(p, n))
+            lat.push(now() - t)
+          }
+        }),
+      { concurrency: "unbounded", discard: true }
+    )
+  ).finally(() => fs.closeSync(fd))
+}
+
 const contenders: Array<[string, (lat: Array<number>) => Promise<void>]> = trees.map((t, i) => [t, ours(logs[i]!)])
 if (process.env.APPEND_PAIR_SQLITE === "1") contenders.push(["better-sqlite3 (txn per tick)", sqlite])
+if (process.env.APPEND_PAIR_FLOOR === "1") contenders.push(["floor: bare group commit of ready records", bare])
 for (const [, run] of contenders) await measure(run) // warm-up, discarded
 const results = contenders.map((): Array<Round> => [])
 for (let r = 0; r < ROUNDS; r++) {
