@@ -8,13 +8,16 @@
  * comes back. The single-process row runs the same 20 ms task through `CommandQueue.dispatch` +
  * `await` in this process.
  */
-import { Effect } from "effect"
+import { Effect, Layer } from "effect"
+import type { Context } from "effect"
 import { spawn } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
+import * as ClusterLayer from "../src/cluster/ClusterLayer.js"
+import * as ClusterQueue from "../src/cluster/ClusterQueue.js"
 import * as Postgres from "../src/cluster/Postgres.js"
 import { CommandQueue } from "../src/queue/index.js"
 import { ratio, table } from "./lib.js"
@@ -36,7 +39,7 @@ const root = path.resolve(import.meta.dirname, "..")
 const PGLOG = process.env.CLUSTER_BENCH_PGLOG
 /** `CLUSTER_BENCH_PROFILE=<dir>`: every runner writes a CPU profile there (`node --cpu-prof`) when it exits. */
 const PROFILE = process.env.CLUSTER_BENCH_PROFILE
-/** `CLUSTER_BENCH_ONLY=short` skips the 500 ms runs; `=slow` runs only them. */
+/** `CLUSTER_BENCH_ONLY=short` skips the 500 ms runs; `=slow` runs only them; `=floor` only effect/cluster alone. */
 const ONLY = process.env.CLUSTER_BENCH_ONLY
 
 const freePort = (): Promise<number> =>
@@ -224,11 +227,86 @@ const single = () =>
     return { perSecond: MESSAGES / seconds, p50: percentile(latencies, 0.5), p95: percentile(latencies, 0.95) }
   })))
 
+/**
+ * effect/cluster on its own, as a floor: `ClusterQueue.dispatch` + `await` of a handler that returns
+ * its command, in this process (one runner, no HTTP, no turn, no coalescing): the persisted Run, its
+ * read by the key's runner, the reply. CPU of this process per run, Postgres transactions per run.
+ */
+const floor = async () => {
+  const name = `sy_bench_${process.pid}_floor`
+  await admin((sql) => sql.unsafe(`DROP DATABASE IF EXISTS ${name}`))
+  await admin((sql) => sql.unsafe(`CREATE DATABASE ${name}`))
+  if (PGLOG !== undefined) await admin((sql) => sql.unsafe(`ALTER DATABASE ${name} SET log_statement = 'all'`))
+  const u = new URL(ADMIN)
+  u.pathname = `/${name}`
+  try {
+    return await Effect.runPromise(Effect.scoped(
+      Effect.gen(function*() {
+        const ctx = yield* Layer.build(
+          ClusterLayer.layer({ postgres: u.toString(), port: yield* Effect.promise(freePort), shardsPerGroup: 32 })
+        )
+        const q = yield* ClusterQueue.make({
+          handlers: { main: (t) => Effect.succeed(t.command), cron: () => Effect.void, heartbeat: () => Effect.void },
+          lanes: { main: { concurrent: 8, queued: 10_000 } }
+        }).pipe(Effect.provideContext(ctx as Context.Context<any>))
+        const one = (i: number) => Effect.flatMap(q.dispatch("main", `s${i % SESSIONS}`, { i }), (f) => f.await)
+        const commits = Effect.promise(() =>
+          Effect.runPromise(
+            Postgres.withClient(ADMIN, (sql) =>
+              sql.unsafe<{ n: number }>(`SELECT xact_commit::float8 AS n FROM pg_stat_database WHERE datname = $1`, [
+                name
+              ]))
+          ).then((rows) =>
+            Number(rows[0].n)
+          )
+        )
+        yield* Effect.forEach(Array.from({ length: 100 }, (_, i) => i), one, {
+          concurrency: CONCURRENCY,
+          discard: true
+        })
+        const latencies: Array<number> = []
+        for (let i = 0; i < LATENCY_SAMPLES; i++) {
+          const t = performance.now()
+          yield* one(i)
+          latencies.push(performance.now() - t)
+        }
+        const commits0 = yield* commits
+        const log0 = PGLOG === undefined ? 0 : fs.statSync(PGLOG).size
+        const cpu0 = process.cpuUsage()
+        yield* Effect.forEach(Array.from({ length: MESSAGES }, (_, i) => i), one, {
+          concurrency: CONCURRENCY,
+          discard: true
+        })
+        const cpu = process.cpuUsage(cpu0)
+        if (PGLOG !== undefined) {
+          const { rows, transactions } = attribute(readStatements(PGLOG, name, log0, fs.statSync(PGLOG).size))
+          table(
+            `Where the transactions go: effect/cluster alone (${(transactions / MESSAGES).toFixed(2)} per run logged)`,
+            rows.map((r) => ({ name: r.name, whose: r.whose, "per run": r.count / MESSAGES, example: r.example }))
+          )
+        }
+        return {
+          cpuMsPerRun: (cpu.user + cpu.system) / 1000 / MESSAGES,
+          commitsPerRun: ((yield* commits) - commits0) / MESSAGES,
+          p50: percentile(latencies, 0.5)
+        }
+      }).pipe(Effect.withTracerEnabled(false))
+    ))
+  } finally {
+    await admin((sql) =>
+      sql.unsafe(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '${name}' AND pid <> pg_backend_pid()`
+      )
+    )
+    await admin((sql) => sql.unsafe(`DROP DATABASE IF EXISTS ${name}`))
+  }
+}
+
 if (!(await reachable())) {
   console.log(`Postgres not reachable at ${Postgres.redactUrl(ADMIN)}: cluster benchmark skipped\n`)
 } else {
   const local = await single()
-  const skipShort = ONLY === "slow"
+  const skipShort = ONLY === "slow" || ONLY === "floor"
   const one = skipShort ? undefined : await cluster(1)
   const three = skipShort ? undefined : await cluster(3)
   if (one !== undefined && three !== undefined) {
@@ -268,8 +346,20 @@ if (!(await reachable())) {
     ])
   }
   // Where the turn's own wait dominates (a model call), each runner's lane concurrency is the limit.
+  if (ONLY !== "slow") {
+    const base = await floor()
+    table(
+      `effect/cluster alone, as a floor: ClusterQueue dispatch + await of a handler that returns its command, one runner in this process (no HTTP, no turn, no coalescing), ${MESSAGES} runs, ${CONCURRENCY} at a time`,
+      [{
+        name: "effect/cluster: persisted Run, its read, its reply",
+        "CPU ms/run": base.cpuMsPerRun,
+        "Postgres transactions/run": base.commitsPerRun,
+        "p50 ms one at a time": base.p50
+      }]
+    )
+  }
   const SLOW = 500
-  if (ONLY !== "short") {
+  if (ONLY !== "short" && ONLY !== "floor") {
     const slowOne = await cluster(1, SLOW, 240)
     const slowThree = await cluster(3, SLOW, 240)
     table(

@@ -6,7 +6,8 @@
  * (2) heap bytes retained per waiting task, beside p-queue; (3) and (4), issue 12's rows as its
  * harness measured them: 200k asynchronous tasks with 8,000 in flight over `k${i % 1000}`, and the heap
  * per waiting task with 9,000 distinct keys and the returned future held.
- * `npm run bench -- command-queue` (only (3) and (4): `BENCH_ONLY=issue12 npm run bench -- command-queue`)
+ * `npm run bench -- command-queue` (only (3) and (4): `BENCH_ONLY=issue12 npm run bench -- command-queue`;
+ * only the throughput tables of (1): `BENCH_ONLY=throughput`)
  */
 import { Effect, Exit, Scope } from "effect"
 import fastq from "fastq"
@@ -316,11 +317,15 @@ const issueHeld = async () => {
   )
 }
 
-if (process.env.BENCH_ONLY !== "issue12") {
+// BENCH_ONLY=throughput: tables (1) only (the before/after runs); BENCH_ONLY=issue12: (3) and (4) only.
+const only = process.env.BENCH_ONLY
+if (only === undefined || only === "throughput") {
   await throughput(false)
   await throughput(true)
-  await retained()
 }
-await issueThroughput()
-await issueHeld()
+if (only === undefined) await retained()
+if (only === undefined || only === "issue12") {
+  await issueThroughput()
+  await issueHeld()
+}
 void Exit

@@ -26,12 +26,18 @@ const root = join(process.cwd(), ".bench-tmp", "delivery-log")
 fs.rmSync(root, { recursive: true, force: true })
 fs.mkdirSync(root, { recursive: true })
 
-// Count fdatasync calls (ours and the naive log's), to show how many records share one.
+// Count fdatasync calls (ours and the naive log's), to show how many records share one, and time them
+// (start to callback): an append waits for about one or two of them, so their tail is the appends' tail.
 let syncs = 0
+const syncMs: Array<number> = []
 const realFdatasync = fsModule.fdatasync
 fsModule.fdatasync = ((fd: number, cb: (err: NodeJS.ErrnoException | null) => void) => {
   syncs++
-  realFdatasync(fd, cb)
+  const t = performance.now()
+  realFdatasync(fd, (err) => {
+    syncMs.push(performance.now() - t)
+    cb(err)
+  })
 }) as typeof fsModule.fdatasync
 syncBuiltinESMExports()
 
@@ -46,16 +52,20 @@ interface Result {
   /** Process CPU time (all threads) per append, µs: what the shared machine's load does not inflate much. */
   cpuUs?: number
   syncs?: number
+  /** Durations of those fdatasyncs, ms, sorted. */
+  syncMs?: Array<number>
 }
 
 /** Run `f` and record the process CPU time it took per append. */
 const withCpu = async (f: () => Promise<Result>): Promise<Result> => {
   const c0 = process.cpuUsage()
   const s0 = syncs
+  syncMs.length = 0
   const r = await f()
   const c = process.cpuUsage(c0)
   r.cpuUs = (c.user + c.system) / r.appends
   r.syncs = syncs - s0
+  r.syncMs = syncMs.slice().sort((a, b) => a - b)
   return r
 }
 
@@ -255,7 +265,8 @@ const main = async () => {
       seconds: rs.reduce((x, r) => x + r.seconds, 0),
       latencies: rs.flatMap((r) => r.latencies).sort((a, b) => a - b),
       cpuUs: rs.reduce((x, r) => x + (r.cpuUs ?? 0) * r.appends, 0) / appends,
-      syncs: rs.reduce((x, r) => x + (r.syncs ?? 0), 0)
+      syncs: rs.reduce((x, r) => x + (r.syncs ?? 0), 0),
+      syncMs: rs.flatMap((r) => r.syncMs ?? []).sort((a, b) => a - b)
     }
   }
   const base = sum("naive")
@@ -390,6 +401,16 @@ const main = async () => {
         ratio(a.cpuUs!, d.cpuUs!)
       }; vs one fdatasync per record: ${ratio(b.appends / b.seconds, base.appends / base.seconds)}`
   )
+  // What makes the appends' tail: the log's own fdatasyncs in the same runs (an append waits for the
+  // one in flight when it came, then its own).
+  const sm = b.syncMs ?? []
+  if (sm.length > 0) {
+    console.log(
+      `fibers' fdatasyncs: ${sm.length}, p50 ${pct(sm, 50).toFixed(2)} ms, p99 ${pct(sm, 99).toFixed(2)} ms, max ${
+        sm[sm.length - 1]!.toFixed(2)
+      } ms; appends p50 ${pct(b.latencies, 50).toFixed(2)} ms, p99 ${pct(b.latencies, 99).toFixed(2)} ms`
+    )
+  }
   // Per round (the rounds alternate, so each pair shares the machine's load): fibers / sqlite.
   const fr = acc.get("fibers")!
   const sr = acc.get("sqliteBatched")!

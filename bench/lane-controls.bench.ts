@@ -3,7 +3,8 @@
  * no-op tasks over 1_000 keys, concurrent 4, in a plain lane, side by side with the same lane in a
  * capacity group (budget 4, shared with an idle lane), and with priorities (1 dispatch in 10 with
  * priority 1, or every one with a priority from 0 to 3: then each start ranks the lane's waiting
- * keys). `npm run bench -- lane-controls`
+ * keys). Rates and CPU µs per task (`process.cpuUsage`, lowest round), each against the plain lane
+ * of the same run. `npm run bench -- lane-controls`
  */
 import { createCommandQueue } from "../src/queue/index.js"
 import type { AsyncDispatchOptions, CommandQueueOptions } from "../src/queue/index.js"
@@ -52,16 +53,28 @@ const rows: ReadonlyArray<readonly [string, () => Promise<{ run: () => Promise<v
   ]
 
 const best = new Map<string, number>()
+const cpu = new Map<string, number>()
 for (let round = 0; round < ROUNDS; round++) {
   for (const [name, make] of rows) {
     const v = await make()
-    const ops = await opsPerSecond(BATCH, v.run, MIN_MS)
+    await v.run() // warm-up, outside the CPU reading
+    const c0 = process.cpuUsage()
+    let tasks = 0
+    const ops = await opsPerSecond(BATCH, () => {
+      tasks += BATCH
+      return v.run()
+    }, MIN_MS)
+    const c = process.cpuUsage(c0)
     await v.close()
     best.set(name, Math.max(best.get(name) ?? 0, ops))
+    // CPU of the whole process per task, lowest round: steadier than the rate on a shared machine
+    cpu.set(name, Math.min(cpu.get(name) ?? Number.POSITIVE_INFINITY, (c.user + c.system) / tasks))
   }
 }
 const base1000 = best.get(rows[0]![0])!
 const base100 = best.get(rows[4]![0])!
+const cpu1000 = cpu.get(rows[0]![0])!
+const cpu100 = cpu.get(rows[4]![0])!
 table(
   `Promise API dispatch + await, synchronous no-op tasks, batches of ${
     BATCH.toLocaleString("en-US")
@@ -69,6 +82,8 @@ table(
   rows.map(([name], i) => ({
     name,
     "tasks/s": best.get(name)!,
-    "vs plain lane": ratio(best.get(name)!, i >= 4 ? base100 : base1000)
+    "vs plain lane": ratio(best.get(name)!, i >= 4 ? base100 : base1000),
+    "CPU µs/task": cpu.get(name)!,
+    "CPU vs plain lane": ratio(cpu.get(name)!, i >= 4 ? cpu100 : cpu1000)
   }))
 )

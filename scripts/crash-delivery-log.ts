@@ -3,28 +3,20 @@
  * acking with 16 concurrent producers (test/delivery/fixtures/producer.ts, fsync "always") is
  * SIGKILLed dozens of times at random moments, with small segments and compaction running in the
  * child, plus compaction cut at each of its steps; after every kill the log is re-opened and checked:
- * every append that returned is there with an intact payload, nothing acked came back, nothing twice.
- * Exits 1 on the first violation.
+ * every append that returned is there with an intact payload, nothing acked came back, nothing twice;
+ * in every other round the appends carry idempotency keys, and each key whose append returned still
+ * returns its entry (pending, or acked within the window). Exits 1 on the first violation.
  */
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs"
 import { join } from "node:path"
-import type { CompactionStep } from "../src/delivery/compaction.js"
-import { check, Model, runRound } from "../test/delivery/fixtures/crashHarness.js"
+import { check, checkKeys, COMPACTION_STEPS, Model, runRound } from "../test/delivery/fixtures/crashHarness.js"
 
 const roundsArg = process.argv.indexOf("--rounds")
 const rounds = roundsArg >= 0 ? Number(process.argv[roundsArg + 1]) : 40
 const base = join(process.cwd(), ".bench-tmp")
 mkdirSync(base, { recursive: true })
 const root = mkdtempSync(join(base, "crash-log-"))
-const steps: ReadonlyArray<CompactionStep> = [
-  "checkpointed",
-  "temp-written",
-  "temp-synced",
-  "renamed",
-  "dir-synced",
-  "removed-one",
-  "removed-all"
-]
+const steps = COMPACTION_STEPS
 
 const main = async (): Promise<void> => {
   const model = new Model()
@@ -39,22 +31,27 @@ const main = async (): Promise<void> => {
       ? ["--segment-bytes", "4096", "--compact-every", String(3 + (round % 7))]
       : ["--segment-bytes", "4096", "--compact-every", "5", "--crash-at", steps[Math.floor(round / 3) % steps.length]!]
     const killAfter = 20 + Math.floor(Math.random() * (kind === 2 ? 5000 : 1500))
-    const r = await runRound(dir, round, model, killAfter, args)
+    // Every other round appends with idempotency keys: after the kill each of them must still dedupe.
+    const keyed = round % 2 === 1
+    const r = await runRound(dir, round, model, killAfter, keyed ? [...args, "--keys"] : args)
     if (r.signal !== "SIGKILL") {
       throw new Error(`round ${round}: the child ended with ${r.code ?? r.signal}: ${r.stderr}`)
     }
     const c = await check(dir, model)
+    const keysChecked = keyed ? await checkKeys(dir, model) : 0
     console.log(
-      `round ${String(round).padStart(3)} ${args.join(" ").padEnd(58)} killed after ${
-        String(r.lines).padStart(5)
-      } lines: ` +
-        `ok (${c.pending} pending, ${c.segments} files; ${model.appended.size} appends, ${model.acked.size} acks seen)`
+      `round ${String(round).padStart(3)} ${
+        [...args, ...(keyed ? ["--keys"] : [])].join(" ").padEnd(65)
+      } killed after ${String(r.lines).padStart(5)} lines: ` +
+        `ok (${c.pending} pending, ${c.segments} files; ${model.appended.size} appends, ${model.acked.size} acks seen${
+          keyed ? `; ${keysChecked} keys still dedupe` : ""
+        })`
     )
   }
   console.log(
     `\n${rounds} SIGKILLs, ${model.appended.size} appends and ${model.acked.size} acks checked in ${
       ((Date.now() - started) / 1000).toFixed(1)
-    } s: nothing lost, nothing acked came back, nothing twice.`
+    } s: nothing lost, nothing acked came back, nothing twice, every key of a returned append still dedupes.`
   )
 }
 

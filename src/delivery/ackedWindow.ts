@@ -1,21 +1,44 @@
 /**
- * The ids acked within the dedupe window, in ack order. An id the log made (`randomUUID`: 36
- * lowercase hex digits and dashes) is held as its 128 bits in a typed-array ring, found through an
- * open-addressing table of ring slots, and its ack time as a run (acks of one millisecond share
- * one): ~24 bytes an id instead of a `Map` entry, a 36-character string and an object. The mapping
- * is exact (a canonical UUID and its 128 bits are one-to-one), so a lookup never confuses two ids.
- * Any other id (none is written today), and every id whose entry had an idempotency key (the entry
- * is kept to be returned again), stays in a `Map`.
+ * The ids acked within the dedupe window, in ack order, in three lists:
+ * - `plain`: an id the log made (`randomUUID`) whose entry had no key, as its 128 bits in a
+ *   typed-array ring (~24 bytes an id; idRing.ts);
+ * - `keyed`: such an id whose entry had an idempotency key and no delivery history at its ack (no
+ *   failed attempt, no dead letter): its bits, a 64-bit digest of the key and where the entry's
+ *   record is (~49 bytes an id; keyedRing.ts). A repeated key is found by its digest and checked
+ *   against the record, read back from disk;
+ * - `kept`: anything else (an entry acked after failed attempts, an id of another shape), with its
+ *   whole entry in a `Map`, as before.
  */
-import type { EntryData } from "./payload.js"
+import { formatUuid, parseUuid, PlainRing, type Runs, scratch } from "./idRing.js"
+import { digestKey, type KeyDigest } from "./keyDigest.js"
+import { type KeyedColumns, KeyedFlag, KeyedRing } from "./keyedRing.js"
+import { EntryData } from "./payload.js"
 
 /** An id acked within the window, as a snapshot writes it: its entry (as acked) when it had a key. */
 export type AckedItem = readonly [id: string, at: number, entry: EntryData | undefined]
 
 /** A copy of the window for a snapshot (the live one goes on changing while it is written). */
 export interface AckedCopy extends Iterable<AckedItem> {
+  /** Every id, `keyed` included. */
   readonly size: number
+  /** How many of them are plain (no entry). */
+  readonly plain: number
+  /** The keyed ring's ids: their entries are read back from their records. */
+  readonly keyed: KeyedColumns
 }
+
+/** The window's parts as a checkpoint holds them. */
+export interface AckedParts {
+  readonly kept: ReadonlyArray<readonly [id: string, at: number, entry: EntryData | undefined, bytes: number]>
+  readonly plain: { readonly count: number; readonly words: Uint32Array; readonly runs: Runs }
+  readonly keyed: KeyedColumns
+}
+
+/** Reads the record at `file` (a file code, segment.ts) and `offset` as an entry; throws when it cannot. */
+export type ReadRecord = (file: number, offset: number) => EntryData
+
+/** The record at a keyed id's place holds another id: the place is wrong (a bug, or a changed file). */
+export class WrongRecord extends Error {}
 
 interface Kept {
   readonly at: number
@@ -23,120 +46,101 @@ interface Kept {
   readonly bytes: number
 }
 
-const HEX = "0123456789abcdef"
+/** Nothing happened to the entry but its append (and maybe an attempt start): its record says all. */
+export const isPristine = (e: EntryData): boolean =>
+  e.attempts === 0 && e.lastError === undefined && e.nextAttemptAt === undefined && e.status === "pending"
 
-/** The value of a lowercase hex digit's char code, or -1. */
-const hexValue = (c: number): number => (c >= 48 && c <= 57 ? c - 48 : c >= 97 && c <= 102 ? c - 87 : -1)
-
-/** Dashes of a canonical UUID: 8-4-4-4-12. */
-const isDash = (i: number): boolean => i === 8 || i === 13 || i === 18 || i === 23
-
-/** Parse a canonical lowercase UUID into `out[0..4)`; false (out unchanged in meaning) for anything else. */
-const parseUuid = (id: string, out: Uint32Array): boolean => {
-  if (id.length !== 36) return false
-  let w = 0
-  let word = 0
-  let digits = 0
-  for (let i = 0; i < 36; i++) {
-    const c = id.charCodeAt(i)
-    if (isDash(i)) {
-      if (c !== 45) return false
-      continue
-    }
-    const v = hexValue(c)
-    if (v < 0) return false
-    word = (word << 4) | v
-    if (++digits === 8) {
-      out[w++] = word >>> 0
-      word = 0
-      digits = 0
-    }
-  }
-  return true
-}
-
-const formatUuid = (w0: number, w1: number, w2: number, w3: number): string => {
-  let s = ""
-  for (const w of [w0, w1, w2, w3]) {
-    for (let shift = 28; shift >= 0; shift -= 4) {
-      if (isDash(s.length)) s += "-"
-      s += HEX[(w >>> shift) & 15]!
-    }
-  }
-  return s
-}
-
-const hashWords = (a: number, b: number, c: number, d: number): number => {
-  let h = Math.imul(a ^ 0x9e3779b9, 0x85ebca6b)
-  h = Math.imul(h ^ b ^ (h >>> 15), 0xc2b2ae35)
-  h = Math.imul(h ^ c ^ (h >>> 13), 0x85ebca6b)
-  h = Math.imul(h ^ d ^ (h >>> 16), 0xc2b2ae35)
-  return (h ^ (h >>> 15)) >>> 0
-}
-
-const MIN_CAPACITY = 1024
-
-/** Scratch for parsing a looked-up id. */
-const scratch = new Uint32Array(4)
+const idWords = new Uint32Array(4)
+const digestWords = new Uint32Array(2)
 
 export class AckedWindow {
-  /** 4 words per slot; slot `(head + i) & (capacity - 1)` is the i-th oldest. */
-  private words = new Uint32Array(4 * MIN_CAPACITY)
-  private capacity = MIN_CAPACITY
-  private head = 0
-  private count = 0
-  /** Slot + 1 per cell (0: empty), 2 cells per ring slot, linear probing. */
-  private table = new Int32Array(2 * MIN_CAPACITY)
-  /** Ack times of the ring's ids as runs, oldest first from `runHead`: `runCount[i]` ids acked at `runAt[i]`. */
-  private runAt: Array<number> = []
-  private runCount: Array<number> = []
-  private runHead = 0
-  /** Ids kept with their entry (keyed) or not canonical, in ack order. */
+  private readonly plain = new PlainRing()
+  private readonly keyed = new KeyedRing()
+  /** Ids kept with their entry (keyed, with a history) or not canonical, in ack order. */
   private readonly kept = new Map<string, Kept>()
 
-  /** Bytes each ring id counts for (the compaction heuristic's live weight, as before). */
+  constructor(readonly digest: KeyDigest = digestKey) {}
+
+  /** Bytes each plain id counts for (the compaction heuristic's live weight, as before). */
   static readonly ID_BYTES = 80
 
   get size(): number {
-    return this.count + this.kept.size
+    return this.plain.count + this.keyed.count + this.kept.size
   }
 
   has(id: string): boolean {
     if (this.kept.has(id)) return true
-    return parseUuid(id, scratch) && this.find(scratch[0]!, scratch[1]!, scratch[2]!, scratch[3]!) >= 0
+    if (!parseUuid(id, scratch)) return false
+    const [a, b, c, d] = scratch
+    return this.plain.find(a!, b!, c!, d!) >= 0 || this.keyed.find(a!, b!, c!, d!) >= 0
   }
 
-  /** The entry kept for an acked keyed id. */
+  /** The entry kept for an acked id (only `kept` ones: see `findKey` for the keyed ring). */
   entry(id: string): EntryData | undefined {
     return this.kept.get(id)?.entry
   }
 
-  /** Remember `id` acked at `at` (with its entry when it had a key); `bytes` for a kept one. */
+  /** Room for this many plain and keyed ids (a snapshot's counts, read before its ids). */
+  reserve(plain: number, keyed: number): void {
+    this.plain.reserve(plain)
+    this.keyed.reserve(keyed)
+  }
+
+  /** Remember `id` acked at `at`: a canonical id without entry in the plain ring, anything else kept with its entry. */
   add(id: string, at: number, entry: EntryData | undefined, bytes: number): void {
     if (entry === undefined && parseUuid(id, scratch)) {
-      const a = scratch[0]!
-      const b = scratch[1]!
-      const c = scratch[2]!
-      const d = scratch[3]!
-      if (this.find(a, b, c, d) >= 0) return
-      if (this.count === this.capacity) this.grow()
-      const slot = (this.head + this.count) & (this.capacity - 1)
-      this.words[4 * slot] = a
-      this.words[4 * slot + 1] = b
-      this.words[4 * slot + 2] = c
-      this.words[4 * slot + 3] = d
-      this.count++
-      this.insertCell(hashWords(a, b, c, d), slot)
-      const last = this.runAt.length - 1
-      if (last >= this.runHead && this.runAt[last] === at) this.runCount[last]!++
-      else {
-        this.runAt.push(at)
-        this.runCount.push(1)
-      }
+      this.plain.add(scratch[0]!, scratch[1]!, scratch[2]!, scratch[3]!, at)
       return
     }
     this.kept.delete(id)
     this.kept.set(id, { at, entry, bytes })
+  }
+
+  /** A plain id from its 128 bits (replay reads them from the record's bytes). */
+  addPlainWords(id: Uint32Array, at: number): void {
+    this.plain.add(id[0]!, id[1]!, id[2]!, id[3]!, at)
+  }
+
+  /**
+   * Remember keyed `entry`, acked at `at`, by its key's digest and the place of its record; false
+   * (nothing done) when it does not fit the ring (a history, an id of another shape): `add` it.
+   */
+  addKeyed(entry: EntryData, at: number, file: number, offset: number): boolean {
+    if (entry.key === undefined || !isPristine(entry) || !parseUuid(entry.id, idWords)) return false
+    this.digest(entry.key, digestWords)
+    this.keyed.add(idWords, at, digestWords, file, offset, entry.bytes, entry.started ? KeyedFlag.started : 0)
+    return true
+  }
+
+  /**
+   * The newest keyed entry acked within the window whose key is `key`, read back through `read`
+   * (its delivery state as acked: pending, no attempts, `maybeSent` if an attempt was started).
+   * Throws what `read` throws, or `WrongRecord`.
+   */
+  findKey(key: string, read: ReadRecord): EntryData | undefined {
+    if (this.keyed.count === 0) return undefined
+    this.digest(key, digestWords)
+    for (const slot of this.keyed.withDigest(digestWords[0]!, digestWords[1]!)) {
+      const r = read(this.keyed.fileOf(slot), this.keyed.offsetOf(slot))
+      this.keyed.idOf(slot, idWords)
+      if (!parseUuid(r.id, scratch) || scratch.some((w, i) => w !== idWords[i])) {
+        throw new WrongRecord(`the record at offset ${this.keyed.offsetOf(slot)} holds entry ${r.id}`)
+      }
+      if (r.key !== key) continue
+      return acked(r, this.keyed.flagsOf(slot), this.keyed.bytesOf(slot))
+    }
+    return undefined
+  }
+
+  /** The keyed id `id` (128 bits) now has its record at `file`, `offset`, if its record was in a file numbered below `below`. */
+  relocate(id: Uint32Array, below: number, file: number, offset: number): void {
+    const slot = this.keyed.find(id[0]!, id[1]!, id[2]!, id[3]!)
+    if (slot >= 0 && (this.keyed.fileOf(slot) & 0x7fff_ffff) < below) this.keyed.relocate(slot, file, offset)
+  }
+
+  /** Does any keyed id still have its record in a file numbered below `below`? */
+  anyBelow(below: number): boolean {
+    return this.keyed.anyFileBelow(below)
   }
 
   /**
@@ -144,18 +148,7 @@ export class AckedWindow {
    * still inside the window). `gone` sees each kept entry that leaves; returns the bytes freed.
    */
   evict(now: number, windowMs: number, gone: (id: string, entry: EntryData | undefined) => void): number {
-    let freed = 0
-    while (this.runHead < this.runAt.length && now - this.runAt[this.runHead]! >= windowMs) {
-      const n = this.runCount[this.runHead]!
-      for (let i = 0; i < n; i++) this.removeOldest()
-      freed += n * AckedWindow.ID_BYTES
-      this.runHead++
-    }
-    if (this.runHead > 1024 && this.runHead * 2 > this.runAt.length) {
-      this.runAt = this.runAt.slice(this.runHead)
-      this.runCount = this.runCount.slice(this.runHead)
-      this.runHead = 0
-    }
+    let freed = this.plain.evictBefore(now, windowMs) * AckedWindow.ID_BYTES + this.keyed.evict(now, windowMs)
     for (const [id, k] of this.kept) {
       if (now - k.at < windowMs) break
       this.kept.delete(id)
@@ -165,89 +158,57 @@ export class AckedWindow {
     return freed
   }
 
-  /** A copy for a snapshot: the kept ids, then the ring's, each in ack order. */
+  /** A copy for a snapshot: the kept ids, then the plain ring's, each in ack order; the keyed ring's apart. */
   copy(): AckedCopy {
     const kept = Array.from(this.kept, ([id, k]): AckedItem => [id, k.at, k.entry])
-    const words = this.words.slice()
-    const mask = this.capacity - 1
-    const head = this.head
-    const runAt = this.runAt.slice(this.runHead)
-    const runCount = this.runCount.slice(this.runHead)
-    const size = kept.length + this.count
+    const plain = this.plain.copy()
     return {
-      size,
+      size: this.size,
+      plain: plain.count,
+      keyed: this.keyed.copy(),
       *[Symbol.iterator]() {
         yield* kept
         let i = 0
-        for (let r = 0; r < runAt.length; r++) {
-          for (let n = 0; n < runCount[r]!; n++, i++) {
-            const s = 4 * ((head + i) & mask)
-            yield [formatUuid(words[s]!, words[s + 1]!, words[s + 2]!, words[s + 3]!), runAt[r]!, undefined]
+        for (let r = 0; r < plain.runs.at.length; r++) {
+          for (let n = 0; n < plain.runs.count[r]!; n++, i++) {
+            const w = plain.words
+            yield [formatUuid(w[4 * i]!, w[4 * i + 1]!, w[4 * i + 2]!, w[4 * i + 3]!), plain.runs.at[r]!, undefined]
           }
         }
       }
     }
   }
 
-  /** The ring slot holding these words, or -1. */
-  private find(a: number, b: number, c: number, d: number): number {
-    const cells = this.table
-    const mask = cells.length - 1
-    const w = this.words
-    for (let i = hashWords(a, b, c, d) & mask;; i = (i + 1) & mask) {
-      const v = cells[i]!
-      if (v === 0) return -1
-      const s = 4 * (v - 1)
-      if (w[s] === a && w[s + 1] === b && w[s + 2] === c && w[s + 3] === d) return v - 1
+  /** The parts as a checkpoint writes them (copies). */
+  parts(): AckedParts {
+    return {
+      kept: Array.from(this.kept, ([id, k]) => [id, k.at, k.entry, k.bytes] as const),
+      plain: this.plain.copy(),
+      keyed: this.keyed.copy()
     }
   }
 
-  private insertCell(hash: number, slot: number): void {
-    const cells = this.table
-    const mask = cells.length - 1
-    let i = hash & mask
-    while (cells[i] !== 0) i = (i + 1) & mask
-    cells[i] = slot + 1
-  }
-
-  private removeOldest(): void {
-    const slot = this.head
-    const w = this.words
-    const s = 4 * slot
-    const cells = this.table
-    const mask = cells.length - 1
-    let i = hashWords(w[s]!, w[s + 1]!, w[s + 2]!, w[s + 3]!) & mask
-    while (cells[i] !== slot + 1) i = (i + 1) & mask
-    // Backward-shift deletion: move later cells of the probe run into the hole where they may live.
-    let hole = i
-    for (let j = (i + 1) & mask; cells[j] !== 0; j = (j + 1) & mask) {
-      const t = 4 * (cells[j]! - 1)
-      const home = hashWords(w[t]!, w[t + 1]!, w[t + 2]!, w[t + 3]!) & mask
-      // The cell at j may move to `hole` if its home is not in (hole, j] (cyclically).
-      if (hole <= j ? home <= hole || home > j : home <= hole && home > j) {
-        cells[hole] = cells[j]!
-        hole = j
-      }
-    }
-    cells[hole] = 0
-    this.head = (this.head + 1) & (this.capacity - 1)
-    this.count--
-  }
-
-  private grow(): void {
-    const capacity = this.capacity * 2
-    const words = new Uint32Array(4 * capacity)
-    const mask = this.capacity - 1
-    for (let i = 0; i < this.count; i++) {
-      const from = 4 * ((this.head + i) & mask)
-      words.set(this.words.subarray(from, from + 4), 4 * i)
-    }
-    this.words = words
-    this.capacity = capacity
-    this.head = 0
-    this.table = new Int32Array(2 * capacity)
-    for (let i = 0; i < this.count; i++) {
-      this.insertCell(hashWords(words[4 * i]!, words[4 * i + 1]!, words[4 * i + 2]!, words[4 * i + 3]!), i)
-    }
+  /** Fill an empty window from a checkpoint's parts. */
+  restore(p: AckedParts): void {
+    for (const [id, at, entry, bytes] of p.kept) this.kept.set(id, { at, entry, bytes })
+    this.plain.restore(p.plain)
+    this.keyed.restore(p.keyed)
   }
 }
+
+/** A keyed entry as acked, from its record's fields. */
+export const acked = (r: EntryData, flags: number, bytes: number): EntryData =>
+  new EntryData(
+    r.id,
+    r.seq,
+    r.enqueuedAt,
+    r.key,
+    r.text,
+    0,
+    undefined,
+    undefined,
+    "pending",
+    true,
+    bytes,
+    (flags & KeyedFlag.started) !== 0
+  )

@@ -10,9 +10,13 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
-import type { AckedCopy } from "./ackedWindow.js"
+import { crc32 } from "node:zlib"
+import { acked, type AckedCopy, WrongRecord } from "./ackedWindow.js"
+import { formatUuid } from "./idRing.js"
+import type { KeyDigest } from "./keyDigest.js"
 import { ackedBytes, entryBytes, type EntryData, writeAcked, writeEntry } from "./payload.js"
 import { encode, HEADER_BYTES, Kind, seal } from "./record.js"
+import { RecordReader } from "./recordReader.js"
 import { FILE_MODE, fsyncDir, segmentName } from "./segment.js"
 
 /** Points where a test may crash the process (`hooks.step`). */
@@ -25,9 +29,10 @@ export type CompactionStep =
   | "removed-one"
   | "removed-all"
 
-/** Test hooks: `step` is called after each step, in order. */
+/** Test hooks: `step` is called after each step, in order; `digest` replaces the key digest (to force collisions). */
 export interface CompactionHooks {
   readonly step?: (step: CompactionStep) => void
+  readonly digest?: KeyDigest
 }
 
 /** The live state captured at the checkpoint (copies: the live entries go on changing). */
@@ -40,25 +45,72 @@ export interface Captured {
 
 const CHUNK = 1 << 20
 
-const writeAll = async (fh: fs.promises.FileHandle, bufs: Array<Buffer>, size: number): Promise<void> => {
-  if (bufs.length === 0) return
+/** Write `bufs` (`size` bytes in all) at the file's position; returns the CRC-32 carried on from `crc`. */
+const writeAll = async (
+  fh: fs.promises.FileHandle,
+  bufs: Array<Buffer>,
+  size: number,
+  crc: number
+): Promise<number> => {
+  if (bufs.length === 0) return crc
   const one = Buffer.concat(bufs, size)
   let off = 0
   while (off < one.length) {
     const { bytesWritten } = await fh.write(one, off, one.length - off)
     off += bytesWritten
   }
+  return crc32(one, crc)
 }
 
-/** Write snapshot `number` from `captured`; returns its size. Steps 2 and 3. */
+/** A written snapshot: its size and CRC-32, and where the records of keyed entries went in it. */
+export interface WrittenSnapshot {
+  readonly size: number
+  readonly crc: number
+  /** Offset of the acked record of `captured.acked.keyed`'s i-th id. */
+  readonly keyedAt: Float64Array
+  /** Offset of the entry record of each keyed pending or dead entry, by id. */
+  readonly entriesAt: Map<string, number>
+}
+
+/**
+ * Write snapshot `number` of the log `o.dir` from `captured`: the keyed ring's entries are read back
+ * from their records (still there: the files are removed only after this), each record's length
+ * checked against `o.maxRecordBytes` + `slack`. Steps 2 and 3.
+ */
 export const writeSnapshot = async (
+  o: { readonly dir: string; readonly sync: boolean; readonly maxRecordBytes: number },
+  slack: number,
+  number: number,
+  captured: Captured,
+  hooks: CompactionHooks,
+  beforeRename: () => void = () => {}
+): Promise<WrittenSnapshot> => {
+  // The files below the snapshot are sealed: a window read once serves the records after it.
+  const reader = new RecordReader(o.dir, o.maxRecordBytes + slack, 1 << 20, true)
+  try {
+    return await write(
+      o.dir,
+      number,
+      captured,
+      (code, offset) => reader.entryAt(code, offset),
+      o.sync,
+      hooks,
+      beforeRename
+    )
+  } finally {
+    reader.close()
+  }
+}
+
+const write = async (
   dir: string,
   number: number,
   captured: Captured,
+  read: (code: number, offset: number) => EntryData,
   sync: boolean,
   hooks: CompactionHooks,
-  beforeRename: () => void = () => {}
-): Promise<number> => {
+  beforeRename: () => void
+): Promise<WrittenSnapshot> => {
   const final = join(dir, segmentName(number, "snap"))
   const temp = `${final}.tmp`
   const fh = await fs.promises.open(
@@ -67,6 +119,10 @@ export const writeSnapshot = async (
     FILE_MODE
   )
   let total = 0
+  let crc = 0
+  const keyed = captured.acked.keyed
+  const keyedAt = new Float64Array(keyed.count)
+  const entriesAt = new Map<string, number>()
   try {
     let lsn = 0
     let bufs: Array<Buffer> = []
@@ -75,7 +131,7 @@ export const writeSnapshot = async (
       bufs.push(buf)
       size += buf.length
       if (size >= CHUNK) {
-        await writeAll(fh, bufs, size)
+        crc = await writeAll(fh, bufs, size, crc)
         total += size
         bufs = []
         size = 0
@@ -91,20 +147,35 @@ export const writeSnapshot = async (
       seal(buf, 0, ++lsn, kind, payloadBytes)
       return add(buf)
     }
+    /** Where the next record starts in the file. */
+    const here = (): number => total + size
     await put(Kind.snapshotBegin, {
       nextSeq: captured.nextSeq,
       nextLsn: captured.nextLsn,
       entries: captured.entries.length,
-      acked: captured.acked.size
+      acked: captured.acked.size,
+      plain: captured.acked.plain
     })
     for (const e of captured.entries) {
+      if (e.key !== undefined) entriesAt.set(e.id, here())
       await putBinary(Kind.snapshotEntry, entryBytes(e), (buf, at) => writeEntry(buf, at, e))
     }
-    for (const [id, time, entry] of captured.acked) {
-      await putBinary(Kind.snapshotAcked, ackedBytes(id, entry), (buf, at) => writeAcked(buf, at, id, time, entry))
+    const putAcked = (id: string, time: number, entry: EntryData | undefined): Promise<void> =>
+      putBinary(Kind.snapshotAcked, ackedBytes(id, entry), (buf, at) => writeAcked(buf, at, id, time, entry))
+    for (const [id, time, entry] of captured.acked) await putAcked(id, time, entry)
+    const { words, runs } = keyed
+    let i = 0
+    for (let r = 0; r < runs.at.length; r++) {
+      for (let n = 0; n < runs.count[r]!; n++, i++) {
+        const id = formatUuid(words[4 * i]!, words[4 * i + 1]!, words[4 * i + 2]!, words[4 * i + 3]!)
+        const stored = read(keyed.files[i]!, keyed.offsets[i]!)
+        if (stored.id !== id) throw new WrongRecord(`the record of acked entry ${id} holds entry ${stored.id}`)
+        keyedAt[i] = here()
+        await putAcked(id, runs.at[r]!, acked(stored, keyed.flags[i]!, keyed.bytes[i]!))
+      }
     }
     await put(Kind.snapshotEnd, { records: lsn + 1 })
-    await writeAll(fh, bufs, size)
+    crc = await writeAll(fh, bufs, size, crc)
     total += size
     hooks.step?.("temp-written")
     if (sync) await fh.sync()
@@ -117,7 +188,7 @@ export const writeSnapshot = async (
   hooks.step?.("renamed")
   if (sync) fsyncDir(dir)
   hooks.step?.("dir-synced")
-  return total
+  return { size: total, crc, keyedAt, entriesAt }
 }
 
 /** Step 4: delete the files the snapshot replaces. */

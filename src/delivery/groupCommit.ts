@@ -79,6 +79,8 @@ export class GroupCommitWriter {
   /** The other staging buffer, free while no batch is being written. */
   private spare: Buffer | undefined = Buffer.allocUnsafeSlow(STAGE_BYTES)
   private running = false
+  /** Bytes of the batches taken so far (see `taken`). */
+  private takenBytes = 0
   private failure: Error | undefined
   private closed = false
   private checkpoint:
@@ -130,6 +132,14 @@ export class GroupCommitWriter {
   /** Give back the room reserved at `at` (framing failed): nothing of it will be written. */
   cancel(at: number): void {
     this.staged = at
+  }
+
+  /**
+   * Bytes of the batches taken for writing so far: the record `reserve` placed at `at` is written
+   * `taken + at` bytes after the writer's first byte (batches are written in order, whole).
+   */
+  get taken(): number {
+    return this.takenBytes
   }
 
   /** The staging buffer that `reserve` made room in. */
@@ -184,6 +194,7 @@ export class GroupCommitWriter {
       const dones = this.dones
       this.stage = this.spare ?? Buffer.allocUnsafeSlow(STAGE_BYTES)
       this.spare = undefined
+      this.takenBytes += this.staged
       this.staged = 0
       this.ends = []
       this.dones = []

@@ -5,9 +5,12 @@
  * - `errors.ts`, `types.ts` (the public shapes: entries, messages, the `DeliveryLog` interface);
  *   the helpers `fsError.ts`, `processIdentity.ts`.
  * - The file log: `record.ts` (framing, checksums) -> `segment.ts`, `payload.ts`, `validate.ts`,
- *   `manifest.ts`, `lockfile.ts`, `groupCommit.ts` (one writer, batched syncs) -> `state.ts`,
- *   `framing.ts` -> `recovery.ts`, `compaction.ts` -> `logCore.ts` (the log's engine) ->
- *   `healer.ts` -> `fileLog.ts` (Effects and a Scope) -> `DeliveryLog.ts` (public: `open`).
+ *   `manifest.ts`, `lockfile.ts`, `groupCommit.ts` (one writer, batched syncs), `corrupt.ts` ->
+ *   the dedupe window: `idRing.ts`, `keyDigest.ts` -> `keyedRing.ts` -> `ackedWindow.ts`, with
+ *   `addresses.ts` (where records are) -> `state.ts`, `framing.ts`, `checkpoint.ts` (the CHECKPOINT) ->
+ *   `replay.ts` -> `recovery.ts`, `recordReader.ts` -> `compaction.ts` -> `keyedPlaces.ts` ->
+ *   `logCore.ts` (the log's engine) -> `healer.ts` -> `fileLog.ts` (Effects and a Scope) ->
+ *   `DeliveryLog.ts` (public: `open`).
  * - The queue: `recipients.ts` (per-recipient FIFOs), `WakeHeap.ts`, `classify.ts`, `deliveryPolicy.ts` ->
  *   `DeliveryQueue.ts` (public: replay, order, retries, dead letters).
  */

@@ -11,13 +11,14 @@ import { stageIdRecord, tooLarge } from "./framing.js"
 import { describeFsError, fsErrorPath, makeDirectory } from "./fsError.js"
 import { GroupCommitWriter } from "./groupCommit.js"
 import { type AppendDone, InFlight } from "./inflight.js"
+import { KeyedPlaces, readFailure } from "./keyedPlaces.js"
 import { acquireLock, releaseLock } from "./lockfile.js"
 import { writeManifest } from "./manifest.js"
 import { MessageBytes, textOf } from "./messageBytes.js"
 import { appendBytes, EntryData, utf8Bytes, writeAppendFields } from "./payload.js"
 import { HEADER_BYTES, Kind, seal } from "./record.js"
 import { CorruptLog, finishRecovery, type KeptSegment, recover } from "./recovery.js"
-import { createSegment, DIR_MODE, segmentName } from "./segment.js"
+import { createSegment, DIR_MODE, fileCode, segmentName } from "./segment.js"
 import type { LogState } from "./state.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { UUID_CHARS, writeUuid } from "./uuid.js"
@@ -54,6 +55,8 @@ export interface OpenNotes {
   readonly tookOverLockFrom?: number
   /** The directory had segments but no MANIFEST (an older version): one was written. */
   readonly wroteManifest?: boolean
+  /** Recovery started from the CHECKPOINT (it matched every file it covers). */
+  readonly fromCheckpoint?: boolean
 }
 
 /** The open log: state, writer, segment list. Owned by `openFileLog`, which wraps it in Effects. */
@@ -75,6 +78,8 @@ export class LogCore {
   onCompactionWanted: () => void = () => {}
   /** Called once when the writer failed: the core accepts no more writes, the owner re-opens the log. */
   onFailed: (error: DeliveryLogError) => void = () => {}
+  /** Where the records of keyed entries are (read back on a repeated key, moved by compaction). */
+  private readonly places: KeyedPlaces
 
   private constructor(
     private readonly o: ResolvedOptions,
@@ -83,12 +88,16 @@ export class LogCore {
     private nextLsn: number,
     private readonly segments: Map<number, KeptSegment>,
     private readonly writer: GroupCommitWriter,
-    private readonly hooks: CompactionHooks
+    private readonly hooks: CompactionHooks,
+    /** The address of the writer's first byte, and the segment it writes. */
+    writerBase: number,
+    active: number
   ) {
     for (const s of segments.values()) {
       this.totalBytes += s.bytes
       if (s.kind === "snap") this.baseline = s.bytes
     }
+    this.places = new KeyedPlaces(o.dir, o.maxRecordBytes + READ_SLACK, state.addresses, writerBase, active)
   }
 
   /**
@@ -128,7 +137,7 @@ export class LogCore {
       })
     }
     try {
-      const r = recover(o.dir, o.maxRecordBytes + READ_SLACK)
+      const r = recover(o.dir, o.maxRecordBytes + READ_SLACK, undefined, hooks.digest)
       finishRecovery(o.dir, r, o.sync)
       const segments = new Map<number, KeptSegment>()
       for (const s of r.segments) segments.set(s.number, s)
@@ -139,7 +148,8 @@ export class LogCore {
       } else {
         const number = r.highestNumber + 1
         active = { number, fd: createSegment(o.dir, number, o.sync).fd, size: 0 }
-        segments.set(number, { number, kind: "log", bytes: 0 })
+        segments.set(number, { number, kind: "log", bytes: 0, crc: 0, crcTo: 0 })
+        r.state.addresses.add(fileCode(number, "log"), r.nextAddress)
       }
       let core: LogCore | undefined
       const writer = new GroupCommitWriter(o.dir, active, o.segmentBytes, o.sync, {
@@ -147,7 +157,7 @@ export class LogCore {
         onWritten: (n, b) => core?.written(n, b),
         onFailed: (e) => core?.onFailed(ioError(o.dir, e))
       })
-      core = new LogCore(o, lock.path, r.state, r.nextLsn, segments, writer, hooks)
+      core = new LogCore(o, lock.path, r.state, r.nextLsn, segments, writer, hooks, r.nextAddress, active.number)
       try {
         core.saveManifest()
       } catch {
@@ -159,7 +169,8 @@ export class LogCore {
       const notes: OpenNotes = {
         ...(r.truncate !== undefined ? { truncated: r.truncate } : {}),
         ...(lock.tookOverFrom !== undefined ? { tookOverLockFrom: lock.tookOverFrom } : {}),
-        ...(r.noManifest ? { wroteManifest: true } : {})
+        ...(r.noManifest ? { wroteManifest: true } : {}),
+        ...(r.fromCheckpoint ? { fromCheckpoint: true } : {})
       }
       return { core, notes }
     } catch (e) {
@@ -178,7 +189,7 @@ export class LogCore {
   }
 
   private rolled(number: number): void {
-    this.segments.set(number, { number, kind: "log", bytes: 0 })
+    this.segments.set(number, { number, kind: "log", bytes: 0, crc: 0, crcTo: 0 })
     // Before the first record goes there (a throw fails the writer): the sealed size and the new segment are on record.
     this.saveManifest()
   }
@@ -200,6 +211,7 @@ export class LogCore {
 
   private written(number: number, bytes: number): void {
     const s = this.segments.get(number)
+    this.places.written(number, s?.bytes ?? 0, bytes)
     if (s !== undefined) s.bytes += bytes
     this.totalBytes += bytes
     // Dead weight is an estimate (live bytes are counted by append size); requiring the log to have
@@ -311,6 +323,9 @@ export class LogCore {
         const acked = state.acked.entry(id)
         if (acked !== undefined) return this.afterDurable(() => acked.toEntry(), (e, v) => done(e, v, arg))
       }
+      const hit = this.ackedByKey(key)
+      if (hit instanceof DeliveryLogError) return done(hit, undefined, arg)
+      if (hit !== undefined) return this.afterDurable(() => hit.toEntry(), (e, v) => done(e, v, arg))
     }
     const seq = state.nextSeq
     const keyBytes = key === undefined ? 0 : utf8Bytes(key)
@@ -320,6 +335,7 @@ export class LogCore {
     if (big) return done(big, undefined, arg)
     const at = this.writer.reserve(HEADER_BYTES + payloadBytes)
     const buf = this.writer.buffer
+    const pos = this.places.addressOf(this.writer.taken, at)
     // The id is written as ASCII in its place in the record, and read back as one string.
     const idAt = at + HEADER_BYTES + 1
     buf[idAt - 1] = UUID_CHARS
@@ -346,12 +362,22 @@ export class LogCore {
       false,
       HEADER_BYTES + payloadBytes
     )
+    if (key !== undefined) data.pos = pos
     state.insertNew(data)
     this.uncommitted++
     // Nobody knows the id before this call returns, so the entry cannot change before it is durable: it is
     // made now. The copy made while checking the body is the message as replay will parse it from the record.
     this.inflight.push(data, copy === undefined ? data.toEntry() : data.toEntry(copy), done, arg)
     this.writer.push(this.appendDurable)
+  }
+
+  /** The keyed entry acked within the window under `key` (its record read back), or why it cannot be checked. */
+  private ackedByKey(key: string): EntryData | DeliveryLogError | undefined {
+    try {
+      return this.state.acked.findKey(key, this.places.read)
+    } catch (e) {
+      return readFailure(this.o.dir, e)
+    }
   }
 
   attempt(
@@ -526,7 +552,7 @@ export class LogCore {
 
   /** The state at the end of the sealed files below `reserved`, read back from disk. */
   private rebuild(reserved: number): Captured {
-    const r = recover(this.o.dir, this.o.maxRecordBytes + READ_SLACK, reserved)
+    const r = recover(this.o.dir, this.o.maxRecordBytes + READ_SLACK, reserved, this.hooks.digest)
     r.state.evict(this.lastNow, this.o.dedupeWindowMs)
     return {
       entries: Array.from(r.state.live.values()),
@@ -556,19 +582,20 @@ export class LogCore {
       reserved = cp.reserved
       this.retry = { reserved }
       this.hooks.step?.("checkpointed")
-      const size = await writeSnapshot(this.o.dir, cp.reserved, cp.captured, this.o.sync, this.hooks, () => {
+      const snap = await writeSnapshot(this.o, READ_SLACK, cp.reserved, cp.captured, this.hooks, () => {
         this.installing = cp.reserved
         this.saveManifest()
       })
+      const size = snap.size
+      const gone = [...this.segments.values()].filter((s) => s.number < cp.reserved)
+      this.places.installed(this.state, cp.reserved, cp.captured, snap, gone)
       const replaced: Array<string> = []
-      for (const s of this.segments.values()) {
-        if (s.number < cp.reserved) {
-          replaced.push(segmentName(s.number, s.kind))
-          this.segments.delete(s.number)
-          this.totalBytes -= s.bytes
-        }
+      for (const s of gone) {
+        replaced.push(segmentName(s.number, s.kind))
+        this.segments.delete(s.number)
+        this.totalBytes -= s.bytes
       }
-      this.segments.set(cp.reserved, { number: cp.reserved, kind: "snap", bytes: size })
+      this.segments.set(cp.reserved, { number: cp.reserved, kind: "snap", bytes: size, crc: snap.crc, crcTo: size })
       this.totalBytes += size
       this.baseline = size
       this.retry = undefined
@@ -622,6 +649,11 @@ export class LogCore {
         } catch {
           // the MANIFEST written at the last roll still holds (its sizes are lower bounds)
         }
+        // Only when every record was written: the checkpoint stands for the files as they are.
+        this.places.close(
+          this.writer.failed === undefined ? { segments: this.segments.values(), nextLsn: this.nextLsn } : undefined,
+          this.state
+        )
       })()
     }
     await this.closing

@@ -39,7 +39,9 @@ export class EntryData {
     /** Bytes its latest state takes on disk, roughly: counted as live weight for compaction. */
     public bytes: number,
     /** An attempt was started (kind 7) and no outcome recorded since: reads `maybeSent: true`. */
-    public started = false
+    public started = false,
+    /** Where its record is (addresses.ts), for a keyed entry: the dedupe window keeps that once it is acked. -1: not known. */
+    public pos = -1
   ) {}
 
   /** A copy of the current state (compaction writes copies while the live ones go on changing). */
@@ -56,7 +58,8 @@ export class EntryData {
       this.status,
       this.committed,
       this.bytes,
-      this.started
+      this.started,
+      this.pos
     )
   }
 

@@ -5,38 +5,23 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
+import { readCheckpoint } from "./checkpoint.js"
+import { CorruptLog } from "./corrupt.js"
+import type { KeyDigest } from "./keyDigest.js"
 import { MANIFEST, readManifest } from "./manifest.js"
-import {
-  BadPayload,
-  readAck,
-  readAcked,
-  readAppend,
-  readAttempt,
-  readDead,
-  readEntry,
-  readIdOnly,
-  readRequeue
-} from "./payload.js"
-import { type Decoded, describeInvalid, Kind } from "./record.js"
-import { fsyncDir, listSegments, type SegmentFile, segmentName, SegmentReader } from "./segment.js"
-import { LogState, type SnapshotBeginPayload, type SnapshotEndPayload } from "./state.js"
+import { replayLog, replaySnapshot, withFile } from "./replay.js"
+import { checksumFile, fileCode, fsyncDir, listSegments, type SegmentFile, segmentName } from "./segment.js"
+import { LogState } from "./state.js"
 
-/** The log is damaged at `path`, `offset`: open must refuse and change nothing. */
-export class CorruptLog extends Error {
-  constructor(
-    readonly path: string,
-    readonly offset: number,
-    detail: string
-  ) {
-    super(`${detail} in ${path} at offset ${offset}`)
-  }
-}
+export { CorruptLog } from "./corrupt.js"
 
-/** A file the log keeps, with its size. */
+/** A file the log keeps, with its size, and the CRC-32 of its first `crcTo` bytes (for a checkpoint). */
 export interface KeptSegment {
   readonly number: number
   readonly kind: "log" | "snap"
   bytes: number
+  crc: number
+  crcTo: number
 }
 
 /** What replay found and what must be done to finish recovery. */
@@ -52,6 +37,10 @@ export interface Recovered {
   readonly remove: ReadonlyArray<string>
   /** The directory held segments but no MANIFEST (an older version wrote it): open writes one. */
   readonly noManifest: boolean
+  /** The address after the last kept file's bytes (the writer's records follow: addresses.ts). */
+  readonly nextAddress: number
+  /** Open started from the CHECKPOINT (it matched every file it covers). */
+  readonly fromCheckpoint: boolean
 }
 
 /** Check the files against the MANIFEST (what must exist, at least how long); throws `CorruptLog`. */
@@ -97,176 +86,108 @@ const checkManifest = (dir: string, files: ReadonlyArray<SegmentFile>, snapAt: n
   return false
 }
 
-/** The JSON payload of a snapshot's begin or end record. */
-const parseJson = (d: Decoded, path: string, offset: number): any => {
-  try {
-    return JSON.parse(d.buf.toString("utf8", d.start, d.end))
-  } catch {
-    throw new CorruptLog(path, offset, "a record whose payload is not JSON (its CRC-32 is valid)")
-  }
+/** How far a checkpoint carried recovery: its first `files` files, the last of them up to `lastSize`. */
+interface Resumed {
+  readonly files: number
+  readonly lastSize: number
+  readonly crcs: ReadonlyArray<number>
+  readonly nextLsn: number
 }
 
-const badPayload = (e: unknown, path: string, offset: number): never => {
-  if (e instanceof BadPayload) {
-    throw new CorruptLog(path, offset, `a record whose payload does not decode (${e.message}; its CRC-32 is valid)`)
+/**
+ * Start `state` from the CHECKPOINT of `dir` if every file it covers is the next of `order` and its
+ * covered bytes still hash as recorded (otherwise: `undefined`, and nothing in `state` changed).
+ */
+const fromCheckpoint = (
+  dir: string,
+  order: ReadonlyArray<SegmentFile>,
+  sizes: ReadonlyArray<number>,
+  state: LogState
+): Resumed | undefined => {
+  const ck = readCheckpoint(dir)
+  if (ck === undefined) return undefined
+  const n = ck.files.length
+  if (n === 0 || n > order.length) return undefined
+  for (let i = 0; i < n; i++) {
+    const f = ck.files[i]!
+    const o = order[i]!
+    if (f.number !== o.number || f.kind !== o.kind) return undefined
+    // Files before the last covered one were sealed; the last may have grown since.
+    if (i < n - 1 ? sizes[i] !== f.size : sizes[i]! < f.size) return undefined
   }
-  throw e
-}
-
-const applyLogRecord = (state: LogState, d: Decoded, path: string, offset: number): void => {
-  const { buf, start, end } = d
-  try {
-    switch (d.kind) {
-      case Kind.append: {
-        const e = readAppend(buf, start, end)
-        e.bytes = d.bytes
-        state.insert(e)
-        return
-      }
-      case Kind.attempt:
-      case Kind.attemptDead: {
-        const a = readAttempt(buf, start, end)
-        state.applyAttempt(a.id, a.attempts, a.lastError, a.nextAttemptAt)
-        if (d.kind === Kind.attemptDead) state.applyDead(a.id, a.lastError)
-        return
-      }
-      case Kind.ack: {
-        const a = readAck(buf, start, end)
-        state.applyAck(a.id, a.at)
-        return
-      }
-      case Kind.dead: {
-        const a = readDead(buf, start, end)
-        state.applyDead(a.id, a.reason)
-        return
-      }
-      case Kind.requeue:
-        state.applyRequeue(readRequeue(buf, start, end))
-        return
-      case Kind.started:
-        state.applyStarted(readIdOnly(buf, start, end, "started"))
-        return
-    }
-  } catch (e) {
-    badPayload(e, path, offset)
+  for (let i = 0; i < n; i++) {
+    const f = ck.files[i]!
+    if (withFile(join(dir, order[i]!.name), (fd) => checksumFile(fd, f.size)) !== f.crc) return undefined
   }
-  throw new CorruptLog(path, offset, `a snapshot record (kind ${d.kind}) in a log segment`)
-}
-
-const withFile = <A>(path: string, f: (fd: number, size: number) => A): A => {
-  const fd = fs.openSync(path, "r")
-  try {
-    return f(fd, fs.fstatSync(fd).size)
-  } finally {
-    fs.closeSync(fd)
+  state.acked.restore(ck.acked)
+  for (const [id, , entry] of ck.acked.kept) {
+    if (entry?.key !== undefined) state.keys.set(entry.key, id)
+    if (entry !== undefined && entry.seq >= state.nextSeq) state.nextSeq = entry.seq + 1
   }
+  for (const { code, entry, offset } of ck.live) {
+    entry.pos = code < 0 ? -1 : state.addresses.addressOf(code, offset)
+    state.insert(entry)
+  }
+  if (ck.nextSeq > state.nextSeq) state.nextSeq = ck.nextSeq
+  state.liveBytes = ck.liveBytes
+  return { files: n, lastSize: ck.files[n - 1]!.size, crcs: ck.files.map((f) => f.crc), nextLsn: ck.nextLsn }
 }
-
-/** Replay a snapshot: strict, it was complete and synced before it got its name. Returns the next lsn. */
-const replaySnapshot = (state: LogState, path: string, maxPayload: number): { nextLsn: number; size: number } =>
-  withFile(path, (fd, size) => {
-    const reader = new SegmentReader(fd, size, maxPayload)
-    let lsn = 0
-    let begin: SnapshotBeginPayload | undefined
-    for (;;) {
-      const at = reader.offset
-      const r = reader.next()
-      if (r === undefined) throw new CorruptLog(path, at, "a snapshot without its end record")
-      if (typeof r === "string") throw new CorruptLog(path, at, describeInvalid(r))
-      if (r.lsn !== lsn + 1) throw new CorruptLog(path, at, `record number ${r.lsn} where ${lsn + 1} was expected`)
-      lsn = r.lsn
-      if (begin === undefined) {
-        if (r.kind !== Kind.snapshotBegin) {
-          throw new CorruptLog(path, at, "a snapshot not starting with its begin record")
-        }
-        begin = parseJson(r, path, at) as SnapshotBeginPayload
-        continue
-      }
-      if (r.kind === Kind.snapshotEntry) {
-        try {
-          const e = readEntry(r.buf, r.start, r.end)
-          e.bytes = r.bytes
-          state.insert(e)
-        } catch (e) {
-          badPayload(e, path, at)
-        }
-      } else if (r.kind === Kind.snapshotAcked) {
-        try {
-          const a = readAcked(r.buf, r.start, r.end)
-          state.applyAcked(a.id, a.at, a.entry, r.bytes)
-        } catch (e) {
-          badPayload(e, path, at)
-        }
-      } else if (r.kind === Kind.snapshotEnd) {
-        if ((parseJson(r, path, at) as SnapshotEndPayload).records !== lsn) {
-          throw new CorruptLog(path, at, "a snapshot end record with a wrong count")
-        }
-        if (reader.offset !== size) throw new CorruptLog(path, reader.offset, "bytes after a snapshot's end record")
-        if (begin.nextSeq > state.nextSeq) state.nextSeq = begin.nextSeq
-        return { nextLsn: begin.nextLsn, size }
-      } else throw new CorruptLog(path, at, `a log record (kind ${r.kind}) inside a snapshot`)
-    }
-  })
 
 /**
  * Read `dir` and rebuild the state. `maxPayload` bounds every record length read. Throws `CorruptLog`
- * on corruption, and the I/O error itself when a read fails.
+ * on corruption, and the I/O error itself when a read fails. A CHECKPOINT that matches the files
+ * stands for the bytes it covers (their CRC-32 checked); what follows them is replayed.
  */
-export const recover = (dir: string, maxPayload: number, below?: number): Recovered => {
+export const recover = (dir: string, maxPayload: number, below?: number, digest?: KeyDigest): Recovered => {
   const listed = listSegments(dir)
   const temps = below === undefined ? listed.temps : []
   // `below`: only the sealed files numbered below it (a compaction retry rebuilding its checkpoint); no torn tail there.
   const files = below === undefined ? listed.segments : listed.segments.filter((f) => f.number < below)
-  const state = new LogState()
+  const state = new LogState(digest)
   let snapAt = -1
   for (const f of files) if (f.kind === "snap") snapAt = f.number
   const noManifest = below === undefined ? checkManifest(dir, files, snapAt) : false
   const remove: Array<string> = [...temps]
-  const kept: Array<KeptSegment> = []
-  let expected = 1
-  if (snapAt >= 0) {
-    const name = files.find((f) => f.number === snapAt)!.name
-    const r = replaySnapshot(state, join(dir, name), maxPayload)
-    expected = r.nextLsn
-    kept.push({ number: snapAt, kind: "snap", bytes: r.size })
-  }
-  const logs: Array<SegmentFile> = []
+  /** The snapshot in force, then every `.log` after it. */
+  const order: Array<SegmentFile> = []
   for (const f of files) {
     if (f.number < snapAt) remove.push(f.name)
-    else if (f.kind === "log") logs.push(f)
+    else if (f.kind === "log" || f.number === snapAt) order.push(f)
   }
+  // Every file gets its own range of addresses, side by side in order.
+  const sizes = order.map((f) => fs.statSync(join(dir, f.name)).size)
+  const bases: Array<number> = []
+  let base = 0
+  order.forEach((f, i) => {
+    bases.push(base)
+    state.addresses.add(fileCode(f.number, f.kind), base)
+    base += sizes[i]!
+  })
+  const resumed = below === undefined ? fromCheckpoint(dir, order, sizes, state) : undefined
+  const kept: Array<KeptSegment> = []
+  let expected = 1
   let truncate: Recovered["truncate"] = undefined
-  logs.forEach((f, i) => {
+  order.forEach((f, i) => {
     const path = join(dir, f.name)
-    const last = i === logs.length - 1 && below === undefined
-    const size = withFile(path, (fd, size) => {
-      const reader = new SegmentReader(fd, size, maxPayload)
-      for (;;) {
-        const at = reader.offset
-        const r = reader.next()
-        if (r === undefined) return size
-        if (typeof r === "string") {
-          // A torn write leaves a prefix: a cut record, or one failing its CRC. A length over the limit
-          // is never that (unless the limit was lowered since), so it is corruption wherever it is.
-          // An unknown kind passed its CRC: written whole (by a newer version?), not torn either.
-          if (last && r !== "too-long" && r !== "bad-kind" && !reader.anyValidAfter(at, expected - 1)) {
-            truncate = { path, offset: at, why: describeInvalid(r) }
-            return at
-          }
-          throw new CorruptLog(path, at, describeInvalid(r))
-        }
-        if (r.lsn !== expected) {
-          throw new CorruptLog(
-            path,
-            at,
-            `record number ${r.lsn} where ${expected} was expected (a segment is missing or misplaced)`
-          )
-        }
-        applyLogRecord(state, r, path, at)
-        expected++
-      }
-    })
-    kept.push({ number: f.number, kind: "log", bytes: size })
+    const keep = (bytes: number, crc: number): void => {
+      kept.push({ number: f.number, kind: f.kind, bytes, crc, crcTo: bytes })
+    }
+    if (resumed !== undefined && i < resumed.files) {
+      expected = resumed.nextLsn
+      if (i < resumed.files - 1 || f.kind === "snap") return keep(sizes[i]!, resumed.crcs[i]!)
+    }
+    if (f.kind === "snap") {
+      const r = replaySnapshot(state, path, fileCode(f.number, "snap"), bases[i]!, maxPayload)
+      expected = r.nextLsn
+      return keep(r.size, r.crc)
+    }
+    const from = resumed !== undefined && i === resumed.files - 1
+      ? { offset: resumed.lastSize, crc: resumed.crcs[i]!, expected }
+      : { offset: 0, crc: 0, expected }
+    const r = replayLog(state, path, bases[i]!, from, i === order.length - 1 && below === undefined, maxPayload)
+    expected = r.expected
+    if (r.truncate !== undefined) truncate = r.truncate
+    keep(r.size, r.crc)
   })
   const lastKept = kept[kept.length - 1]
   return {
@@ -277,7 +198,9 @@ export const recover = (dir: string, maxPayload: number, below?: number): Recove
     highestNumber: files.length === 0 ? 0 : files[files.length - 1]!.number,
     truncate,
     remove,
-    noManifest
+    noManifest,
+    nextAddress: lastKept === undefined ? 0 : bases[kept.length - 1]! + lastKept.bytes,
+    fromCheckpoint: resumed !== undefined
   }
 }
 

@@ -4,6 +4,7 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
+import { crc32 } from "node:zlib"
 import { decodeAt, type Decoded, HEADER_BYTES, type Invalid } from "./record.js"
 
 /** `0000000000000001.log` (records appended by the writer) or `0000000000000007.snap` (a compaction). */
@@ -14,11 +15,24 @@ export interface SegmentFile {
 }
 
 const NAME = /^(\d{16})\.(log|snap)$/
-const TMP = /^(\d{16}\.snap|MANIFEST)\.tmp$/
+const TMP = /^(\d{16}\.snap|MANIFEST|CHECKPOINT)\.tmp$/
 
 /** The file name of segment `number`. */
 export const segmentName = (number: number, kind: "log" | "snap"): string =>
   `${String(number).padStart(16, "0")}.${kind}`
+
+/** The top bit of a file code: a `.snap` (file numbers stay below 2^31). */
+export const SNAP_BIT = 0x8000_0000
+
+/** A file as one 32-bit number (the dedupe window keeps where records are as these), or -1 past 2^31 files. */
+export const fileCode = (number: number, kind: "log" | "snap"): number =>
+  number >= SNAP_BIT ? -1 : kind === "snap" ? (number | SNAP_BIT) >>> 0 : number
+
+/** The file number of a file code. */
+export const codeNumber = (code: number): number => code & 0x7fff_ffff
+
+/** The file name of a file code. */
+export const codeName = (code: number): string => segmentName(codeNumber(code), code >= SNAP_BIT ? "snap" : "log")
 
 /** Segments of `dir` in number order, and leftover temporary files of an interrupted compaction. */
 export const listSegments = (dir: string): { segments: Array<SegmentFile>; temps: Array<string> } => {
@@ -71,21 +85,47 @@ const WINDOW = 1 << 20
 
 /**
  * Reads records of one file front to back through a bounded window. A declared length is checked
- * against `maxPayload` before the window grows to hold it.
+ * against `maxPayload` before the window grows to hold it. Keeps the CRC-32 of the bytes read so far
+ * (`checksum`): a checkpoint names each file with it.
  */
 export class SegmentReader {
   private buf: Buffer = Buffer.alloc(0)
   private bufStart = 0
   private bufLen = 0
-  offset = 0
+  offset: number
+  /** CRC-32 of the file's bytes [0, crcTo). */
+  private crc: number
+  private crcTo: number
 
+  /** From `start` (a record boundary), where the bytes before hash to `crc`. */
   constructor(
     private readonly fd: number,
     readonly size: number,
-    private readonly maxPayload: number
-  ) {}
+    private readonly maxPayload: number,
+    start = 0,
+    crc = 0
+  ) {
+    this.offset = start
+    this.crcTo = start
+    this.crc = crc
+    this.bufStart = start
+  }
+
+  /** Extend the CRC over the window's bytes up to `to` (records read whole). */
+  private sumTo(to: number): void {
+    if (to <= this.crcTo) return
+    this.crc = crc32(this.buf.subarray(this.crcTo - this.bufStart, to - this.bufStart), this.crc)
+    this.crcTo = to
+  }
+
+  /** CRC-32 of the bytes [0, `to`) (`to`: the end of the last record read, or where it stops). */
+  checksum(to: number): number {
+    this.sumTo(to)
+    return this.crc
+  }
 
   private fill(at: number, want: number): void {
+    this.sumTo(at)
     const need = Math.min(Math.max(want, WINDOW), this.size - at)
     if (this.buf.length < need) this.buf = Buffer.allocUnsafe(need)
     let got = 0
@@ -135,4 +175,17 @@ export class SegmentReader {
     }
     return false
   }
+}
+
+/** CRC-32 of the first `size` bytes of file `fd`, read a window at a time (from `from`, where the bytes before hash to `crc`). */
+export const checksumFile = (fd: number, size: number, from = 0, crc = 0): number => {
+  const buf = Buffer.allocUnsafe(Math.min(WINDOW, Math.max(size - from, 1)))
+  let at = from
+  while (at < size) {
+    const n = fs.readSync(fd, buf, 0, Math.min(buf.length, size - at), at)
+    if (n === 0) break
+    crc = crc32(buf.subarray(0, n), crc)
+    at += n
+  }
+  return at === size ? crc : -1
 }

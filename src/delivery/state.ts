@@ -4,6 +4,8 @@
  * Entries are `EntryData` (payload.ts): the message stays its JSON text until an entry is read.
  */
 import { AckedWindow } from "./ackedWindow.js"
+import { Addresses } from "./addresses.js"
+import type { KeyDigest } from "./keyDigest.js"
 import { LiveEntries } from "./liveEntries.js"
 import type { EntryData } from "./payload.js"
 
@@ -13,24 +15,35 @@ export interface SnapshotBeginPayload {
   readonly nextLsn: number
   readonly entries: number
   readonly acked: number
+  /** Of `acked`, how many have no entry (written since the keyed ring came; sizes the window before the ids). */
+  readonly plain?: number
 }
 /** Last record of a snapshot: its record count, this one included (a snapshot without it is corrupt). */
 export interface SnapshotEndPayload {
   readonly records: number
 }
 
+/** Scratch for a located record: file code, offset. */
+const place = new Uint32Array(2)
+
 /** Pending and dead entries in seq order, idempotency keys, and ids acked within the window. */
 export class LogState {
   /** Insertion order is append order, which is seq order. */
   readonly live = new LiveEntries()
-  /** idempotencyKey -> id, for live entries and for keyed acked ones. */
+  /** idempotencyKey -> id, for live entries and for acked ones kept with their entry (not the keyed ring's). */
   readonly keys = new Map<string, string>()
-  /** Ids acked within the window, in ack order (with their entry when keyed). */
-  readonly acked = new AckedWindow()
+  /** Ids acked within the window, in ack order (keyed ones by their key's digest and record's place). */
+  readonly acked: AckedWindow
+  /** Where the records of `EntryData.pos` are. */
+  addresses = new Addresses()
   nextSeq = 1
   pending = 0
   dead = 0
   liveBytes = 0
+
+  constructor(digest?: KeyDigest) {
+    this.acked = new AckedWindow(digest)
+  }
 
   /** An appended entry, or a snapshot's entry (with its whole state). A second one with the same id is ignored. */
   insert(entry: EntryData): void {
@@ -97,7 +110,9 @@ export class LogState {
     else this.dead--
     this.liveBytes -= l.bytes
     if (l.key !== undefined) {
-      this.acked.add(id, at, l, l.bytes)
+      if (this.addresses.locate(l.pos, place) && this.acked.addKeyed(l, at, place[0]!, place[1]!)) {
+        if (this.keys.get(l.key) === id) this.keys.delete(l.key)
+      } else this.acked.add(id, at, l, l.bytes)
       this.liveBytes += l.bytes
     } else {
       this.acked.add(id, at, undefined, AckedWindow.ID_BYTES)
@@ -105,14 +120,28 @@ export class LogState {
     }
   }
 
-  /** A snapshot's acked id. */
-  applyAcked(id: string, at: number, entry: EntryData | undefined, bytes: number): void {
+  /** A snapshot's acked id; a keyed one whose record is at `file`, `offset`. */
+  applyAcked(id: string, at: number, entry: EntryData | undefined, bytes: number, file = -1, offset = 0): void {
+    if (entry !== undefined && file >= 0 && entry.id === id) {
+      entry.bytes = bytes
+      if (this.acked.addKeyed(entry, at, file, offset)) {
+        if (entry.seq >= this.nextSeq) this.nextSeq = entry.seq + 1
+        this.liveBytes += bytes
+        return
+      }
+    }
     if (entry !== undefined) {
       if (entry.key !== undefined) this.keys.set(entry.key, id)
       if (entry.seq >= this.nextSeq) this.nextSeq = entry.seq + 1
     }
     this.acked.add(id, at, entry, entry === undefined ? AckedWindow.ID_BYTES : bytes)
     this.liveBytes += entry === undefined ? AckedWindow.ID_BYTES : bytes
+  }
+
+  /** A snapshot's acked canonical id without entry, as its 128 bits. */
+  applyAckedPlain(id: Uint32Array, at: number): void {
+    this.acked.addPlainWords(id, at)
+    this.liveBytes += AckedWindow.ID_BYTES
   }
 
   /** Forget ids acked `windowMs` or more before `now` (oldest first; amortised O(1) per ack). */

@@ -9,8 +9,7 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import type { CompactionStep } from "../../src/delivery/compaction.js"
-import { check, Model, runRound } from "./fixtures/crashHarness.js"
+import { check, COMPACTION_STEPS, Model, runRound } from "./fixtures/crashHarness.js"
 
 const root = mkdtempSync(join(tmpdir(), "switchyard-log-crash-"))
 afterAll(() => rmSync(root, { recursive: true, force: true }))
@@ -48,15 +47,7 @@ describe("DeliveryLog crash safety (SIGKILL)", () => {
     60_000
   )
 
-  const steps: ReadonlyArray<CompactionStep> = [
-    "checkpointed",
-    "temp-written",
-    "temp-synced",
-    "renamed",
-    "dir-synced",
-    "removed-one",
-    "removed-all"
-  ]
+  const steps = COMPACTION_STEPS
   it("compaction interrupted by SIGKILL at each of its steps: nothing lost, nothing duplicated", async () => {
     const dir = join(root, "compact")
     const model = new Model()
