@@ -15,7 +15,8 @@
  * `Map`: an entry is deleted as soon as neither side holds its key (`keep`, and the engine's
  * `forgetKey`).
  */
-import type { Entry, InternalOptions } from "./entry.js"
+import type { InternalOptions } from "./entry.js"
+import { Entry } from "./entry.js"
 import { IDLE } from "./entry.js"
 
 /** IDLE entries that may stay beyond the held ones before a new key sweeps them out. */
@@ -26,8 +27,25 @@ export const SWEEP_SLACK = 4_096
  */
 export const DEAD_PER_HELD = 64
 
-/** A new entry (IDLE): an object literal, which V8 can allocate straight in the old generation once it sees them live long. */
-const newEntry = <K>(key: K): Entry<K> =>
+/** An entry of `createLanes`' own table (with the `wake` field the engine's entries do not need). */
+class OwnEntry<K> extends Entry<K> {
+  override wake: Entry<K>["wake"] = undefined
+}
+
+/**
+ * Held keys beyond which a new entry is made as an object literal instead: V8 can allocate a
+ * literal's objects straight in the old generation once it sees them live long (allocation-site
+ * pretenuring), which a burst of a million held keys gains much from (no scavenge copies them
+ * twice), while an ordinary entry, short-lived, must stay young (a `new` is never pretenured: a
+ * literal site tenured by one burst would put every later short-lived entry in the old space).
+ */
+export const BURST_HELD = 8_192
+
+/** A new entry (IDLE). */
+const newEntry = <K>(key: K, held: number): Entry<K> => held <= BURST_HELD ? new OwnEntry(key) : burstEntry(key)
+
+/** An entry of a burst (same fields as `OwnEntry`, in the same order, from a literal). */
+const burstEntry = <K>(key: K): Entry<K> =>
   ({
     state: IDLE,
     owed: false,
@@ -36,8 +54,8 @@ const newEntry = <K>(key: K): Entry<K> =>
     prev: undefined,
     next: undefined,
     work: undefined,
-    wake: undefined,
-    key
+    key,
+    wake: undefined
   }) as Entry<K>
 
 /** FNV-1a over the UTF-16 code units, never 0 (0 marks a free slot). */
@@ -195,7 +213,7 @@ export class KeyTable<K> {
       this.others.set(key, made)
       return made
     }
-    const fresh = newEntry(key)
+    const fresh = newEntry(key, this.held)
     if (typeof key === "string") {
       const strings = this.strings
       if (strings.full || this.tooMany(1)) this.sweep()
