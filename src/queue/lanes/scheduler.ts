@@ -61,6 +61,8 @@ export const makeLanesUnsafe = <K, E, R>(
 ): LanesInternal<K> => make(options, context, internal)
 
 const RESOLVED: Promise<void> = Promise.resolve()
+// Node's global `performance` is a lazy getter, run on every read: read it once.
+const perf = performance
 
 const make = <K, E, R>(
   options: LanesOptions<K, E, R>,
@@ -282,12 +284,12 @@ const make = <K, E, R>(
   let startingNow = false
   const runStarts = (): void => {
     startScheduled = false
-    const runStartedAt = performance.now()
+    const runStartedAt = perf.now()
     let first = true
     inRunStarts = true
     try {
       while (starts.head !== undefined) {
-        if (startedSinceMacrotask >= START_BUDGET || (!first && performance.now() - runStartedAt >= START_BUDGET_MS)) {
+        if (startedSinceMacrotask >= START_BUDGET || (!first && perf.now() - runStartedAt >= START_BUDGET_MS)) {
           startScheduled = true
           setImmediate(runStartsAfterMacrotask)
           return
