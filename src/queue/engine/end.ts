@@ -8,7 +8,17 @@ import { Cause, Deferred, Effect, Exit, Option } from "effect"
 import type { QueueFailureReason } from "../errors.js"
 import type { TaskReport } from "../types.js"
 import type { EngineState, KeyTasks, LaneState, Listener, Task } from "./state.js"
-import { DROPPING, ENDED, failureOf, FINISHING, forgetKey, moreOf, touchAuto, WAIT_NOTIFIED } from "./state.js"
+import {
+  DROPPING,
+  ENDED,
+  failureOf,
+  FINISHING,
+  forgetKey,
+  moreOf,
+  stopTimer,
+  touchAuto,
+  WAIT_NOTIFIED
+} from "./state.js"
 
 /** What a part of a task's end returns when it finished synchronously (compared by identity). */
 export const VOID: Effect.Effect<void> = Effect.void
@@ -176,11 +186,7 @@ export function finish(
   let final = exit
   const more = task.more
   if (more !== undefined) {
-    const timer = more.timer
-    if (timer !== undefined) {
-      more.timer = undefined
-      timer.interruptUnsafe()
-    }
+    stopTimer(more)
     more.controller = undefined
     const stopped = more.stopped
     if (stopped !== undefined && Exit.isFailure(exit) && Cause.hasInterrupts(exit.cause)) final = Exit.fail(stopped)
@@ -238,11 +244,7 @@ export function drop(engine: EngineState, task: Task, reason: QueueFailureReason
   lane.waiting--
   const more = moreOf(task)
   if (more.waitTimer !== undefined) clearWaitTimer(task)
-  const timer = more.timer
-  if (timer !== undefined) {
-    more.timer = undefined
-    timer.interruptUnsafe()
-  }
+  stopTimer(more)
   const failure = failureOf(task, "queued", reason)
   more.stopped = failure
   return complete(engine, task, Exit.fail(failure))

@@ -10,7 +10,7 @@ import { PENDING } from "../lanes/entry.js"
 import type { Entry } from "../lanes/entry.js"
 import { finish, VOID } from "./end.js"
 import type { EffectTask, EngineState, KeyTasks, LaneState, PromiseBodyTask, Task } from "./state.js"
-import { CurrentTask, EFFECT_BODY, failureOf, moreOf, RESUME_INLINE, RUNNING, stoppedOf } from "./state.js"
+import { CurrentTask, EFFECT_BODY, failureOf, moreOf, RESUME_INLINE, RUNNING, stoppedOf, stopTimer } from "./state.js"
 import { waitStarted } from "./watch.js"
 
 /**
@@ -51,11 +51,7 @@ export function pick(engine: EngineState, lane: LaneState, ks: KeyTasks | undefi
   lane.metrics.waited(now - task.admittedAt)
   const more = task.more
   if (more !== undefined) {
-    const timer = more.timer
-    if (timer !== undefined) {
-      more.timer = undefined
-      timer.interruptUnsafe()
-    }
+    stopTimer(more)
     if (more.waitTimer !== undefined) waitStarted(engine, task)
   }
   return task

@@ -72,6 +72,15 @@ export class TaskMore {
   deferred: Deferred.Deferred<any, any> | undefined = undefined
 }
 
+/** Stops the task's queue-timeout or turn-timeout timer, if one runs. */
+export const stopTimer = (more: TaskMore): void => {
+  const timer = more.timer
+  if (timer !== undefined) {
+    more.timer = undefined
+    timer.interruptUnsafe()
+  }
+}
+
 /** The task's rarely used fields, made when first needed. */
 export const moreOf = (task: Task): TaskMore => (task.more ??= new TaskMore())
 
