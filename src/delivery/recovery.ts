@@ -41,6 +41,8 @@ export interface Recovered {
   readonly nextAddress: number
   /** Open started from the CHECKPOINT (it matched every file it covers). */
   readonly fromCheckpoint: boolean
+  /** Bytes replayed (those a checkpoint did not cover). */
+  readonly replayed: number
 }
 
 /** Check the files against the MANIFEST (what must exist, at least how long); throws `CorruptLog`. */
@@ -167,6 +169,7 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
   const kept: Array<KeptSegment> = []
   let expected = 1
   let truncate: Recovered["truncate"] = undefined
+  let replayed = 0
   order.forEach((f, i) => {
     const path = join(dir, f.name)
     const keep = (bytes: number, crc: number): void => {
@@ -178,6 +181,7 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
     }
     if (f.kind === "snap") {
       const r = replaySnapshot(state, path, fileCode(f.number, "snap"), bases[i]!, maxPayload)
+      replayed += r.size
       expected = r.nextLsn
       return keep(r.size, r.crc)
     }
@@ -186,6 +190,7 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
       : { offset: 0, crc: 0, expected }
     const r = replayLog(state, path, bases[i]!, from, i === order.length - 1 && below === undefined, maxPayload)
     expected = r.expected
+    replayed += r.size - from.offset
     if (r.truncate !== undefined) truncate = r.truncate
     keep(r.size, r.crc)
   })
@@ -200,7 +205,8 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
     remove,
     noManifest,
     nextAddress: lastKept === undefined ? 0 : bases[kept.length - 1]! + lastKept.bytes,
-    fromCheckpoint: resumed !== undefined
+    fromCheckpoint: resumed !== undefined,
+    replayed
   }
 }
 
