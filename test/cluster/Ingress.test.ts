@@ -64,6 +64,7 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
           call("POST", "/sessions/bob/messages", "not json"),
           call("POST", "/sessions/bob/messages", JSON.stringify({ nope: 1 })),
           call("POST", "/sessions/bob/messages", JSON.stringify({ text: "x", id: 7 })),
+          call("POST", "/sessions/bob/messages", JSON.stringify({ text: "x", bogus: 1 })),
           call("POST", "/sessions/bob/messages?wait=abc", ok),
           call("POST", "/sessions/bob/messages?wait=-5", ok),
           call("POST", "/sessions/bob/messages?wait=", ok),
@@ -86,14 +87,17 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
           400,
           400,
           400,
+          400,
           404
         ])
         for (const s of statuses) assert.isString(s.json.error)
+        // A key the body does not have is refused by name, not dropped (the message is not sent).
+        assert.include(statuses[3].json.error, "Expected no excess property at [\"bogus\"]")
         assert.strictEqual(
-          statuses[3].json.error,
+          statuses[4].json.error,
           "Expected `wait` to be an integer of milliseconds from 0 to 60000, got `abc`"
         )
-        assert.deepStrictEqual([statuses[7].json.reason, statuses[8].json.reason], ["reserved", "reserved"])
+        assert.deepStrictEqual([statuses[8].json.reason, statuses[9].json.reason], ["reserved", "reserved"])
         // None of the refused messages reached the cluster: only the two accepted above were dispatched.
         const counters = (yield* call("GET", "/status")).json.counters
         assert.strictEqual(counters.dispatched, 2)
@@ -149,7 +153,8 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
           call("PUT", "/lanes/main/limits", JSON.stringify({ queued: -1 })),
           call("PUT", "/lanes/main/limits", JSON.stringify({})),
           call("PUT", "/lanes/main/limits", "not json"),
-          call("PUT", "/lanes/main/limits", JSON.stringify({ queued: 10_001 }))
+          call("PUT", "/lanes/main/limits", JSON.stringify({ queued: 10_001 })),
+          call("PUT", "/lanes/main/limits", JSON.stringify({ concurrent: 3, bogus: 1 }))
         ])
         assert.deepStrictEqual(
           refused.map((r) => [r.status, r.json?._tag, r.json?.reason]),
@@ -165,6 +170,8 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
           refused[9].json.error,
           "Expected `limits.queued` to be an integer from 0 through 10000, got `10001`"
         )
+        // An unknown key next to a valid one: the whole body is refused, naming the key (concurrent stays 2).
+        assert.include(refused[10].json.error, "Expected no excess property at [\"bogus\"]")
         assert.deepInclude(yield* main, { paused: true, concurrent: 2, queued: 5, waiting: 1 })
 
         const resumed = yield* call("POST", "/lanes/main/resume")
