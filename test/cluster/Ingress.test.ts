@@ -5,6 +5,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { afterAll, beforeAll } from "vitest"
+import * as Postgres from "../../src/cluster/Postgres.js"
 import * as Runner from "../../src/cluster/Runner.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
 import { parsePrometheus } from "./prometheus.js"
@@ -59,6 +60,15 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         assert.strictEqual(again.status, 200)
         assert.strictEqual(again.json.runId, accepted.json.runId)
         assert.strictEqual(again.json.reply.text, "You said: hi")
+        // The reply's fields say what they are: the runner whose turn committed, the id of its outbox entry.
+        const [entry] = yield* Postgres.withClient(db!.url, (sql) =>
+          sql.unsafe<{ id: string }>(`SELECT id FROM switchyard_outbox WHERE idempotency_key = $1`, [
+            `reply:${accepted.json.runId}`
+          ]))
+        assert.deepStrictEqual(
+          [again.json.reply.turnRunner, again.json.reply.deliveryId, again.json.reply.messages],
+          ["ingress", entry.id, 1]
+        )
         const ok = JSON.stringify({ text: "x" })
         const statuses = yield* Effect.all([
           call("POST", "/sessions/bob/messages", "not json"),
@@ -75,21 +85,26 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
           call("POST", "/lanes/nope/restart"),
           call("GET", "/nowhere")
         ])
-        assert.deepStrictEqual(statuses.map((s) => s.status), [
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          404
-        ])
+        assert.deepStrictEqual(
+          statuses.map((s) =>
+            s.status
+          ),
+          [
+            400,
+            400,
+            400,
+            400,
+            400,
+            400,
+            400,
+            400,
+            400,
+            400,
+            400,
+            400,
+            404
+          ]
+        )
         for (const s of statuses) assert.isString(s.json.error)
         // A key the body does not have is refused by name, not dropped (the message is not sent).
         assert.include(statuses[3].json.error, "Expected no excess property at [\"bogus\"]")
