@@ -74,6 +74,7 @@ const fill = async (dir: string, keyed: boolean) => {
             })
           }\n`
         )
+        setInterval(() => {}, 1 << 30) // alive until the parent's SIGKILL
         yield* Effect.never
       })
     )

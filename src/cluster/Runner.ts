@@ -97,13 +97,22 @@ export interface Runner {
  */
 export const LEAVE_RESERVE_MS = 1_500
 
-/** The JSON line a runner appends to `--outbox` per delivered reply: the chatbot's `{ id, session, text }`, plus who delivered it. */
+/**
+ * The JSON line a runner appends to `--outbox` per delivered reply: the chatbot's `{ id, session, text }`,
+ * plus `deliveredBy`, the runner that delivered it (not always the one whose turn wrote it: see
+ * `ClusterAgent.TurnResult`).
+ */
 export const outboxLine = (
   entry: DeliveryEntry,
-  runner: string
-): { readonly id: string; readonly session: string; readonly text: unknown; readonly runner: string } => {
+  deliveredBy: string
+): { readonly id: string; readonly session: string; readonly text: unknown; readonly deliveredBy: string } => {
   const reply = replyOf(entry)
-  return { id: entry.id, session: reply?.session ?? entry.message.to, text: reply?.text ?? entry.message.body, runner }
+  return {
+    id: entry.id,
+    session: reply?.session ?? entry.message.to,
+    text: reply?.text ?? entry.message.body,
+    deliveredBy
+  }
 }
 
 /** Starts a runner in the current Scope. */
