@@ -39,11 +39,18 @@ export interface CronCommand {
   readonly dueAt: number
 }
 
-/** What a turn returns to its future. */
+/**
+ * What a turn returns to its future (and, through the ingress, to a client waiting with `?wait=`).
+ * The turn's runner is not the runner that delivers the reply: any runner's deliverer may take the
+ * outbox entry (one that stops before its deliverer took it leaves it to the others), and the
+ * `--outbox` line of the entry names that one (`deliveredBy`).
+ */
 export interface TurnResult {
   readonly text: string
+  /** The id of the reply's outbox entry (the `id` of its `--outbox` line); `""` when there was nothing to answer. */
   readonly deliveryId: string
-  readonly runner: string
+  /** The runner whose turn committed the reply (the `runner` of its `switchyard_turns` row). */
+  readonly turnRunner: string
   /** How many messages the turn answered together. */
   readonly messages: number
 }
@@ -120,7 +127,7 @@ export const handlers = (
         // A run of the inbox with no message of its own (a re-sent message that took a slot of its own
         // while its first copy was answered by another run): nothing to answer.
         if (texts.length === 0) {
-          return { text: "", deliveryId: "", runner: options.member, messages: 0 } satisfies TurnResult
+          return { text: "", deliveryId: "", turnRunner: options.member, messages: 0 } satisfies TurnResult
         }
         const reply = yield* model.reply({
           system,
@@ -139,7 +146,12 @@ export const handlers = (
         // visible exactly when its run is answered, in one transaction.
         const fence = task.fence
         const deliveryId = crypto.randomUUID()
-        const result: TurnResult = { text: reply.text, deliveryId, runner: options.member, messages: texts.length }
+        const result: TurnResult = {
+          text: reply.text,
+          deliveryId,
+          turnRunner: options.member,
+          messages: texts.length
+        }
         // Checked now (a reply the outbox refuses fails the turn), written by `commit`.
         const statement = yield* options.outbox.prepareGuarded({
           channel,
@@ -173,15 +185,13 @@ export const handlers = (
           ]
         })
         // With the run's reply (Storage.replyWrites: parameters from $19 on), or on its own.
-        const commit = (withReply: Storage.ReplyRow | undefined) =>
-          Effect.map(
-            statement(
-              withReply === undefined
-                ? undefined
-                : { also: Storage.replyWrites(19), params: Storage.replyParams(withReply) }
-            ),
-            (entry) => entry !== undefined
+        const write = (withReply: Storage.ReplyRow | undefined) =>
+          statement(
+            withReply === undefined
+              ? undefined
+              : { also: Storage.replyWrites(19), params: Storage.replyParams(withReply) }
           )
+        const commit = (withReply: Storage.ReplyRow | undefined) => Effect.map(write(withReply), (e) => e !== undefined)
         const fenced = () => new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId)
         if (task.commitWithReply !== undefined) {
           let logged = false
@@ -202,9 +212,11 @@ export const handlers = (
           )
           return result
         }
-        if (!(yield* commit(undefined))) return yield* Effect.fail(fenced())
+        const entry = yield* write(undefined)
+        if (entry === undefined) return yield* Effect.fail(fenced())
         options.onCommit?.()
-        return result
+        // The entry of a run that committed before (the outbox is idempotent by run id) keeps its id.
+        return entry.id === deliveryId ? result : { ...result, deliveryId: entry.id }
       }).pipe(Effect.mapError((e) => ({ _tag: e._tag, message: e.message })))
 
     // Each marks its run's coalescing slot started in its first statement (KeyRunner.marksSlot).

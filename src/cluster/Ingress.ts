@@ -179,7 +179,10 @@ const errorsAsJson =
             : `{ "text": <non-empty string>, "id"?: <string> }`
           return errorBody(
             400,
-            `Expected a JSON body \`${shape}\` (${e.kind}: ${e.cause.message.split("\n")[0]})`,
+            // The schema's message with its path on the same line (`... at ["bogus"]`).
+            `Expected a JSON body \`${shape}\` (${e.kind}: ${
+              e.cause.message.split("\n").slice(0, 2).join(" ").replace(/\s+/g, " ")
+            })`,
             "invalid"
           )
         }

@@ -3,6 +3,7 @@
  * params, query and body, its answers and its typed errors (JSON `{ _tag, error, reason }` with the
  * status of the error). `GET /openapi.json` serves the OpenAPI document generated from it.
  * Every route but `/healthz` sits behind {@link Authorization} (a bearer token, when one is set).
+ * Bodies are closed: a key a body does not declare is a 400 that names it.
  */
 import { Schema } from "effect"
 import {
@@ -204,10 +205,13 @@ export const make = (maxWaitMs: number) => {
       error: NotHealthy
     })
   )
-  return HttpApi.make("switchyard-runner").add(runner).add(lanes).add(health).annotateMerge(OpenApi.annotations({
-    title: "switchyard runner",
-    description: "One runner of a switchyard cluster: messages in, replies out (see docs/cluster.md)."
-  }))
+  return HttpApi.make("switchyard-runner").add(runner).add(lanes).add(health)
+    // A body with a key it does not declare is a 400 naming the key (the default drops such keys silently).
+    .annotate(HttpApi.PayloadParseOptions, { onExcessProperty: "error" })
+    .annotateMerge(OpenApi.annotations({
+      title: "switchyard runner",
+      description: "One runner of a switchyard cluster: messages in, replies out (see docs/cluster.md)."
+    }))
 }
 
 /** The OpenAPI document of {@link make}. */

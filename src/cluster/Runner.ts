@@ -27,6 +27,7 @@ import * as Inbox from "./Inbox.js"
 import * as Ingress from "./Ingress.js"
 import * as PgDeliveryLog from "./PgDeliveryLog.js"
 import * as Retention from "./Retention.js"
+import { probeListen } from "./StartupFailure.js"
 
 /** Options of {@link start}. */
 export interface RunnerOptions {
@@ -97,13 +98,22 @@ export interface Runner {
  */
 export const LEAVE_RESERVE_MS = 1_500
 
-/** The JSON line a runner appends to `--outbox` per delivered reply: the chatbot's `{ id, session, text }`, plus who delivered it. */
+/**
+ * The JSON line a runner appends to `--outbox` per delivered reply: the chatbot's `{ id, session, text }`,
+ * plus `deliveredBy`, the runner that delivered it (not always the one whose turn wrote it: see
+ * `ClusterAgent.TurnResult`).
+ */
 export const outboxLine = (
   entry: DeliveryEntry,
-  runner: string
-): { readonly id: string; readonly session: string; readonly text: unknown; readonly runner: string } => {
+  deliveredBy: string
+): { readonly id: string; readonly session: string; readonly text: unknown; readonly deliveredBy: string } => {
   const reply = replyOf(entry)
-  return { id: entry.id, session: reply?.session ?? entry.message.to, text: reply?.text ?? entry.message.body, runner }
+  return {
+    id: entry.id,
+    session: reply?.session ?? entry.message.to,
+    text: reply?.text ?? entry.message.body,
+    deliveredBy
+  }
 }
 
 /** Starts a runner in the current Scope. */
@@ -120,9 +130,15 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
     }
     const prefix = options.prefix ?? "switchyard"
     const jobs = yield* parseJobs(options.cron ?? [])
+    const clusterPort = options.clusterPort ?? options.port + 1000
+    // A port in use fails the start here, before this runner joins the cluster (and takes shards it would
+    // hand back at once); the ingress listens last.
+    for (const port of [options.port, clusterPort]) {
+      yield* Effect.tryPromise({ try: () => probeListen(options.host ?? "127.0.0.1", port), catch: (e) => e })
+    }
     const cluster = (yield* Layer.build(ClusterLayer.layer({
       postgres: options.postgres,
-      port: options.clusterPort ?? options.port + 1000,
+      port: clusterPort,
       prefix,
       ...(options.host === undefined ? {} : { host: options.host }),
       ...(options.shardsPerGroup === undefined ? {} : { shardsPerGroup: options.shardsPerGroup }),

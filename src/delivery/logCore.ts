@@ -167,7 +167,10 @@ export class LogCore {
       core.lastNow = now
       r.state.evict(now, o.dedupeWindowMs)
       const notes: OpenNotes = {
-        ...(r.truncate !== undefined ? { truncated: r.truncate } : {}),
+        // Zero-filled space the writer had not reached is no torn write: cut without a note.
+        ...(r.truncate !== undefined && r.truncate.zeros !== true
+          ? { truncated: { path: r.truncate.path, offset: r.truncate.offset, why: r.truncate.why } }
+          : {}),
         ...(lock.tookOverFrom !== undefined ? { tookOverLockFrom: lock.tookOverFrom } : {}),
         ...(r.noManifest ? { wroteManifest: true } : {}),
         ...(r.fromCheckpoint ? { fromCheckpoint: true } : {})

@@ -9,7 +9,7 @@ import { readCheckpoint } from "./checkpoint.js"
 import { CorruptLog } from "./corrupt.js"
 import type { KeyDigest } from "./keyDigest.js"
 import { MANIFEST, readManifest } from "./manifest.js"
-import { replayLog, replaySnapshot, withFile } from "./replay.js"
+import { replayLog, replaySnapshot, type Truncate, withFile } from "./replay.js"
 import { checksumFile, fileCode, fsyncDir, listSegments, type SegmentFile, segmentName } from "./segment.js"
 import { LogState } from "./state.js"
 
@@ -32,7 +32,8 @@ export interface Recovered {
   /** The `.log` segment to append to (the last one), if there is one after the newest snapshot. */
   readonly active: KeptSegment | undefined
   readonly highestNumber: number
-  readonly truncate: { readonly path: string; readonly offset: number; readonly why: string } | undefined
+  /** The last segment's tail to cut: a torn write, or zero-filled space (`zeros`). */
+  readonly truncate: Truncate | undefined
   /** File names to delete: segments superseded by the newest snapshot, and temporary files. */
   readonly remove: ReadonlyArray<string>
   /** The directory held segments but no MANIFEST (an older version wrote it): open writes one. */
@@ -43,11 +44,19 @@ export interface Recovered {
   readonly fromCheckpoint: boolean
 }
 
-/** Check the files against the MANIFEST (what must exist, at least how long); throws `CorruptLog`. */
-const checkManifest = (dir: string, files: ReadonlyArray<SegmentFile>, snapAt: number): boolean => {
+/**
+ * Check the files against the MANIFEST (what must exist, at least how long); throws `CorruptLog`.
+ * Returns whether there was none (with segments), and the bytes it records for each `.log`.
+ */
+const checkManifest = (
+  dir: string,
+  files: ReadonlyArray<SegmentFile>,
+  snapAt: number
+): { readonly noManifest: boolean; readonly recorded: ReadonlyMap<number, number> } => {
+  const recorded = new Map<number, number>()
   const m = readManifest(dir)
   if (typeof m === "string") throw new CorruptLog(join(dir, MANIFEST), 0, m)
-  if (m === undefined) return files.length > 0
+  if (m === undefined) return { noManifest: files.length > 0, recorded }
   const named = [m.snapshot, m.next].filter((n): n is number => n !== null)
   if (snapAt >= 0 && !named.includes(snapAt)) {
     throw new CorruptLog(
@@ -69,6 +78,7 @@ const checkManifest = (dir: string, files: ReadonlyArray<SegmentFile>, snapAt: n
     last = f.number
   }
   for (const s of m.segments) {
+    recorded.set(s.number, s.bytes)
     if (s.number < snapAt) continue
     const path = join(dir, segmentName(s.number, "log"))
     if (!logs.has(s.number)) throw new CorruptLog(path, 0, "a missing segment (the MANIFEST lists it)")
@@ -83,7 +93,7 @@ const checkManifest = (dir: string, files: ReadonlyArray<SegmentFile>, snapAt: n
       )
     }
   }
-  return false
+  return { noManifest: false, recorded }
 }
 
 /** How far a checkpoint carried recovery: its first `files` files, the last of them up to `lastSize`. */
@@ -146,7 +156,9 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
   const state = new LogState(digest)
   let snapAt = -1
   for (const f of files) if (f.kind === "snap") snapAt = f.number
-  const noManifest = below === undefined ? checkManifest(dir, files, snapAt) : false
+  const { noManifest, recorded } = below === undefined
+    ? checkManifest(dir, files, snapAt)
+    : { noManifest: false, recorded: new Map<number, number>() }
   const remove: Array<string> = [...temps]
   /** The snapshot in force, then every `.log` after it. */
   const order: Array<SegmentFile> = []
@@ -186,6 +198,14 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
       : { offset: 0, crc: 0, expected }
     const r = replayLog(state, path, bases[i]!, from, i === order.length - 1 && below === undefined, maxPayload)
     expected = r.expected
+    if (r.truncate?.zeros === true && r.size === 0 && (recorded.get(f.number) ?? 0) > 0) {
+      // As an empty last segment that had records on record: zero-filled space holds none of them.
+      throw new CorruptLog(
+        path,
+        0,
+        `a segment cut short: it holds only zeros, the MANIFEST recorded ${recorded.get(f.number)} bytes written`
+      )
+    }
     if (r.truncate !== undefined) truncate = r.truncate
     keep(r.size, r.crc)
   })

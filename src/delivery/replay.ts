@@ -174,7 +174,15 @@ export interface LogReplay {
   readonly crc: number
   /** The lsn the next record must have. */
   readonly expected: number
-  readonly truncate: { readonly path: string; readonly offset: number; readonly why: string } | undefined
+  readonly truncate: Truncate | undefined
+}
+
+/** Where the last segment is cut on open; `zeros`: only zero-filled space follows its last record (no torn write). */
+export interface Truncate {
+  readonly path: string
+  readonly offset: number
+  readonly why: string
+  readonly zeros?: boolean
 }
 
 /**
@@ -198,6 +206,16 @@ export const replayLog = (
       const r = reader.next()
       if (r === undefined) return { size, crc: reader.checksum(size), expected, truncate: undefined }
       if (typeof r === "string") {
+        // The writer fills the active segment ahead with zeros and overwrites them in place: in the
+        // last segment, a record boundary with only zeros from there to the end is the end of its records.
+        if (last && reader.zeroFrom(at)) {
+          return {
+            size: at,
+            crc: reader.checksum(at),
+            expected,
+            truncate: { path, offset: at, why: "zero-filled space after the last record", zeros: true }
+          }
+        }
         // A torn write leaves a prefix: a cut record, or one failing its CRC. A length over the limit
         // is never that (unless the limit was lowered since), so it is corruption wherever it is.
         // An unknown kind passed its CRC: written whole (by a newer version?), not torn either.

@@ -83,6 +83,10 @@ export const createSegment = (dir: string, number: number, sync: boolean): { fd:
 
 const WINDOW = 1 << 20
 
+let zeroBytes: Buffer | undefined
+/** `n` (at most `WINDOW`) zero bytes, from one buffer shared by every reader. */
+const zeros = (n: number): Buffer => (zeroBytes ??= Buffer.alloc(WINDOW)).subarray(0, n)
+
 /**
  * Reads records of one file front to back through a bounded window. A declared length is checked
  * against `maxPayload` before the window grows to hold it. Keeps the CRC-32 of the bytes read so far
@@ -155,6 +159,18 @@ export class SegmentReader {
     return r
   }
 
+  /** Is every byte from `from` to the end of the file zero (preallocated space the writer has not reached)? */
+  zeroFrom(from: number): boolean {
+    const chunk = Buffer.allocUnsafe(Math.min(WINDOW, Math.max(this.size - from, 1)))
+    for (let at = from; at < this.size;) {
+      const n = fs.readSync(this.fd, chunk, 0, Math.min(chunk.length, this.size - at), at)
+      if (n === 0) return false
+      if (!chunk.subarray(0, n).equals(zeros(n))) return false
+      at += n
+    }
+    return true
+  }
+
   /**
    * Is there any record with a valid CRC and an lsn above `afterLsn` at or past `from`? Used to tell a
    * torn tail (nothing valid follows) from corruption (valid records follow a bad one).
@@ -170,6 +186,8 @@ export class SegmentReader {
       got += n
     }
     for (let p = 0; p + HEADER_BYTES <= got; p++) {
+      // A record's kind byte is never 0: zero-filled space is passed over without decoding it.
+      if (buf[p + 16] === 0) continue
       const r = decodeAt(buf, p, got - p, got - p, this.maxPayload)
       if (typeof r !== "string" && r.lsn > afterLsn) return true
     }

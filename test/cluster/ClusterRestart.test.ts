@@ -153,8 +153,8 @@ describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
       const outcomes = await Promise.all(all)
       expect(outcomes.map((r) => r.status)).toEqual(outcomes.map(() => 200))
       // The sessions a held were answered by a, once resumed; every other one by b.
-      expect(outcomes.filter((r) => r.body.reply?.runner === a.name)).toHaveLength(held)
-      expect(outcomes.filter((r) => r.body.reply?.runner === b.name)).toHaveLength(outcomes.length - held)
+      expect(outcomes.filter((r) => r.body.reply?.turnRunner === a.name)).toHaveLength(held)
+      expect(outcomes.filter((r) => r.body.reply?.turnRunner === b.name)).toHaveLength(outcomes.length - held)
       await control(a.port, "PUT", "/lanes/main/limits", { concurrent: 4 })
       expect(await laneHere(a.port)).toMatchObject({ paused: false, concurrent: 4, queued: 64, running: 0, waiting: 0 })
     },
@@ -180,7 +180,30 @@ describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
       const stopped = await terminate(b)
       const reply = await waiting!
       expect(reply.status).toBe(200)
-      expect(reply.body.reply).toEqual(expect.objectContaining({ text: "You said: last words", runner: b.name }))
+      expect(reply.body.reply).toEqual(expect.objectContaining({ text: "You said: last words", turnRunner: b.name }))
+      // `turnRunner` is the runner whose turn committed (its turn record), `deliveryId` the id of the
+      // reply's outbox entry: the line with that id names the runner that delivered it, which may be a
+      // (b stopped before its deliverer took the entry) or b.
+      const turns = await Effect.runPromise(
+        Postgres.withClient(
+          db!.url,
+          (sql) =>
+            sql.unsafe<{ runner: string }>(`SELECT runner FROM switchyard_turns WHERE run_id = $1`, [reply.body.runId])
+        )
+      )
+      expect(turns.map((t) => t.runner)).toEqual([b.name])
+      let line: { id: string; session: string; text: string; deliveredBy: string } | undefined
+      await until("the reply's line in the outbox file", 20_000, async () => {
+        line = fs.readFileSync(path.join(dir, "outbox.jsonl"), "utf8").split("\n").filter((l) => l !== "")
+          .map((l) => JSON.parse(l)).find((l) => l.id === reply.body.reply!.deliveryId)
+        return line !== undefined
+      })
+      expect(line).toEqual({
+        id: reply.body.reply!.deliveryId,
+        session: expect.stringMatching(/^term-\d+$/),
+        text: "You said: last words",
+        deliveredBy: expect.stringMatching(new RegExp(`^(${a.name}|${b.name})$`))
+      })
       expect(stopped.code).toBe(0)
       expect(stopped.ms).toBeLessThanOrEqual(DRAIN_B + EXIT_SLACK_MS)
       const last = JSON.parse(b.stdout[b.stdout.length - 1])

@@ -93,7 +93,7 @@ describe.skipIf(!up)(
           )
           expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(LEASE_MS - 500)
           const second = await postMessage(owner.port, session, "second", 30_000)
-          expect([second.status, second.body.reply?.runner]).toEqual([200, owner.name])
+          expect([second.status, second.body.reply?.turnRunner]).toEqual([200, owner.name])
           // The first message too was answered by the new owner (replayed from the cluster's message table).
           await until("the first message's turn on the new owner", 20_000, async () =>
             (await query<{ n: number }>(

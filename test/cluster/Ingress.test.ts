@@ -5,6 +5,7 @@
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import { afterAll, beforeAll } from "vitest"
+import * as Postgres from "../../src/cluster/Postgres.js"
 import * as Runner from "../../src/cluster/Runner.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
 import { parsePrometheus } from "./prometheus.js"
@@ -59,11 +60,21 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         assert.strictEqual(again.status, 200)
         assert.strictEqual(again.json.runId, accepted.json.runId)
         assert.strictEqual(again.json.reply.text, "You said: hi")
+        // The reply's fields say what they are: the runner whose turn committed, the id of its outbox entry.
+        const [entry] = yield* Postgres.withClient(db!.url, (sql) =>
+          sql.unsafe<{ id: string }>(`SELECT id FROM switchyard_outbox WHERE idempotency_key = $1`, [
+            `reply:${accepted.json.runId}`
+          ]))
+        assert.deepStrictEqual(
+          [again.json.reply.turnRunner, again.json.reply.deliveryId, again.json.reply.messages],
+          ["ingress", entry.id, 1]
+        )
         const ok = JSON.stringify({ text: "x" })
         const statuses = yield* Effect.all([
           call("POST", "/sessions/bob/messages", "not json"),
           call("POST", "/sessions/bob/messages", JSON.stringify({ nope: 1 })),
           call("POST", "/sessions/bob/messages", JSON.stringify({ text: "x", id: 7 })),
+          call("POST", "/sessions/bob/messages", JSON.stringify({ text: "x", bogus: 1 })),
           call("POST", "/sessions/bob/messages?wait=abc", ok),
           call("POST", "/sessions/bob/messages?wait=-5", ok),
           call("POST", "/sessions/bob/messages?wait=", ok),
@@ -74,26 +85,21 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
           call("POST", "/lanes/nope/restart"),
           call("GET", "/nowhere")
         ])
-        assert.deepStrictEqual(statuses.map((s) => s.status), [
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          400,
-          404
-        ])
+        // Every one is a 400 but the unknown route.
+        assert.deepStrictEqual(
+          statuses.map((s) =>
+            s.status
+          ),
+          [...statuses.slice(1).map(() => 400), 404]
+        )
         for (const s of statuses) assert.isString(s.json.error)
+        // A key the body does not have is refused by name, not dropped (the message is not sent).
+        assert.include(statuses[3].json.error, "Expected no excess property at [\"bogus\"]")
         assert.strictEqual(
-          statuses[3].json.error,
+          statuses[4].json.error,
           "Expected `wait` to be an integer of milliseconds from 0 to 60000, got `abc`"
         )
-        assert.deepStrictEqual([statuses[7].json.reason, statuses[8].json.reason], ["reserved", "reserved"])
+        assert.deepStrictEqual([statuses[8].json.reason, statuses[9].json.reason], ["reserved", "reserved"])
         // None of the refused messages reached the cluster: only the two accepted above were dispatched.
         const counters = (yield* call("GET", "/status")).json.counters
         assert.strictEqual(counters.dispatched, 2)
@@ -149,7 +155,8 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
           call("PUT", "/lanes/main/limits", JSON.stringify({ queued: -1 })),
           call("PUT", "/lanes/main/limits", JSON.stringify({})),
           call("PUT", "/lanes/main/limits", "not json"),
-          call("PUT", "/lanes/main/limits", JSON.stringify({ queued: 10_001 }))
+          call("PUT", "/lanes/main/limits", JSON.stringify({ queued: 10_001 })),
+          call("PUT", "/lanes/main/limits", JSON.stringify({ concurrent: 3, bogus: 1 }))
         ])
         assert.deepStrictEqual(
           refused.map((r) => [r.status, r.json?._tag, r.json?.reason]),
@@ -165,6 +172,8 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
           refused[9].json.error,
           "Expected `limits.queued` to be an integer from 0 through 10000, got `10001`"
         )
+        // An unknown key next to a valid one: the whole body is refused, naming the key (concurrent stays 2).
+        assert.include(refused[10].json.error, "Expected no excess property at [\"bogus\"]")
         assert.deepInclude(yield* main, { paused: true, concurrent: 2, queued: 5, waiting: 1 })
 
         const resumed = yield* call("POST", "/lanes/main/resume")

@@ -163,4 +163,29 @@ describe.skipIf(!up)("the statements of a message (Postgres)", () => {
     const reply = await query<{ payload: string }>(`SELECT payload FROM cluster_replies WHERE request_id = 2000`)
     expect(JSON.parse(reply[0].payload).value.deliveryId).toBe(current.deliveryId)
   })
+  it("a turn run again for a run whose reply is in the outbox (no reply commit: the outbox is idempotent by run id) returns the id of that entry as its deliveryId", async () => {
+    const run = () =>
+      Effect.runPromise(
+        Effect.scoped(Effect.gen(function*() {
+          const outbox = yield* PgDeliveryLog.make()
+          const handlers = yield* ClusterAgent.handlers({ member: "me", outbox })
+          return (yield* handlers.main({
+            runId: "run-again",
+            lane: "main",
+            key: "again",
+            generation: 0,
+            command: { type: "message", session: "again", text: "hi" },
+            admittedAt: 0
+          })) as ClusterAgent.TurnResult
+        })).pipe(
+          Effect.provide(ScriptedModel.layer({ latencyMs: 0 })),
+          Effect.provide(Postgres.layer(db!.url, { maxConnections: 2 }))
+        )
+      )
+    const first = await run()
+    const second = await run()
+    const entries = await query<{ id: string }>(`SELECT id FROM switchyard_outbox WHERE recipient = 'again'`)
+    expect(entries.map((e) => e.id)).toEqual([first.deliveryId])
+    expect([second.deliveryId, second.turnRunner]).toEqual([first.deliveryId, "me"])
+  })
 })

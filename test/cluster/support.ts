@@ -127,7 +127,7 @@ export const postMessage = (port: number, session: string, text: string, waitMs 
       pending?: boolean
       reason?: string
       error?: string
-      reply?: { text: string; runner: string }
+      reply?: { text: string; turnRunner: string; deliveryId: string }
     }
   }))
 
