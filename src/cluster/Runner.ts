@@ -27,6 +27,7 @@ import * as Inbox from "./Inbox.js"
 import * as Ingress from "./Ingress.js"
 import * as PgDeliveryLog from "./PgDeliveryLog.js"
 import * as Retention from "./Retention.js"
+import { probeListen } from "./StartupFailure.js"
 
 /** Options of {@link start}. */
 export interface RunnerOptions {
@@ -129,9 +130,15 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
     }
     const prefix = options.prefix ?? "switchyard"
     const jobs = yield* parseJobs(options.cron ?? [])
+    const clusterPort = options.clusterPort ?? options.port + 1000
+    // A port in use fails the start here, before this runner joins the cluster (and takes shards it would
+    // hand back at once); the ingress listens last.
+    for (const port of [options.port, clusterPort]) {
+      yield* Effect.tryPromise({ try: () => probeListen(options.host ?? "127.0.0.1", port), catch: (e) => e })
+    }
     const cluster = (yield* Layer.build(ClusterLayer.layer({
       postgres: options.postgres,
-      port: options.clusterPort ?? options.port + 1000,
+      port: clusterPort,
       prefix,
       ...(options.host === undefined ? {} : { host: options.host }),
       ...(options.shardsPerGroup === undefined ? {} : { shardsPerGroup: options.shardsPerGroup }),

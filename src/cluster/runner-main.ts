@@ -4,16 +4,19 @@
  * Prints one JSON line `{"type":"ready","pid":...}` on standard output once it takes messages, and
  * `{"type":"shutdown",...}` as its last line. SIGTERM / SIGINT: stop taking messages, answer the clients
  * waiting on turns, drain, leave the cluster, exit 0, all within `--drain-timeout`; a second signal
- * exits at once (143 / 130). Logs go to standard error.
+ * exits at once (143 / 130). Logs go to standard error. A start that fails (Postgres unreachable, a
+ * port in use, ...) prints one line `runner: <what failed>: <how to fix it>` on standard error and
+ * exits 1 (`SWITCHYARD_DEBUG=1`: the whole cause too).
  */
 import { Command, InvalidArgumentError } from "commander"
-import { Effect } from "effect"
+import { Cause, Effect } from "effect"
 import type { CronJob } from "../agent/CronJobs.js"
 import { parseCronFlag } from "../agent/CronJobs.js"
 import { exitAfterFlush, runMain } from "../agent/main.js"
 import { isLoopback } from "./Ingress.js"
 import * as Postgres from "./Postgres.js"
 import * as Runner from "./Runner.js"
+import * as StartupFailure from "./StartupFailure.js"
 
 const integer = (name: string, min: number) => (value: string): number => {
   const n = Number(value)
@@ -148,16 +151,20 @@ if (process.env.SWITCHYARD_EXIT_WITH_PARENT === "1") {
 const name = options.name ?? `runner-${opts.port}`
 const line = (value: unknown) => process.stdout.write(JSON.stringify(value) + "\n")
 
+const clusterPort = opts.clusterPort ?? opts.port + 1000
+
 runMain((main) =>
   Effect.gen(function*() {
-    const stop = yield* Effect.scoped(Effect.gen(function*() {
+    let ready = false
+    const started = yield* Effect.scoped(Effect.gen(function*() {
       const runner = yield* Runner.start(options)
+      ready = true
       line({
         type: "ready",
         name: runner.name,
         pid: process.pid,
         http: opts.port,
-        cluster: opts.clusterPort ?? opts.port + 1000,
+        cluster: clusterPort,
         postgres: Postgres.redactUrl(options.postgres)
       })
       const signal = yield* main.signal
@@ -172,7 +179,19 @@ runMain((main) =>
       }, Math.max(0, opts.drainTimeout - 100)).unref()
       const drain = yield* runner.stop
       return { signal, at, drain }
-    }))
+    })).pipe(
+      // A start that fails is one line on standard error that says what and how to fix it, and exit 1.
+      Effect.catchCause((cause) =>
+        ready || Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause) : Effect.sync(() => {
+          const ctx = { postgres: options.postgres, host: opts.host, port: opts.port, clusterPort }
+          process.stderr.write(`runner: ${StartupFailure.describe(cause, ctx)}\n`)
+          if (process.env.SWITCHYARD_DEBUG === "1") process.stderr.write(`${Cause.pretty(cause)}\n`)
+          return undefined
+        })
+      )
+    )
+    if (started === undefined) return 1
+    const stop = started
     // The Scope is closed: local lanes drained, deliveries stopped, the cluster left.
     line({ type: "shutdown", name, pid: process.pid, signal: stop.signal, ms: Date.now() - stop.at, drain: stop.drain })
     return 0

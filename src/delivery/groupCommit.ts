@@ -15,7 +15,10 @@ export type Completion = (error: Error | undefined) => void
 export interface ActiveSegment {
   readonly number: number
   fd: number
+  /** Bytes of records. */
   size: number
+  /** The file's length: past `size` it holds zeros the writer filled ahead (`fsync: "always"`). */
+  length: number
 }
 
 /** What the writer tells its owner. */
@@ -57,6 +60,15 @@ const write = (fd: number, buf: Buffer, position: number): Promise<void> =>
 
 const datasync = (fd: number): Promise<void> =>
   new Promise((resolve, reject) => fs.fdatasync(fd, (err) => (err ? reject(err) : resolve())))
+
+/**
+ * How far ahead of its records the writer fills the active segment with zeros (`fsync: "always"`):
+ * records then overwrite zeros already on disk, so their fdatasync flushes data and commits no size
+ * change (ext4 journals one when a write grows the file). The zeros go out with the batch that
+ * passes the filled space, in its write and sync: once every 4 MiB of records.
+ */
+export const FILL_BYTES = 4 * 1024 * 1024
+let fillZeros: Buffer | undefined
 
 /** Initial size of a staging buffer; it doubles as needed (a batch's records are framed in place). */
 const STAGE_BYTES = 64 * 1024
@@ -257,9 +269,13 @@ export class GroupCommitWriter {
       }
       const size = to - start
       if (size > 0) {
-        await write(this.active.fd, buf.subarray(start, to), this.active.size)
-        if (this.sync) await datasync(this.active.fd)
-        this.active.size += size
+        const a = this.active
+        await write(a.fd, buf.subarray(start, to), a.size)
+        const end = a.size + size
+        // Past the filled space: fill the next stretch (within the segment) before the same sync.
+        if (this.sync && end > a.length) await this.fillAhead(a, end)
+        if (this.sync) await datasync(a.fd)
+        a.size = end
         this.events.onWritten(this.active.number, size)
       }
       for (let j = first; j < i; j++) {
@@ -272,11 +288,45 @@ export class GroupCommitWriter {
     }
   }
 
-  /** Seal the active segment (already synced) and continue in a new, synced one. */
+  /** Below this offset of the active segment the writer does not try to fill again (a fill failed there). */
+  private fillFrom = 0
+
+  /**
+   * Write zeros after the records ending at `end`, up to `FILL_BYTES` within the segment. Never fails
+   * the batch: a full disk keeps what it wrote (space the next records overwrite) and the writer tries
+   * again only a stretch further on, appending to a growing file meanwhile, as without the fill.
+   */
+  private async fillAhead(a: ActiveSegment, end: number): Promise<void> {
+    const fill = Math.min(FILL_BYTES, this.segmentBytes - end)
+    if (fill <= 0 || end < this.fillFrom) return
+    try {
+      await write(a.fd, (fillZeros ??= Buffer.alloc(FILL_BYTES)).subarray(0, fill), end)
+      a.length = end + fill
+    } catch {
+      this.fillFrom = end + FILL_BYTES
+    }
+  }
+
+  /**
+   * Cut the zeros filled past the active segment's records (and sync that), so that a sealed or
+   * closed segment ends at its last record. Throws the I/O error.
+   */
+  private cutFill(): void {
+    const a = this.active
+    // The file's own length: a fill that failed part way may have left zeros past `length`.
+    if (!this.sync || fs.fstatSync(a.fd).size <= a.size) return
+    fs.ftruncateSync(a.fd, a.size)
+    fs.fsyncSync(a.fd)
+    a.length = a.size
+  }
+
+  /** Seal the active segment (already synced; cut to its records) and continue in a new, synced one. */
   private roll(number: number): void {
+    this.cutFill()
     const { fd } = createSegment(this.dir, number, this.sync)
     fs.closeSync(this.active.fd)
-    this.active = { number, fd, size: 0 }
+    this.active = { number, fd, size: 0, length: 0 }
+    this.fillFrom = 0
     this.events.onRoll(number)
   }
 
@@ -285,6 +335,12 @@ export class GroupCommitWriter {
     return new Promise((resolve) => {
       const finish = (): void => {
         this.closed = true
+        try {
+          // After a failure the owner cuts the segment to the durable frontier itself.
+          if (this.failure === undefined) this.cutFill()
+        } catch {
+          // The zeros stay: recovery reads them as the end of the records.
+        }
         try {
           fs.closeSync(this.active.fd)
         } catch {

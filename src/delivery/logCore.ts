@@ -11,7 +11,7 @@ import { type Captured, type CompactionHooks, removeReplaced, writeSnapshot } fr
 import { DeliveryLogError } from "./errors.js"
 import { stageIdRecord, tooLarge } from "./framing.js"
 import { describeFsError, fsErrorPath, makeDirectory } from "./fsError.js"
-import { GroupCommitWriter } from "./groupCommit.js"
+import { type ActiveSegment, GroupCommitWriter } from "./groupCommit.js"
 import { type AppendDone, InFlight } from "./inflight.js"
 import { KeyedPlaces, readFailure } from "./keyedPlaces.js"
 import { acquireLock, releaseLock } from "./lockfile.js"
@@ -147,13 +147,14 @@ export class LogCore {
       finishRecovery(o.dir, r, o.sync)
       const segments = new Map<number, KeptSegment>()
       for (const s of r.segments) segments.set(s.number, s)
-      let active: { number: number; fd: number; size: number }
+      let active: ActiveSegment
       if (r.active !== undefined) {
         const fd = fs.openSync(join(o.dir, segmentName(r.active.number, "log")), "r+")
-        active = { number: r.active.number, fd, size: r.active.bytes }
+        // Recovery cut the file to its records (a zero-filled tail included).
+        active = { number: r.active.number, fd, size: r.active.bytes, length: fs.fstatSync(fd).size }
       } else {
         const number = r.highestNumber + 1
-        active = { number, fd: createSegment(o.dir, number, o.sync).fd, size: 0 }
+        active = { number, fd: createSegment(o.dir, number, o.sync).fd, size: 0, length: 0 }
         segments.set(number, { number, kind: "log", bytes: 0, crc: 0, crcTo: 0 })
         r.state.addresses.add(fileCode(number, "log"), r.nextAddress)
       }

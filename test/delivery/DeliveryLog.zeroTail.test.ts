@@ -130,4 +130,39 @@ describe("DeliveryLog zero-filled tail", () => {
       assert.include(e.message, "only zeros")
       assert.deepStrictEqual(snapshotFiles(dir), before)
     }))
+
+  it.effect("the writer (fsync always) fills the active segment ahead with zeros; sealed and closed segments end at their last record", () =>
+    Effect.gen(function*() {
+      const dir = tmp.next()
+      const segmentBytes = 64 * 1024
+      const ended = (name: string) => {
+        const bounds = recordBoundaries(join(dir, name))
+        return bounds[bounds.length - 1] === fs.statSync(join(dir, name)).size
+      }
+      yield* Effect.scoped(
+        Effect.gen(function*() {
+          const log = yield* DeliveryLog.open({ dir, segmentBytes })
+          yield* Effect.forEach(
+            Array.from({ length: 2000 }, (_, i) => i),
+            (i) => log.append({ channel: "c", to: `r${i % 7}`, body: { i, text: "x".repeat(i % 50) } }),
+            { concurrency: 64, discard: true }
+          )
+          const names = logs(dir)
+          assert.isAbove(names.length, 2)
+          // Filled to the segment's end (the stretch is 4 MiB): records are written over zeros.
+          const active = fs.readFileSync(join(dir, names[names.length - 1]!))
+          assert.strictEqual(active.length, segmentBytes)
+          const bounds = recordBoundaries(join(dir, names[names.length - 1]!))
+          const recordsEnd = bounds.findIndex((b, i) => i > 0 && b === bounds[i - 1]! + 17)
+          assert.isAbove(recordsEnd, 0)
+          assert.isTrue(
+            active.subarray(bounds[recordsEnd - 1]!).equals(Buffer.alloc(segmentBytes - bounds[recordsEnd - 1]!))
+          )
+          for (const name of names.slice(0, -1)) assert.isTrue(ended(name), `sealed ${name} ends at its last record`)
+        })
+      )
+      for (const name of logs(dir)) assert.isTrue(ended(name), `closed ${name} ends at its last record`)
+      const pending = yield* Effect.scoped(Effect.flatMap(DeliveryLog.open({ dir, fsync: "never" }), (l) => l.pending))
+      assert.strictEqual(pending.length, 2000)
+    }))
 })
