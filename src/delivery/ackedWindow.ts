@@ -113,7 +113,15 @@ export class AckedWindow {
   }
 
   /** `addKeyed` of a pristine entry given as its id's 128 bits and its key's digest (replay, from the record's bytes). */
-  addKeyedWords(id: Uint32Array, at: number, digest: Uint32Array, file: number, offset: number, bytes: number, started: boolean): void {
+  addKeyedWords(
+    id: Uint32Array,
+    at: number,
+    digest: Uint32Array,
+    file: number,
+    offset: number,
+    bytes: number,
+    started: boolean
+  ): void {
     this.keyed.add(id, at, digest, file, offset, bytes, started ? KeyedFlag.started : 0)
   }
 

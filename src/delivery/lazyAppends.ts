@@ -95,7 +95,10 @@ export class LazyAppends {
       const v = cells[i]!
       if (v === 0) return -1
       const s = v - 1
-      if ((this.flags[s]! & GONE) === 0 && w[4 * s] === a && w[4 * s + 1] === b && w[4 * s + 2] === c && w[4 * s + 3] === d) {
+      if (
+        (this.flags[s]! & GONE) === 0 && w[4 * s] === a && w[4 * s + 1] === b && w[4 * s + 2] === c &&
+        w[4 * s + 3] === d
+      ) {
         return s
       }
     }

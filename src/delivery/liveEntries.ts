@@ -94,7 +94,9 @@ export class LiveEntries {
     for (let i = h & mask;; i = (i + 1) & mask) {
       const s = t[2 * i]!
       if (s === 0) return false
-      if (t[2 * i + 1] === h && parseUuid(this.entries[s - 1]!.id, scratch) && scratch.every((w, k) => w === words[k])) {
+      if (
+        t[2 * i + 1] === h && parseUuid(this.entries[s - 1]!.id, scratch) && scratch.every((w, k) => w === words[k])
+      ) {
         return true
       }
     }
