@@ -18,7 +18,7 @@ import { MessageBytes, textOf } from "./messageBytes.js"
 import { appendBytes, EntryData, utf8Bytes, writeAppendFields } from "./payload.js"
 import { HEADER_BYTES, Kind, seal } from "./record.js"
 import { CorruptLog, finishRecovery, type KeptSegment, recover } from "./recovery.js"
-import { createSegment, DIR_MODE, fileCode, segmentName } from "./segment.js"
+import { createSegment, DIR_MODE, fileCode, segmentFlags, segmentName } from "./segment.js"
 import type { LogState } from "./state.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { UUID_CHARS, writeUuid } from "./uuid.js"
@@ -143,7 +143,7 @@ export class LogCore {
       for (const s of r.segments) segments.set(s.number, s)
       let active: ActiveSegment
       if (r.active !== undefined) {
-        const fd = fs.openSync(join(o.dir, segmentName(r.active.number, "log")), "r+")
+        const fd = fs.openSync(join(o.dir, segmentName(r.active.number, "log")), segmentFlags(o.sync))
         // Recovery cut the file to its records (a zero-filled tail included).
         active = { number: r.active.number, fd, size: r.active.bytes, length: fs.fstatSync(fd).size }
       } else {
