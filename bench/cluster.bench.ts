@@ -16,16 +16,30 @@ import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
+import * as ScriptedModel from "../src/agent/ScriptedModel.js"
 import * as ClusterLayer from "../src/cluster/ClusterLayer.js"
 import * as ClusterQueue from "../src/cluster/ClusterQueue.js"
 import * as Postgres from "../src/cluster/Postgres.js"
 import { CommandQueue } from "../src/queue/index.js"
 import { ratio, table } from "./lib.js"
 import { attribute, readStatements } from "./pglog.js"
+import { breakdown } from "./timing.js"
 
 const ADMIN = process.env.SWITCHYARD_TEST_PG ?? "postgres://postgres@127.0.0.1:5432/test"
 const LATENCY = 20
 const SESSIONS = 50
+/**
+ * The 500 ms phase spreads its messages over more sessions: a session's turns run where its shard is, and
+ * 50 sessions hash onto 3 runners so unevenly (the busiest holds 18 to 24 of them, 20 at the median) that
+ * the busiest runner's 8 slots bound the cluster at 2.5x of one runner (median); 480 sessions, one message
+ * each, put that bound at 2.8x (median; 2.65x to 2.95x), so the row measures the cluster more than the
+ * hash. The bound of each run is printed under the table. `CLUSTER_BENCH_SLOW_SESSIONS=50` for the old row.
+ */
+/** Shards per group of the runners (`--shards`). */
+const SHARDS = Number(process.env.CLUSTER_BENCH_SHARDS ?? 32)
+const SLOW_SHARDS = Number(process.env.CLUSTER_BENCH_SLOW_SHARDS ?? 300)
+const SLOW_SESSIONS = Number(process.env.CLUSTER_BENCH_SLOW_SESSIONS ?? 480)
+const SLOW_MESSAGES = Number(process.env.CLUSTER_BENCH_SLOW_MESSAGES ?? 480)
 const MESSAGES = Number(process.env.CLUSTER_BENCH_MESSAGES ?? 600)
 const CONCURRENCY = 48
 const LATENCY_SAMPLES = 40
@@ -41,6 +55,12 @@ const PGLOG = process.env.CLUSTER_BENCH_PGLOG
 const PROFILE = process.env.CLUSTER_BENCH_PROFILE
 /** `CLUSTER_BENCH_ONLY=short` skips the 500 ms runs; `=slow` runs only them; `=floor` only effect/cluster alone. */
 const ONLY = process.env.CLUSTER_BENCH_ONLY
+/**
+ * `CLUSTER_BENCH_TIMING=1`: the runners record each step of a message's path (src/cluster/Timing.ts) and the
+ * one-at-a-time latency is broken down step by step (bench/timing.ts). Recording costs a write per step:
+ * take the other figures from a run without it.
+ */
+const TIMING = process.env.CLUSTER_BENCH_TIMING === "1"
 
 const freePort = (): Promise<number> =>
   new Promise((resolve) => {
@@ -62,7 +82,15 @@ const reachable = async () => {
   }
 }
 
-const startRunner = (url: string, port: number, clusterPort: number, outbox: string, latency: number) =>
+const startRunner = (
+  url: string,
+  port: number,
+  clusterPort: number,
+  outbox: string,
+  latency: number,
+  timing: string | undefined,
+  shards: number
+) =>
   new Promise<ChildProcess>((resolve, reject) => {
     const child = spawn(process.execPath, [
       ...(PROFILE === undefined ? [] : ["--cpu-prof", `--cpu-prof-dir=${PROFILE}`]),
@@ -80,7 +108,7 @@ const startRunner = (url: string, port: number, clusterPort: number, outbox: str
       "--outbox",
       outbox,
       "--shards",
-      "32",
+      String(shards),
       "--main-concurrent",
       "8",
       "--drain-timeout",
@@ -88,7 +116,12 @@ const startRunner = (url: string, port: number, clusterPort: number, outbox: str
     ], {
       cwd: root,
       stdio: ["ignore", "pipe", "inherit"],
-      env: { ...process.env, ANTHROPIC_API_KEY: "", SWITCHYARD_EXIT_WITH_PARENT: "1" }
+      env: {
+        ...process.env,
+        ANTHROPIC_API_KEY: "",
+        SWITCHYARD_EXIT_WITH_PARENT: "1",
+        ...(timing === undefined ? {} : { SWITCHYARD_TIMING: timing })
+      }
     })
     const timer = setTimeout(() => reject(new Error("runner not ready in 60 s")), 60_000)
     child.stdout!.on("data", (d: Buffer) => {
@@ -118,7 +151,13 @@ const percentile = (xs: Array<number>, p: number) => {
 }
 
 /** Throughput and one-at-a-time latency through `runners` runner processes. */
-const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) => {
+const cluster = async (
+  runners: number,
+  latency = LATENCY,
+  messages = MESSAGES,
+  sessions = SESSIONS,
+  shards = SHARDS
+) => {
   const name = `sy_bench_${process.pid}_${runners}`
   await admin((sql) => sql.unsafe(`DROP DATABASE IF EXISTS ${name}`))
   await admin((sql) => sql.unsafe(`CREATE DATABASE ${name}`))
@@ -128,17 +167,29 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-bench-"))
   const children: Array<ChildProcess> = []
   const ports: Array<number> = []
+  const timing = TIMING && latency === LATENCY ? path.join(dir, "timing.jsonl") : undefined
   try {
     for (let i = 0; i < runners; i++) {
       const port = await freePort()
       ports.push(port)
-      children.push(await startRunner(u.toString(), port, await freePort(), path.join(dir, "outbox.jsonl"), latency))
+      children.push(
+        await startRunner(u.toString(), port, await freePort(), path.join(dir, "outbox.jsonl"), latency, timing, shards)
+      )
     }
     // Let the shard assignment settle, then warm up every runner.
     for (let i = 0; i < 3 * runners; i++) await post(ports[i % runners], `warm${i}`, "warm")
     const latencies: Array<number> = []
     const samples = latency > 100 ? 2 : LATENCY_SAMPLES
     for (let i = 0; i < samples; i++) latencies.push((await post(ports[i % runners], `lat${i % 5}`, "hi"))!)
+    if (timing !== undefined) {
+      const b = breakdown(timing)
+      table(
+        `Where one message's time goes: ${runners} runner(s), ${LATENCY} ms turn, median of ${b.samples} samples (ingress to response ${
+          b.total.toFixed(1)
+        } ms; load average ${os.loadavg()[0].toFixed(1)})`,
+        b.rows.map((r) => ({ name: r.what, "p50 ms": r.ms, samples: String(r.samples) }))
+      )
+    }
     const cpuTicksOf = (field: 11 | 12) =>
       children.reduce((sum, c) => {
         const f = fs.readFileSync(`/proc/${c.pid}/stat`, "utf8").split(") ")[1]!.split(" ")
@@ -161,7 +212,7 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
     await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
       while (next < messages) {
         const i = next++
-        while ((await post(ports[Math.floor(Math.random() * runners)], `s${i % SESSIONS}`, `m${i}`)) === undefined) {
+        while ((await post(ports[Math.floor(Math.random() * runners)], `s${i % sessions}`, `m${i}`)) === undefined) {
           busy++
         }
       }
@@ -208,11 +259,25 @@ const cluster = async (runners: number, latency = LATENCY, messages = MESSAGES) 
   }
 }
 
-/** The same 20 ms task through the single-process queue: one at a time, and 600 over 50 keys. */
-const single = () =>
+/**
+ * The same 20 ms task through the single-process queue: one at a time, and 600 over 50 keys. `model`: the
+ * task is what a runner's turn waits for, the scripted model's reply (`ScriptedModel`, `--latency 20`: its
+ * text in chunks, a timer for each, so ~2 to 4 ms more than one 20 ms timer under load); otherwise a bare
+ * `Effect.sleep(20 ms)`.
+ */
+const single = (model: boolean) =>
   Effect.runPromise(Effect.scoped(Effect.gen(function*() {
     const q = yield* CommandQueue.make({ lanes: { main: { concurrent: 8, queued: 10_000 } } })
-    const task = Effect.sleep(`${LATENCY} millis`)
+    const scripted = ScriptedModel.make({ latencyMs: LATENCY })
+    const task = model
+      ? Effect.asVoid(
+        scripted.reply({
+          system: "You are a helpful assistant.",
+          transcript: [{ role: "user", content: "hi" }],
+          maxTokens: 1024
+        })
+      )
+      : Effect.sleep(`${LATENCY} millis`)
     const latencies: Array<number> = []
     for (let i = 0; i < LATENCY_SAMPLES; i++) {
       const t = performance.now()
@@ -305,7 +370,8 @@ const floor = async () => {
 if (!(await reachable())) {
   console.log(`Postgres not reachable at ${Postgres.redactUrl(ADMIN)}: cluster benchmark skipped\n`)
 } else {
-  const local = await single()
+  const sleep = await single(false)
+  const local = await single(true)
   const skipShort = ONLY === "slow" || ONLY === "floor"
   const one = skipShort ? undefined : await cluster(1)
   const three = skipShort ? undefined : await cluster(3)
@@ -314,7 +380,7 @@ if (!(await reachable())) {
       `Cluster throughput: ${MESSAGES} messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${LATENCY} ms scripted turn, lane main concurrent 8 per runner`,
       [
         {
-          name: "single-process CommandQueue (same 20 ms task)",
+          name: "single-process CommandQueue (the scripted model's 20 ms reply)",
           "messages/s": local.perSecond,
           "vs 1 runner": ratio(local.perSecond, one.perSecond),
           "runner CPU ms/message": "-",
@@ -340,9 +406,34 @@ if (!(await reachable())) {
       ]
     )
     table(`Turn latency one message at a time (POST ... ?wait to reply), ${LATENCY_SAMPLES} samples`, [
-      { name: "single-process CommandQueue", "p50 ms": local.p50, "p95 ms": local.p95, "added p50 ms": 0 },
-      { name: "cluster, 1 runner", "p50 ms": one.p50, "p95 ms": one.p95, "added p50 ms": one.p50 - local.p50 },
-      { name: "cluster, 3 runners", "p50 ms": three.p50, "p95 ms": three.p95, "added p50 ms": three.p50 - local.p50 }
+      {
+        name: "single-process CommandQueue, Effect.sleep(20 ms)",
+        "p50 ms": sleep.p50,
+        "p95 ms": sleep.p95,
+        "added p50 ms": "-",
+        "added p50 ms vs the sleep": 0
+      },
+      {
+        name: "single-process CommandQueue, the scripted model's 20 ms reply",
+        "p50 ms": local.p50,
+        "p95 ms": local.p95,
+        "added p50 ms": 0,
+        "added p50 ms vs the sleep": local.p50 - sleep.p50
+      },
+      {
+        name: "cluster, 1 runner",
+        "p50 ms": one.p50,
+        "p95 ms": one.p95,
+        "added p50 ms": one.p50 - local.p50,
+        "added p50 ms vs the sleep": one.p50 - sleep.p50
+      },
+      {
+        name: "cluster, 3 runners",
+        "p50 ms": three.p50,
+        "p95 ms": three.p95,
+        "added p50 ms": three.p50 - local.p50,
+        "added p50 ms vs the sleep": three.p50 - sleep.p50
+      }
     ])
   }
   // Where the turn's own wait dominates (a model call), each runner's lane concurrency is the limit.
@@ -360,10 +451,10 @@ if (!(await reachable())) {
   }
   const SLOW = 500
   if (ONLY !== "short" && ONLY !== "floor") {
-    const slowOne = await cluster(1, SLOW, 240)
-    const slowThree = await cluster(3, SLOW, 240)
+    const slowOne = await cluster(1, SLOW, SLOW_MESSAGES, SLOW_SESSIONS, SLOW_SHARDS)
+    const slowThree = await cluster(3, SLOW, SLOW_MESSAGES, SLOW_SESSIONS, SLOW_SHARDS)
     table(
-      `Cluster throughput when the turn waits: 240 messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${SLOW} ms scripted turn, lane main concurrent 8 per runner`,
+      `Cluster throughput when the turn waits: ${SLOW_MESSAGES} messages, ${SLOW_SESSIONS} sessions, ${SLOW_SHARDS} shards, ${CONCURRENCY} clients, ${SLOW} ms scripted turn, lane main concurrent 8 per runner`,
       [
         {
           name: "cluster, 1 runner",

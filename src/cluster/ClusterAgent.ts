@@ -17,6 +17,7 @@ import { marksSlot } from "./KeyRunner.js"
 import type { ClusterTask, LaneHandler } from "./KeyRunner.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 import * as Storage from "./Storage.js"
+import * as Timing from "./Timing.js"
 
 /** A user message for the `main` lane; the key is the session. */
 export interface MessageCommand {
@@ -118,6 +119,7 @@ export const handlers = (
           `SELECT src, id, role, content FROM ${prefix}_turn_start($1, $2, $3, $4, $5, $6)`,
           [task.lane, task.key, task.coalesceSlot ?? null, task.runId, session, historyLimit * 2]
         )
+        Timing.mark(task.runId, "turnStarted")
         const byId = (a: { id: number }, b: { id: number }) => Number(a.id) - Number(b.id)
         const history = rows.filter((r) => r.src === "history").sort(byId)
         const recorded = rows.filter((r) => r.src === "inbox").sort(byId).map((r) => r.content)
@@ -136,6 +138,7 @@ export const handlers = (
           maxTokens
         })
         const endedAt = yield* Clock.currentTimeMillis
+        Timing.mark(task.runId, "modelDone")
         // What makes the turn visible (the reply in the outbox, the exchange in the transcript, the turn
         // record) is one statement, written only while the shard's epoch is the one the turn started
         // under (Fencing.ts): a runner that stalled past its lease and lost the shard writes nothing.
@@ -193,16 +196,19 @@ export const handlers = (
         if (task.commitWithReply !== undefined) {
           let logged = false
           task.commitWithReply((row) =>
-            commit(row).pipe(
-              Effect.tap((written) => {
-                if (written) return Effect.sync(() => options.onCommit?.())
-                if (logged) return Effect.void
-                logged = true
-                return Effect.logWarning(
-                  `fenced: run ${task.runId} of ${task.lane}/${task.key} dropped, its writes refused (${fenced().message}); the shard's owner runs it`
-                )
-              })
-            )
+            (Timing.enabled
+              ? Effect.andThen(Effect.sync(() => Timing.mark(task.runId, "commit0")), commit(row))
+              : commit(row)).pipe(
+                Effect.tap((written) => {
+                  Timing.mark(task.runId, "commit1")
+                  if (written) return Effect.sync(() => options.onCommit?.())
+                  if (logged) return Effect.void
+                  logged = true
+                  return Effect.logWarning(
+                    `fenced: run ${task.runId} of ${task.lane}/${task.key} dropped, its writes refused (${fenced().message}); the shard's owner runs it`
+                  )
+                })
+              )
           )
           return result
         }

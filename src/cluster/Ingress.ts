@@ -42,6 +42,7 @@ import * as IngressApi from "./IngressApi.js"
 import * as IngressLanes from "./IngressLanes.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 import { metricsText, status } from "./RunnerStatus.js"
+import * as Timing from "./Timing.js"
 
 /** Options of {@link serve}. */
 export interface IngressOptions {
@@ -233,6 +234,7 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
         // the turn before it ran), recorded in the inbox for that run; a re-sent message id joins its run.
         // The slot, the inbox row and the lookup of the message id are one statement (Coalesce.ts).
         const inbox = options.inbox
+        Timing.mark(session, "ingress")
         const dispatched = yield* Effect.exit(
           options.queue.dispatch(
             "main",
@@ -264,6 +266,7 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
           return accepted
         }
         const outcome = yield* Effect.exit(future.awaitTimeout(`${waitMs} millis`))
+        Timing.mark(future.runId, "respond")
         if (Exit.isSuccess(outcome)) return { ...accepted, reply: outcome.value }
         const err = failureOf(outcome)
         // Not answered in time, or this runner stopped waiting (it shuts down): the run is durable and

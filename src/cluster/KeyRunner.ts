@@ -8,7 +8,7 @@
  * (its shard moves, the runner shuts down) every local task of the key is canceled first, and runs
  * that did not finish get no reply: the cluster replays them on the key's next runner.
  */
-import { Cause, Clock, Effect, Exit, Option, Queue, Schedule } from "effect"
+import { Clock, Effect, Exit, Option, Queue, Schedule } from "effect"
 import type { Scope } from "effect"
 import { Layer } from "effect"
 import { Entity } from "effect/cluster"
@@ -18,12 +18,14 @@ import type { CommandQueue } from "../queue/CommandQueue.js"
 import type { Participation } from "../queue/errors.js"
 import type { Future } from "../queue/Future.js"
 import { Fence } from "./Fencing.js"
-import type { FenceShape, FenceToken } from "./Fencing.js"
+import type { FenceToken } from "./Fencing.js"
 import type { Generations } from "./Generations.js"
 import { KeyEntity } from "./protocol.js"
-import type { Cancel, CancelKey, Run, WireQueueFailure, WireTaskDefect } from "./protocol.js"
+import type { Cancel, CancelKey, Run, WireQueueFailure } from "./protocol.js"
+import { isCanceled, isFenced, queueFailure, reportFenced, taskDefect, toReply } from "./RunOutcome.js"
 import { ReplyCommits } from "./Storage.js"
 import type { ReplyCommit } from "./Storage.js"
+import * as Timing from "./Timing.js"
 
 /** What a lane handler gets: the command as sent (a JSON value) and where it runs. */
 export interface ClusterTask {
@@ -87,33 +89,6 @@ export interface KeyRunnerOptions {
 type Rpcs = typeof Run | typeof Cancel | typeof CancelKey
 type Req = Envelope.Request<Rpcs>
 
-const isFenced = (e: unknown): e is { readonly _tag: "Fenced"; readonly message?: string } =>
-  e !== null && typeof e === "object" && (e as { _tag?: unknown })._tag === "Fenced"
-
-/** Logs `fenced` for the runs of `held` whose shard now has a newer epoch than the one they started under. */
-const reportFenced = (fence: FenceShape, held: ReadonlyArray<readonly [string, FenceToken]>) =>
-  Effect.forEach(
-    held,
-    ([runId, t]) =>
-      Effect.flatMap(fence.current(t.shard), (now) =>
-        now !== undefined && now > t.epoch
-          ? Effect.logWarning(
-            `fenced: run ${runId} dropped before its commit: shard ${t.shard} is at epoch ${now}, this runner's was ${t.epoch}; the shard's owner runs it`
-          )
-          : Effect.void),
-    { discard: true }
-  ).pipe(
-    Effect.timeoutOrElse({ duration: "2 seconds", orElse: () => Effect.void }),
-    Effect.ignore
-  )
-
-const isCanceled = (exit: Exit.Exit<unknown, unknown>): boolean =>
-  Exit.isFailure(exit) &&
-  exit.cause.reasons.some((r) =>
-    r._tag === "Fail" && (r.error as { _tag?: string; reason?: string })._tag === "QueueFailure" &&
-    (r.error as { reason?: string }).reason === "canceled"
-  )
-
 /** Most canceled run ids remembered per key before their `Run` arrives (oldest forgotten first). */
 const MAX_EARLY_CANCELS = 1_000
 
@@ -155,71 +130,12 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
             ) =>
               Effect.andThen(
                 consumeSlot(p),
-                reply(
-                  request,
-                  Exit.fail(
-                    {
-                      _tag: "QueueFailure",
-                      runId: p.runId,
-                      lane: p.lane,
-                      key: p.key,
-                      participation: options.participation(p.lane),
-                      stage,
-                      reason
-                    } satisfies WireQueueFailure
-                  )
-                )
+                reply(request, queueFailure(p, options.participation(p.lane), stage, reason))
               )
-
-            /** The local outcome as the cluster reply; `undefined` when the run must be left for the next runner. */
-            const toReply = (
-              p: typeof Run.payloadSchema.Type,
-              exit: Exit.Exit<unknown, unknown>
-            ): Exit.Exit<unknown, unknown> | undefined => {
-              if (Exit.isSuccess(exit)) return exit
-              const failure = Cause.findErrorOption(exit.cause)
-              if (Option.isSome(failure)) {
-                // Fenced: another runner took the shard while this one stalled; it runs the run, not us.
-                if (isFenced(failure.value)) return undefined
-                const e = failure.value as {
-                  _tag?: string
-                  stage?: WireQueueFailure["stage"]
-                  reason?: WireQueueFailure["reason"]
-                }
-                if (
-                  e !== null && typeof e === "object" && e._tag === "QueueFailure" && e.reason !== undefined &&
-                  e.stage !== undefined
-                ) {
-                  // closed: this runner drains; the run goes to the key's next runner instead of failing.
-                  if (e.reason === "closed") return undefined
-                  return Exit.fail(
-                    {
-                      _tag: "QueueFailure",
-                      runId: p.runId,
-                      lane: p.lane,
-                      key: p.key,
-                      participation: options.participation(p.lane),
-                      stage: e.stage,
-                      reason: e.reason
-                    } satisfies WireQueueFailure
-                  )
-                }
-                return Exit.fail({ _tag: "TaskFailed", error: failure.value })
-              }
-              if (Cause.hasInterruptsOnly(exit.cause)) return undefined
-              const defect = exit.cause.reasons.find((r) => r._tag === "Die")
-              const d = defect !== undefined && defect._tag === "Die" ? defect.defect : Cause.squash(exit.cause)
-              return Exit.fail(
-                {
-                  _tag: "TaskDefect",
-                  name: d instanceof Error ? d.name : "Defect",
-                  message: d instanceof Error ? d.message : String(d)
-                } satisfies WireTaskDefect
-              )
-            }
 
             const onRun = (request: Req, p: typeof Run.payloadSchema.Type) =>
               Effect.gen(function*() {
+                Timing.mark(p.runId, "onRun")
                 if (earlyCancels.delete(p.runId) || p.admittedAt <= canceledBefore) {
                   return yield* failWith(request, p, "queued", "canceled")
                 }
@@ -232,16 +148,7 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                 }
                 const handler = handlers[p.lane]
                 if (handler === undefined) {
-                  return yield* reply(
-                    request,
-                    Exit.fail(
-                      {
-                        _tag: "TaskDefect",
-                        name: "Error",
-                        message: `This runner has no handler for lane \`${p.lane}\``
-                      } satisfies WireTaskDefect
-                    )
-                  )
+                  return yield* reply(request, taskDefect("Error", `This runner has no handler for lane \`${p.lane}\``))
                 }
                 const now = yield* Clock.currentTimeMillis
                 const queueTimeout = p.queueTimeoutMs ?? options.queueTimeoutMs(p.lane)
@@ -310,7 +217,10 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                     ),
                     run
                   )
-                const admitted = yield* local.dispatch(p.lane, p.key, task, {
+                const timed = Timing.enabled
+                  ? Effect.andThen(Effect.sync(() => Timing.mark(p.runId, "taskStart")), task)
+                  : task
+                const admitted = yield* local.dispatch(p.lane, p.key, timed, {
                   ...(remaining === undefined ? {} : { queueTimeoutMs: Math.max(1, Math.round(remaining)) }),
                   ...(p.turnTimeoutMs === undefined ? {} : { turnTimeoutMs: p.turnTimeoutMs })
                 }).pipe(
@@ -327,7 +237,7 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                   if (e._tag === "AdmissionError") return
                   return yield* reply(
                     request,
-                    Exit.fail({ _tag: "TaskDefect", name: "RequestError", message: e.message } satisfies WireTaskDefect)
+                    taskDefect("RequestError", e.message)
                   )
                 }
                 const future = admitted.success
@@ -335,11 +245,12 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                 if (token !== undefined) tokens.set(p.runId, token)
                 yield* Effect.exit(future.await).pipe(
                   Effect.flatMap((exit) => {
+                    Timing.mark(p.runId, "taskEnd")
                     if (runs.get(p.runId) === future) {
                       runs.delete(p.runId)
                       tokens.delete(p.runId)
                     }
-                    const out = toReply(p, exit)
+                    const out = toReply(p, options.participation(p.lane), exit)
                     // A run canceled because the entity stops gets no reply: the key's next runner runs it.
                     // Any other outcome (also one reached while stopping) is the answer, saved as usual.
                     if (out === undefined || (stoppedRuns.has(p.runId) && isCanceled(out))) return Effect.void

@@ -25,6 +25,7 @@ import { MessageStorage, Snowflake, SqlMessageStorage } from "effect/cluster"
 import { EntityNotAssignedToRunner } from "effect/cluster/ClusterError"
 import { PersistenceError } from "effect/cluster/ClusterError"
 import type { EntityAddress } from "effect/cluster/EntityAddress"
+import * as Timing from "./Timing.js"
 
 /** Who waits for which persisted request to be durable. */
 export interface SavedShape {
@@ -86,6 +87,23 @@ export const replyWrites = (first: number, prefix = "cluster"): ReadonlyArray<st
 /** The parameters of {@link replyWrites}, in order. */
 export const replyParams = (reply: ReplyRow): ReadonlyArray<unknown> => [reply.replyId, reply.requestId, reply.payload]
 
+/** The run id of a `Run`'s primary key (`.../Run/<runId>`), for Timing.ts. */
+const runIdOfKey = (primaryKey: string | null): string =>
+  primaryKey === null ? "-" : primaryKey.slice(primaryKey.indexOf("/Run/") + 5)
+
+/** `save(options)`, its start and end marked for the run (Timing.ts) when timing is on. */
+const timedSave = <A, E>(
+  save: (options: Parameters<MessageStorage.Encoded["saveEnvelope"]>[0]) => Effect.Effect<A, E>,
+  options: Parameters<MessageStorage.Encoded["saveEnvelope"]>[0]
+): Effect.Effect<A, E> => {
+  if (!Timing.enabled) return save(options)
+  return Effect.suspend(() => {
+    const runId = runIdOfKey(options.primaryKey)
+    Timing.mark(runId, "save0")
+    return Effect.tap(save(options), () => Effect.sync(() => Timing.mark(runId, "save1")))
+  })
+}
+
 /**
  * `MessageStorage` on `SqlMessageStorage`'s driver (tables `cluster_*`, created beforehand by
  * `Migrations.migrate`), plus {@link Saved} and {@link ReplyCommits}.
@@ -128,8 +146,26 @@ export const layer = Layer.effectContext(Effect.gen(function*() {
   }
   const driver: MessageStorage.Encoded = {
     ...encoded,
+    ...(Timing.enabled ?
+      {
+        // The read of the messages a runner was notified of, timed for each run it returns (Timing.ts).
+        unprocessedMessages: (shards, now, options) =>
+          Effect.suspend(() => {
+            const t0 = Timing.now()
+            return Effect.tap(encoded.unprocessedMessages(shards, now, options), (messages) =>
+              Effect.sync(() => {
+                for (const m of messages) {
+                  const runId = (m.envelope as { payload?: { runId?: unknown } }).payload?.runId
+                  if (typeof runId !== "string") continue
+                  Timing.mark(runId, "read0", t0)
+                  Timing.mark(runId, "read1")
+                }
+              }))
+          })
+      } :
+      {}),
     saveEnvelope: (options) =>
-      Effect.tap(encoded.saveEnvelope(options), () =>
+      Effect.tap(timedSave(encoded.saveEnvelope, options), () =>
         Effect.sync(() => {
           const set = options.primaryKey === null ? undefined : waits.get(options.primaryKey)
           if (set === undefined) return

@@ -8,6 +8,7 @@ import type { Coalesce, InboxMessage } from "./Coalesce.js"
 import { KeyEntity } from "./protocol.js"
 import type { Run } from "./protocol.js"
 import * as Storage from "./Storage.js"
+import * as Timing from "./Timing.js"
 import { transient } from "./wire.js"
 
 /**
@@ -83,6 +84,7 @@ export const sendRun = (options: {
 }): Effect.Effect<void> =>
   Effect.gen(function*() {
     const { client, payload, saved, scope } = options
+    Timing.mark(payload.runId, "slotDone")
     if (Option.isNone(saved)) {
       yield* client.Run(payload, { discard: true }).pipe(
         Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
@@ -108,7 +110,10 @@ export const sendRun = (options: {
         schedule: Schedule.spaced("100 millis")
       }),
       Effect.exit,
-      Effect.tap(options.onReply),
+      Effect.tap((exit) => {
+        Timing.mark(payload.runId, "replied")
+        return options.onReply(exit)
+      }),
       Effect.ensuring(Effect.sync(wait.release)),
       Effect.forkIn(scope)
     )
@@ -116,4 +121,5 @@ export const sendRun = (options: {
     const ended = yield* Effect.raceFirst(Effect.as(wait.saved, undefined), Fiber.join(sent))
     if (ended !== undefined && Exit.isFailure(ended)) return yield* Effect.die(Cause.squash(ended.cause))
     durable = true
+    Timing.mark(payload.runId, "saved")
   })

@@ -34,6 +34,10 @@ export interface CompactionHost {
   readonly nextLsn: () => number
   /** Write the MANIFEST (it names `installing`). Throws the I/O error. */
   readonly saveManifest: () => void
+  /** Resolves once no CHECKPOINT is being written (one covers files a compaction replaces). */
+  readonly checkpointsIdle: () => Promise<void>
+  /** The snapshot is named and the window points into it: a CHECKPOINT naming the replaced files is void. */
+  readonly replaced: () => void
 }
 
 export class LogCompaction {
@@ -56,6 +60,11 @@ export class LogCompaction {
       this.total += s.bytes
       if (s.kind === "snap") this.baseline = s.bytes
     }
+  }
+
+  /** A compaction is running. */
+  get compacting(): boolean {
+    return this.running
   }
 
   /** Bytes of every file of the log. */
@@ -114,6 +123,7 @@ export class LogCompaction {
     this.running = true
     let reserved = -1
     try {
+      await host.checkpointsIdle()
       const cp = this.retry !== undefined
         ? { reserved: this.retry.reserved, captured: this.rebuild(this.retry.reserved) }
         : await host.checkpoint((): Captured => {
@@ -135,6 +145,7 @@ export class LogCompaction {
       const size = snap.size
       const gone = [...segments.values()].filter((s) => s.number < cp.reserved)
       host.places.installed(state, cp.reserved, cp.captured, snap, gone)
+      host.replaced()
       const replaced: Array<string> = []
       for (const s of gone) {
         replaced.push(segmentName(s.number, s.kind))

@@ -5,6 +5,8 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
+import { CHECKPOINT } from "./checkpoint.js"
+import { Checkpointer } from "./checkpointer.js"
 import type { CompactionHooks } from "./compaction.js"
 import { DeliveryLogError } from "./errors.js"
 import { stageIdRecord, tooLarge } from "./framing.js"
@@ -52,6 +54,8 @@ export class LogCore {
   private readonly places: KeyedPlaces
   /** The files' bytes, when to compact, and compacting (logCompaction.ts). */
   private readonly compaction: LogCompaction
+  /** Writes the CHECKPOINT while the log runs (so that an open after a crash replays little) and at close. */
+  private readonly checkpoints: Checkpointer
 
   private constructor(
     private readonly o: ResolvedOptions,
@@ -63,9 +67,11 @@ export class LogCore {
     private readonly hooks: CompactionHooks,
     /** The address of the writer's first byte, and the segment it writes. */
     writerBase: number,
-    active: number
+    active: number,
+    replayed: number
   ) {
     this.places = new KeyedPlaces(o.dir, o.maxRecordBytes + READ_SLACK, state.addresses, writerBase, active)
+    this.checkpoints = new Checkpointer(o.dir, o.sync, o.segmentBytes, state.addresses, segments, replayed, hooks.step)
     this.compaction = new LogCompaction({
       o,
       hooks,
@@ -77,7 +83,10 @@ export class LogCore {
       checkpoint: (capture) => writer.requestCheckpoint(capture),
       now: () => this.lastNow,
       nextLsn: () => this.nextLsn,
-      saveManifest: () => this.saveManifest()
+      saveManifest: () => this.saveManifest(),
+      // A running checkpoint covers the files a compaction replaces: it finishes first.
+      checkpointsIdle: () => this.checkpoints.idle(),
+      replaced: () => this.checkpoints.replaced()
     })
   }
 
@@ -98,7 +107,18 @@ export class LogCore {
         onWritten: (n, b) => core?.written(n, b),
         onFailed: (e) => core?.onFailed(ioError(o.dir, e))
       })
-      core = new LogCore(o, lockPath, r.state, r.nextLsn, segments, writer, hooks, r.nextAddress, active.number)
+      core = new LogCore(
+        o,
+        lockPath,
+        r.state,
+        r.nextLsn,
+        segments,
+        writer,
+        hooks,
+        r.nextAddress,
+        active.number,
+        r.replayed
+      )
       try {
         core.saveManifest()
       } catch {
@@ -134,7 +154,17 @@ export class LogCore {
     this.places.written(number, s?.bytes ?? 0, bytes)
     if (s !== undefined) s.bytes += bytes
     if (this.compaction.written(bytes)) this.onCompactionWanted()
+    this.checkpoints.written(bytes, this.compaction.compacting, this.captureAt, this.markAll)
   }
+
+  /** The log now, for a running checkpoint: the state is exactly the records staged before `end`. */
+  private readonly captureAt = () => ({
+    state: this.state,
+    nextLsn: this.nextLsn,
+    end: this.places.addressOf(this.writer.taken, this.writer.staging)
+  })
+
+  private readonly markAll = (done: (error: Error | undefined) => void): void => this.writer.mark(done)
 
   /** The reason every call fails now, if any. */
   private refuse(): DeliveryLogError | undefined {
@@ -443,11 +473,21 @@ export class LogCore {
         } catch {
           // the MANIFEST written at the last roll still holds (its sizes are lower bounds)
         }
+        await this.checkpoints.idle()
+        this.places.close()
         // Only when every record was written: the checkpoint stands for the files as they are.
-        this.places.close(
-          this.writer.failed === undefined ? { segments: this.segments.values(), nextLsn: this.nextLsn } : undefined,
-          this.state
-        )
+        if (this.writer.failed === undefined) {
+          try {
+            this.checkpoints.atClose(this.state, this.nextLsn)
+          } catch {
+            // No checkpoint (a full disk, say): the next open replays the records instead.
+            try {
+              fs.rmSync(join(this.o.dir, `${CHECKPOINT}.tmp`), { force: true })
+            } catch {
+              // left for the next open, which deletes it
+            }
+          }
+        }
       })()
     }
     await this.closing

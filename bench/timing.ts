@@ -1,0 +1,72 @@
+/**
+ * The cluster benchmark's latency breakdown (`CLUSTER_BENCH_TIMING=1`): the runners record each step of a
+ * message's path (src/cluster/Timing.ts) and this reads them back for the one-at-a-time samples (sessions
+ * `lat*`), step by step, the median of each over the samples.
+ */
+import * as fs from "node:fs"
+
+interface Mark {
+  readonly t: number
+  readonly pid: number
+  readonly id: string
+  readonly point: string
+}
+
+/** From one mark to the next, in the order a message reaches them, and what happens in between. */
+const STEPS: ReadonlyArray<readonly [from: string, to: string, what: string]> = [
+  ["ingress", "slotDone", "`switchyard_coalesce_slot` (slot + inbox row), on the ingress runner"],
+  ["slotDone", "save0", "effect/cluster's client until its save starts"],
+  ["save0", "save1", "the save: `INSERT INTO cluster_messages`"],
+  ["save1", "read0", "saved -> the key's runner starts its read (notified: a latch, or a socket hop)"],
+  ["read0", "read1", "the read: `UPDATE cluster_messages SET last_read ... RETURNING`"],
+  ["read1", "onRun", "entity manager -> mailbox -> KeyRunner"],
+  ["onRun", "taskStart", "admission into the runner's CommandQueue"],
+  ["taskStart", "turnStarted", "`switchyard_turn_start` (slot started, inbox rows, history)"],
+  ["turnStarted", "modelDone", "the model (scripted)"],
+  ["modelDone", "commit0", "effect/cluster's reply path until the reply is saved"],
+  ["commit0", "commit1", "the fenced commit with the reply (one statement)"],
+  ["commit1", "replied", "the reply back to the dispatcher (local handler, or a socket hop)"],
+  ["replied", "respond", "future settled -> HTTP response"]
+]
+
+const median = (xs: ReadonlyArray<number>): number => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length === 0 ? NaN : s[Math.floor(s.length / 2)]!
+}
+
+/**
+ * The steps of the one-at-a-time messages recorded in `file`: for each, the median time (ms), how many
+ * samples had it, and the median of the whole path (ingress to response).
+ */
+export const breakdown = (file: string) => {
+  const marks: Array<Mark> = fs.readFileSync(file, "utf8").split("\n").filter((l) => l.length > 0).map((l) =>
+    JSON.parse(l) as Mark
+  )
+  // The ingress marks the session (the run id is not known yet); its run is the next one the slot gave.
+  const byRun = new Map<string, Map<string, number>>()
+  const ingress = marks.filter((m) => m.point === "ingress" && m.id.startsWith("lat")).sort((a, b) => a.t - b.t)
+  const slots = marks.filter((m) => m.point === "slotDone").sort((a, b) => a.t - b.t)
+  for (const m of ingress) {
+    const slot = slots.find((s) => s.t >= m.t && s.pid === m.pid && s.id.includes(`:${m.id}:`))
+    if (slot !== undefined) byRun.set(slot.id, new Map([["ingress", m.t]]))
+  }
+  for (const m of marks) {
+    const points = byRun.get(m.id)
+    if (points !== undefined && !points.has(m.point)) points.set(m.point, m.t)
+  }
+  const rows = STEPS.map(([from, to, what]) => {
+    const ds: Array<number> = []
+    for (const points of byRun.values()) {
+      const a = points.get(from)
+      const b = points.get(to)
+      if (a !== undefined && b !== undefined) ds.push(b - a)
+    }
+    return { what, ms: median(ds), samples: ds.length }
+  })
+  const totals = [...byRun.values()].flatMap((p) => {
+    const a = p.get("ingress")
+    const b = p.get("respond")
+    return a !== undefined && b !== undefined ? [b - a] : []
+  })
+  return { rows, total: median(totals), samples: totals.length }
+}
