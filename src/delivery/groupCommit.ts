@@ -72,6 +72,8 @@ const datasync = (fd: number): Promise<void> =>
  */
 export const FILL_BYTES = 4 * 1024 * 1024
 let fillZeros: Buffer | undefined
+/** The writer fills only while the disk has this much free space (16 fills). */
+export const FILL_MIN_FREE = 16 * FILL_BYTES
 
 /** Initial size of a staging buffer; it doubles as needed (a batch's records are framed in place). */
 const STAGE_BYTES = 64 * 1024
@@ -304,6 +306,13 @@ export class GroupCommitWriter {
     const fill = Math.min(FILL_BYTES, this.segmentBytes - end)
     if (fill <= 0 || end < this.fillFrom) return
     try {
+      // Never take space others on the disk may need: only with plenty free (a small or nearly full
+      // disk gets no fill, and the log appends to a growing file as without it).
+      const free = fs.statfsSync(this.dir)
+      if (free.bavail * free.bsize < FILL_MIN_FREE) {
+        this.fillFrom = end + FILL_BYTES
+        return
+      }
       await write(a.fd, (fillZeros ??= Buffer.alloc(FILL_BYTES)).subarray(0, fill), end)
       a.length = end + fill
     } catch {
