@@ -188,6 +188,12 @@ export const switchyardMigrations = (prefix: string): Migrator.Loader =>
               ORDER BY h.id DESC LIMIT p_history) t;
         END
         $fn$`)
+    }),
+    // ClusterCronJobs.fire: the run a due time dispatched, written with the run's slot, so a replayed
+    // firing of the due time finds it and starts nothing.
+    "0006_cron_run": Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* sql.unsafe(`ALTER TABLE ${prefix}_cron_firings ADD COLUMN run_id text`)
     })
   })
 

@@ -86,7 +86,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
         runners.map((r) => [200, `You said: hi ${r.name}`])
       )
       const migrations = await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_migrations`)
-      expect(Number(migrations[0].n)).toBe(5)
+      expect(Number(migrations[0].n)).toBe(6)
     },
     60_000
   )
@@ -273,12 +273,12 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
       const resumeMs = resumed.map((r) => Number(r.ms)).sort((x, y) => x - y)
       expect(moved.length).toBeGreaterThan(0)
 
-      // Cron: ClusterCron fires each due second once in the whole cluster; a firing caught in a shard
-      // move can be replayed (at least once), which is harmless: its run id is made of the due time, so
-      // the job still runs at most once per due time (and coalesces while a run of it waits).
-      const firings = await query<{ due: number; fired: number }>(
+      // Cron: ClusterCron fires each due second once in the whole cluster; a firing caught by the SIGKILL
+      // (or a shard move) before its reply was saved is fired again (at least once), and that replay starts
+      // nothing (ClusterCronJobs.fire): every cron run is the run of a due time's first firing.
+      const firings = await query<{ due: number; fired: number; run_id: string }>(
         db!.url,
-        `SELECT due_at::float8 AS due, fired FROM switchyard_cron_firings ORDER BY due_at`
+        `SELECT due_at::float8 AS due, fired, run_id FROM switchyard_cron_firings ORDER BY due_at`
       )
       const refired = firings.filter((f) => f.fired !== 1).map((f) => ({
         sinceStartMs: Number(f.due) - t0,
@@ -291,6 +291,8 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
       expect(cronRuns.length).toBeGreaterThan(0)
       const replayed = new Set(replays.map((r) => r.run_id))
       expect(cronRuns.filter((r) => Number(r.n) !== 1 && !replayed.has(r.run_id))).toEqual([])
+      const firedRuns = new Set(firings.map((f) => f.run_id))
+      expect(cronRuns.filter((r) => !firedRuns.has(r.run_id))).toEqual([])
       const dues = firings.map((f) => Number(f.due))
       const span = (dues[dues.length - 1] - dues[0]) / 1000 + 1
       // Seconds with no firing: only when the cron chain was lost with the killed runner.

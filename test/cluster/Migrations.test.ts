@@ -44,7 +44,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard:0002_shard_epochs",
         "switchyard:0003_inbox",
         "switchyard:0004_turn_epochs",
-        "switchyard:0005_message_functions"
+        "switchyard:0005_message_functions",
+        "switchyard:0006_cron_run"
       ]])
       const again = await Effect.runPromise(
         Postgres.withClient(url, (sql) => Migrations.migrate().pipe(Effect.provideService(SqlClient.SqlClient, sql)))
@@ -100,7 +101,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard:0002_shard_epochs",
         "switchyard:0003_inbox",
         "switchyard:0004_turn_epochs",
-        "switchyard:0005_message_functions"
+        "switchyard:0005_message_functions",
+        "switchyard:0006_cron_run"
       ])
       const rows = await Effect.runPromise(
         Postgres.withClient(
