@@ -17,6 +17,9 @@ import { FILE_MODE } from "./segment.js"
 
 export const CHECKPOINT = "CHECKPOINT"
 
+/** Points where a test may crash the process while a running checkpoint is written (`hooks.step`). */
+export type CheckpointStep = "checkpoint-captured" | "checkpoint-temp-written" | "checkpoint-renamed"
+
 const MAGIC = Buffer.from("SYCKPT01", "latin1")
 
 /** A file the checkpoint covers: its first `size` bytes hash to `crc`. */
@@ -63,36 +66,45 @@ const bytesOf = (a: Uint32Array | Uint8Array | Float64Array): Buffer =>
 
 const runsBytes = (r: Runs): number => 12 * r.at.length
 
-/** Serialise `s` (one buffer: the checkpoint of a log with 1M keyed ids is ~37 MB). */
-const encode = (s: CheckpointState): Buffer => {
-  const { kept, plain, keyed } = s.acked
-  const header: Header = {
-    endian: endianness(),
-    files: s.files,
-    nextLsn: s.nextLsn,
-    nextSeq: s.nextSeq,
-    liveBytes: s.liveBytes,
-    live: s.live.length,
-    kept: kept.length,
-    plain: [plain.count, plain.runs.at.length],
-    keyed: [keyed.count, keyed.runs.at.length]
-  }
-  const json = Buffer.from(JSON.stringify(header))
-  const liveSizes = s.live.map((p) => entryBytes(p.entry))
+/** A live entry and the address of its record (addresses.ts; -1: not known). */
+export interface LiveAt {
+  readonly entry: EntryData
+  readonly address: number
+}
+
+/**
+ * A checkpoint's state, serialised when it was captured (the live state goes on changing); the files
+ * it covers are named, and its CRC-32 taken, when it is written (`frameCheckpoint`).
+ */
+export interface CapturedCheckpoint {
+  readonly header: Omit<Header, "endian" | "files">
+  /** Live entries, kept acked, plain ring, keyed ring. */
+  readonly body: Buffer
+  /** Pairs: where a live entry's file code is in `body` (its offset follows), and the address of its record. */
+  readonly places: ReadonlyArray<number>
+}
+
+/** Serialise the state (one buffer: the checkpoint of a log with 1M keyed ids is ~37 MB). */
+export const captureCheckpoint = (
+  meta: { readonly nextLsn: number; readonly nextSeq: number; readonly liveBytes: number },
+  live: ReadonlyArray<LiveAt>,
+  acked: AckedParts
+): CapturedCheckpoint => {
+  const { kept, plain, keyed } = acked
+  const liveSizes = live.map((p) => entryBytes(p.entry))
   const keptSizes = kept.map(([id, , entry]) => ackedBytes(id, entry))
-  const size = MAGIC.length + 4 + json.length +
-    liveSizes.reduce((a, n) => a + 20 + n, 0) +
+  const size = liveSizes.reduce((a, n) => a + 20 + n, 0) +
     keptSizes.reduce((a, n) => a + 12 + n, 0) +
     16 * plain.count + runsBytes(plain.runs) +
-    37 * keyed.count + runsBytes(keyed.runs) + 4
+    37 * keyed.count + runsBytes(keyed.runs)
   const buf = Buffer.allocUnsafe(size)
-  let at = MAGIC.copy(buf, 0)
-  at = buf.writeUInt32LE(json.length, at)
-  at += json.copy(buf, at)
-  s.live.forEach((p, i) => {
+  const places: Array<number> = []
+  let at = 0
+  live.forEach((p, i) => {
     at = buf.writeUInt32LE(liveSizes[i]!, at)
-    at = buf.writeUInt32LE(p.code < 0 ? NONE : p.code, at)
-    at = buf.writeUInt32LE(p.offset, at)
+    if (p.address >= 0) places.push(at, p.address)
+    at = buf.writeUInt32LE(NONE, at)
+    at = buf.writeUInt32LE(0, at)
     at = buf.writeDoubleLE(p.entry.bytes, at)
     at = writeEntry(buf, at, p.entry)
   })
@@ -112,19 +124,61 @@ const encode = (s: CheckpointState): Buffer => {
   putRuns(plain.runs)
   for (const a of [keyed.words, keyed.digests, keyed.files, keyed.offsets, keyed.bytes, keyed.flags]) put(a)
   putRuns(keyed.runs)
-  buf.writeUInt32LE(crc32(buf.subarray(0, at)), at)
-  if (at + 4 !== size) throw new Error(`a checkpoint of ${at + 4} bytes where ${size} were counted`)
-  return buf
+  if (at !== size) throw new Error(`a checkpoint body of ${at} bytes where ${size} were counted`)
+  return {
+    header: {
+      nextLsn: meta.nextLsn,
+      nextSeq: meta.nextSeq,
+      liveBytes: meta.liveBytes,
+      live: live.length,
+      kept: kept.length,
+      plain: [plain.count, plain.runs.at.length],
+      keyed: [keyed.count, keyed.runs.at.length]
+    },
+    body: buf,
+    places
+  }
 }
 
-/** Write the checkpoint of `dir` (temporary file, then rename). No sync: a torn one fails its CRC and is ignored. */
-export const writeCheckpoint = (dir: string, s: CheckpointState): void => {
-  const buf = encode(s)
+/**
+ * The checkpoint's bytes (magic and header, body, CRC-32): `files` as covered, each live entry's
+ * record located by `locate` (an address to file code and offset; not found: code none).
+ */
+export const frameCheckpoint = (
+  c: CapturedCheckpoint,
+  files: ReadonlyArray<Covered>,
+  locate: (address: number, out: Uint32Array) => boolean
+): Array<Buffer> => {
+  const place = new Uint32Array(2)
+  for (let i = 0; i < c.places.length; i += 2) {
+    if (!locate(c.places[i + 1]!, place)) continue
+    c.body.writeUInt32LE(place[0]!, c.places[i]!)
+    c.body.writeUInt32LE(place[1]!, c.places[i]! + 4)
+  }
+  const header: Header = { endian: endianness(), files, ...c.header }
+  const json = Buffer.from(JSON.stringify(header))
+  const head = Buffer.allocUnsafe(MAGIC.length + 4 + json.length)
+  MAGIC.copy(head, 0)
+  head.writeUInt32LE(json.length, MAGIC.length)
+  json.copy(head, MAGIC.length + 4)
+  const tail = Buffer.allocUnsafe(4)
+  tail.writeUInt32LE(crc32(c.body, crc32(head)), 0)
+  return [head, c.body, tail]
+}
+
+const writeAllSync = (fd: number, bufs: ReadonlyArray<Buffer>): void => {
+  for (const buf of bufs) {
+    let off = 0
+    while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off)
+  }
+}
+
+/** Write the checkpoint of `dir` (temporary file, then rename). No sync: a torn one fails its CRC. */
+export const writeCheckpoint = (dir: string, bufs: ReadonlyArray<Buffer>): void => {
   const temp = join(dir, `${CHECKPOINT}.tmp`)
   const fd = fs.openSync(temp, fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_WRONLY, FILE_MODE)
   try {
-    let off = 0
-    while (off < buf.length) off += fs.writeSync(fd, buf, off, buf.length - off)
+    writeAllSync(fd, bufs)
   } finally {
     fs.closeSync(fd)
   }

@@ -12,6 +12,7 @@ import * as fs from "node:fs"
 import { join } from "node:path"
 import { crc32 } from "node:zlib"
 import { acked, type AckedCopy, WrongRecord } from "./ackedWindow.js"
+import type { CheckpointStep } from "./checkpoint.js"
 import { formatUuid } from "./idRing.js"
 import type { KeyDigest } from "./keyDigest.js"
 import { ackedBytes, entryBytes, type EntryData, writeAcked, writeEntry } from "./payload.js"
@@ -31,7 +32,7 @@ export type CompactionStep =
 
 /** Test hooks: `step` is called after each step, in order; `digest` replaces the key digest (to force collisions). */
 export interface CompactionHooks {
-  readonly step?: (step: CompactionStep) => void
+  readonly step?: (step: CompactionStep | CheckpointStep) => void
   readonly digest?: KeyDigest
 }
 

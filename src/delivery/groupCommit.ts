@@ -154,6 +154,11 @@ export class GroupCommitWriter {
     return this.takenBytes
   }
 
+  /** Bytes staged in the buffer being filled: the next record `reserve` places starts there. */
+  get staging(): number {
+    return this.staged
+  }
+
   /** The staging buffer that `reserve` made room in. */
   get buffer(): Buffer {
     return this.stage

@@ -1,14 +1,12 @@
 /**
  * Where the records of keyed entries are, for the open log: the writer's bytes get addresses as
  * they are framed (addresses.ts), a keyed entry acked within the window is read back from its
- * record on a repeated key, a compaction moves those records into its snapshot, and a clean close
- * writes the CHECKPOINT. LogCore's part of the dedupe window that is not on the append path.
+ * record on a repeated key, and a compaction moves those records into its snapshot. LogCore's part
+ * of the dedupe window that is not on the append path.
  */
-import * as fs from "node:fs"
-import { join } from "node:path"
 import { WrongRecord } from "./ackedWindow.js"
 import { type Addresses, SNAPSHOT_BASE } from "./addresses.js"
-import { CHECKPOINT, type Covered, type PlacedEntry, removeCheckpoint, writeCheckpoint } from "./checkpoint.js"
+import { removeCheckpoint } from "./checkpoint.js"
 import type { Captured, WrittenSnapshot } from "./compaction.js"
 import { CorruptLog } from "./corrupt.js"
 import { DeliveryLogError } from "./errors.js"
@@ -17,8 +15,7 @@ import { parseUuid } from "./idRing.js"
 import type { EntryData } from "./payload.js"
 import { RecordReader } from "./recordReader.js"
 import type { KeptSegment } from "./recovery.js"
-import { withFile } from "./replay.js"
-import { checksumFile, codeNumber, fileCode, segmentName } from "./segment.js"
+import { codeNumber, fileCode } from "./segment.js"
 import type { LogState } from "./state.js"
 
 /** Scratch: a located record (file code, offset), and an id's 128 bits. */
@@ -123,57 +120,8 @@ export class KeyedPlaces {
     }
   }
 
-  /**
-   * Write the CHECKPOINT: the state now, and the size and CRC-32 of every file it stands for (the
-   * bytes written since open are read back once for theirs). Throws the I/O error.
-   */
-  private checkpoint(segments: Iterable<KeptSegment>, state: LogState, nextLsn: number): void {
-    const files: Array<Covered> = []
-    for (const s of [...segments].sort((a, b) => a.number - b.number)) {
-      if (s.crcTo < s.bytes) {
-        const crc = withFile(
-          join(this.dir, segmentName(s.number, s.kind)),
-          (fd) => checksumFile(fd, s.bytes, s.crcTo, s.crc)
-        )
-        if (crc < 0) return
-        s.crc = crc
-        s.crcTo = s.bytes
-      }
-      files.push({ number: s.number, kind: s.kind, size: s.bytes, crc: s.crc })
-    }
-    const live: Array<PlacedEntry> = []
-    for (const entry of state.live.values()) {
-      const known = entry.key !== undefined && this.addresses.locate(entry.pos, place)
-      live.push({ entry, code: known ? place[0]! : -1, offset: known ? place[1]! : 0 })
-    }
-    writeCheckpoint(this.dir, {
-      files,
-      nextLsn,
-      nextSeq: state.nextSeq,
-      liveBytes: state.liveBytes,
-      live,
-      acked: state.acked.parts()
-    })
-  }
-
-  /**
-   * Close the reader; then, when `at` is given (every record written), write the checkpoint (best
-   * effort) if it pays: when the acked ids it spares the next open replaying are at least as many as
-   * the pending and dead entries it copies (those cost the same either way). A log of mostly pending
-   * entries gets none (an older one, if there is one, still stands for the files it covers).
-   */
-  close(at: { readonly segments: Iterable<KeptSegment>; readonly nextLsn: number } | undefined, state: LogState): void {
+  /** Close the reader of acked entries' records. */
+  close(): void {
     this.reader?.close()
-    if (at === undefined || state.acked.size < state.live.size) return
-    try {
-      this.checkpoint(at.segments, state, at.nextLsn)
-    } catch {
-      // No checkpoint (a full disk, say): the next open replays the records instead.
-      try {
-        fs.rmSync(join(this.dir, `${CHECKPOINT}.tmp`), { force: true })
-      } catch {
-        // left for the next open, which deletes it
-      }
-    }
   }
 }

@@ -5,6 +5,8 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
+import { CHECKPOINT } from "./checkpoint.js"
+import { Checkpointer } from "./checkpointer.js"
 import { type Captured, type CompactionHooks, removeReplaced, writeSnapshot } from "./compaction.js"
 import { DeliveryLogError } from "./errors.js"
 import { stageIdRecord, tooLarge } from "./framing.js"
@@ -80,6 +82,8 @@ export class LogCore {
   onFailed: (error: DeliveryLogError) => void = () => {}
   /** Where the records of keyed entries are (read back on a repeated key, moved by compaction). */
   private readonly places: KeyedPlaces
+  /** Writes the CHECKPOINT while the log runs (so that an open after a crash replays little) and at close. */
+  private readonly checkpoints: Checkpointer
 
   private constructor(
     private readonly o: ResolvedOptions,
@@ -91,13 +95,15 @@ export class LogCore {
     private readonly hooks: CompactionHooks,
     /** The address of the writer's first byte, and the segment it writes. */
     writerBase: number,
-    active: number
+    active: number,
+    replayed: number
   ) {
     for (const s of segments.values()) {
       this.totalBytes += s.bytes
       if (s.kind === "snap") this.baseline = s.bytes
     }
     this.places = new KeyedPlaces(o.dir, o.maxRecordBytes + READ_SLACK, state.addresses, writerBase, active)
+    this.checkpoints = new Checkpointer(o.dir, o.sync, o.segmentBytes, state.addresses, segments, replayed, hooks.step)
   }
 
   /**
@@ -158,7 +164,18 @@ export class LogCore {
         onWritten: (n, b) => core?.written(n, b),
         onFailed: (e) => core?.onFailed(ioError(o.dir, e))
       })
-      core = new LogCore(o, lock.path, r.state, r.nextLsn, segments, writer, hooks, r.nextAddress, active.number)
+      core = new LogCore(
+        o,
+        lock.path,
+        r.state,
+        r.nextLsn,
+        segments,
+        writer,
+        hooks,
+        r.nextAddress,
+        active.number,
+        r.replayed
+      )
       try {
         core.saveManifest()
       } catch {
@@ -232,7 +249,17 @@ export class LogCore {
     ) {
       this.onCompactionWanted()
     }
+    this.checkpoints.written(bytes, this.compacting, this.captureAt, this.markAll)
   }
+
+  /** The log now, for a running checkpoint: the state is exactly the records staged before `end`. */
+  private readonly captureAt = () => ({
+    state: this.state,
+    nextLsn: this.nextLsn,
+    end: this.places.addressOf(this.writer.taken, this.writer.staging)
+  })
+
+  private readonly markAll = (done: (error: Error | undefined) => void): void => this.writer.mark(done)
 
   /** The reason every call fails now, if any. */
   private refuse(): DeliveryLogError | undefined {
@@ -572,6 +599,8 @@ export class LogCore {
     this.compacting = true
     let reserved = -1
     try {
+      // A running checkpoint covers the files this one replaces: let it finish first.
+      await this.checkpoints.idle()
       const cp = this.retry !== undefined
         ? { reserved: this.retry.reserved, captured: this.rebuild(this.retry.reserved) }
         : await this.writer.requestCheckpoint((): Captured => {
@@ -593,6 +622,7 @@ export class LogCore {
       const size = snap.size
       const gone = [...this.segments.values()].filter((s) => s.number < cp.reserved)
       this.places.installed(this.state, cp.reserved, cp.captured, snap, gone)
+      this.checkpoints.replaced()
       const replaced: Array<string> = []
       for (const s of gone) {
         replaced.push(segmentName(s.number, s.kind))
@@ -653,11 +683,21 @@ export class LogCore {
         } catch {
           // the MANIFEST written at the last roll still holds (its sizes are lower bounds)
         }
+        await this.checkpoints.idle()
+        this.places.close()
         // Only when every record was written: the checkpoint stands for the files as they are.
-        this.places.close(
-          this.writer.failed === undefined ? { segments: this.segments.values(), nextLsn: this.nextLsn } : undefined,
-          this.state
-        )
+        if (this.writer.failed === undefined) {
+          try {
+            this.checkpoints.atClose(this.state, this.nextLsn)
+          } catch {
+            // No checkpoint (a full disk, say): the next open replays the records instead.
+            try {
+              fs.rmSync(join(this.o.dir, `${CHECKPOINT}.tmp`), { force: true })
+            } catch {
+              // left for the next open, which deletes it
+            }
+          }
+        }
       })()
     }
     await this.closing

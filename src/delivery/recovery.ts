@@ -42,6 +42,8 @@ export interface Recovered {
   readonly nextAddress: number
   /** Open started from the CHECKPOINT (it matched every file it covers). */
   readonly fromCheckpoint: boolean
+  /** Bytes replayed (those a checkpoint did not cover). */
+  readonly replayed: number
 }
 
 /**
@@ -179,6 +181,7 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
   const kept: Array<KeptSegment> = []
   let expected = 1
   let truncate: Recovered["truncate"] = undefined
+  let replayed = 0
   order.forEach((f, i) => {
     const path = join(dir, f.name)
     const keep = (bytes: number, crc: number): void => {
@@ -190,6 +193,7 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
     }
     if (f.kind === "snap") {
       const r = replaySnapshot(state, path, fileCode(f.number, "snap"), bases[i]!, maxPayload)
+      replayed += r.size
       expected = r.nextLsn
       return keep(r.size, r.crc)
     }
@@ -198,6 +202,7 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
       : { offset: 0, crc: 0, expected }
     const r = replayLog(state, path, bases[i]!, from, i === order.length - 1 && below === undefined, maxPayload)
     expected = r.expected
+    replayed += r.size - from.offset
     if (r.truncate?.zeros === true && r.size === 0 && (recorded.get(f.number) ?? 0) > 0) {
       // As an empty last segment that had records on record: zero-filled space holds none of them.
       throw new CorruptLog(
@@ -220,7 +225,8 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
     remove,
     noManifest,
     nextAddress: lastKept === undefined ? 0 : bases[kept.length - 1]! + lastKept.bytes,
-    fromCheckpoint: resumed !== undefined
+    fromCheckpoint: resumed !== undefined,
+    replayed
   }
 }
 

@@ -1,0 +1,233 @@
+/**
+ * Writing the CHECKPOINT (checkpoint.ts): at a clean close, and while the log runs, so that an open
+ * after a crash (SIGKILL, power loss: no close) replays only the records written since the last one
+ * instead of every file (docs/delivery-log-format.md, "The checkpoint").
+ *
+ * A running checkpoint is captured in one synchronous step between calls: the state then is exactly
+ * what replaying every record staged so far gives (each call stages its record and changes the state
+ * in one step), so it stands for the log's bytes up to the address where the staged records end. It
+ * is written only once a marker queued behind those records completes (they are durable), off the
+ * append path: the CRC-32 of the covered bytes not hashed yet is read back, and the file written to
+ * `CHECKPOINT.tmp`, synced, renamed and the directory synced, all through the thread pool. One runs at
+ * a time, never during a compaction (which replaces the files it covers), and only when it pays: the
+ * log has grown by a segment and by the size of the last checkpoint since that one was captured (so
+ * checkpoints cost at most about the bytes the log writes itself), and it spares replaying more
+ * acked ids than the live entries it copies.
+ */
+import * as fs from "node:fs"
+import { join } from "node:path"
+import { crc32 } from "node:zlib"
+import type { Addresses } from "./addresses.js"
+import {
+  captureCheckpoint,
+  type CapturedCheckpoint,
+  CHECKPOINT,
+  type CheckpointStep,
+  type Covered,
+  frameCheckpoint,
+  type LiveAt,
+  writeCheckpoint
+} from "./checkpoint.js"
+import type { KeptSegment } from "./recovery.js"
+import { withFile } from "./replay.js"
+import { checksumFile, codeNumber, FILE_MODE, segmentName, SNAP_BIT } from "./segment.js"
+import type { LogState } from "./state.js"
+
+/** The log when a checkpoint is due: `state` is exactly the records staged before address `end`. */
+export interface CaptureAt {
+  readonly state: LogState
+  readonly nextLsn: number
+  readonly end: number
+}
+
+/** Queue a marker behind everything staged: `done` once it is durable (or with the writer's failure). */
+export type Mark = (done: (error: Error | undefined) => void) => void
+
+const capture = (at: CaptureAt): CapturedCheckpoint => {
+  const live: Array<LiveAt> = []
+  for (const entry of at.state.live.values()) live.push({ entry, address: entry.key !== undefined ? entry.pos : -1 })
+  return captureCheckpoint(
+    { nextLsn: at.nextLsn, nextSeq: at.state.nextSeq, liveBytes: at.state.liveBytes },
+    live,
+    at.state.acked.parts()
+  )
+}
+
+/** Does a checkpoint of `state` pay: it spares replaying acked ids, at least as many as the live entries it copies. */
+const pays = (state: LogState): boolean => state.acked.size >= state.live.size
+
+const CHUNK = 1 << 20
+
+/** CRC-32 of bytes [from, to) of `path` carried on from `crc`, read through the thread pool; -1 if the file is shorter. */
+const checksumAsync = async (path: string, from: number, to: number, crc: number): Promise<number> => {
+  const fh = await fs.promises.open(path, "r")
+  try {
+    const buf = Buffer.allocUnsafe(Math.min(CHUNK, Math.max(to - from, 1)))
+    let at = from
+    while (at < to) {
+      const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, to - at), at)
+      if (bytesRead === 0) return -1
+      crc = crc32(buf.subarray(0, bytesRead), crc)
+      at += bytesRead
+    }
+    return crc
+  } finally {
+    await fh.close()
+  }
+}
+
+export class Checkpointer {
+  /** Log bytes written since the state of the last checkpoint was captured. */
+  private since: number
+  /** Size of the last checkpoint written. */
+  private lastBytes = 0
+  private running: Promise<void> | undefined
+  /** Bumped when files are replaced (a compaction installed a snapshot): a checkpoint captured before is dropped. */
+  private epoch = 0
+
+  constructor(
+    private readonly dir: string,
+    private readonly sync: boolean,
+    private readonly segmentBytes: number,
+    private readonly addresses: Addresses,
+    private readonly segments: ReadonlyMap<number, KeptSegment>,
+    /** Bytes open replayed (not covered by a checkpoint): as if written since the last one. */
+    replayed: number,
+    private readonly step?: (step: CheckpointStep) => void
+  ) {
+    this.since = replayed
+  }
+
+  /**
+   * The writer wrote `bytes`: start a checkpoint if one is due (`at` captures the log now, `mark`
+   * queues its marker). Not while `paused` (a compaction runs).
+   */
+  written(bytes: number, paused: boolean, at: () => CaptureAt, mark: Mark): void {
+    this.since += bytes
+    if (paused || this.running !== undefined || this.since < Math.max(this.segmentBytes, this.lastBytes)) return
+    const now = at()
+    if (now.state.acked.size === 0 || !pays(now.state)) return
+    const captured = capture(now)
+    this.since = 0
+    const epoch = this.epoch
+    this.step?.("checkpoint-captured")
+    this.running = new Promise<void>((resolve) =>
+      mark((e) => resolve(e === undefined ? this.write(captured, now.end, epoch) : undefined))
+    )
+      .catch(() => {
+        // No checkpoint this time (a full disk, say): the last one still stands for a prefix of the files.
+        fs.rm(join(this.dir, `${CHECKPOINT}.tmp`), { force: true }, () => {})
+      })
+      .finally(() => {
+        this.running = undefined
+      })
+  }
+
+  /** Files were replaced (a compaction): the checkpoint that covered them is gone; the next write may start one. */
+  replaced(): void {
+    this.epoch++
+    this.since = Number.POSITIVE_INFINITY
+  }
+
+  /** Wait for the running checkpoint, if any, to be written (or given up). */
+  idle(): Promise<void> {
+    return this.running ?? Promise.resolve()
+  }
+
+  /**
+   * The files a checkpoint at `end` covers: the kept files up to the log segment holding `end`, that
+   * one up to `end`. `undefined` if `end` is not in a log segment the log keeps.
+   */
+  private covering(end: number): Array<{ readonly s: KeptSegment; readonly size: number }> | undefined {
+    const place = new Uint32Array(2)
+    if (!this.addresses.locate(end, place) || place[0]! >= SNAP_BIT) return undefined
+    const last = codeNumber(place[0]!)
+    const tip = this.segments.get(last)
+    if (tip === undefined || tip.kind !== "log" || place[1]! > tip.bytes) return undefined
+    return [...this.segments.values()]
+      .filter((s) => s.number <= last)
+      .sort((a, b) => a.number - b.number)
+      .map((s) => ({ s, size: s.number === last ? place[1]! : s.bytes }))
+  }
+
+  private async write(c: CapturedCheckpoint, end: number, epoch: number): Promise<void> {
+    const files = this.covering(end)
+    if (files === undefined) return
+    const covered: Array<Covered> = []
+    for (const { s, size } of files) {
+      if (s.crcTo > size) return
+      if (s.crcTo < size) {
+        const crc = await checksumAsync(join(this.dir, segmentName(s.number, s.kind)), s.crcTo, size, s.crc)
+        if (crc < 0 || epoch !== this.epoch) return
+        // The CRC of a prefix only grows: the close (and the next checkpoint) carry it on from here.
+        if (s.crcTo < size) {
+          s.crc = crc
+          s.crcTo = size
+        }
+      }
+      covered.push({ number: s.number, kind: s.kind, size, crc: s.crc })
+    }
+    const bufs = frameCheckpoint(c, covered, (address, out) => this.addresses.locate(address, out))
+    const temp = join(this.dir, `${CHECKPOINT}.tmp`)
+    const fh = await fs.promises.open(
+      temp,
+      fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_WRONLY,
+      FILE_MODE
+    )
+    try {
+      let position = 0
+      for (const buf of bufs) {
+        let off = 0
+        while (off < buf.length) {
+          const { bytesWritten } = await fh.write(buf, off, buf.length - off, position)
+          off += bytesWritten
+          position += bytesWritten
+        }
+      }
+      if (this.sync) await fh.sync()
+    } finally {
+      await fh.close()
+    }
+    this.step?.("checkpoint-temp-written")
+    if (epoch !== this.epoch) {
+      await fs.promises.rm(temp, { force: true })
+      return
+    }
+    await fs.promises.rename(temp, join(this.dir, CHECKPOINT))
+    this.step?.("checkpoint-renamed")
+    if (this.sync) {
+      const dh = await fs.promises.open(this.dir, "r")
+      try {
+        await dh.sync()
+      } finally {
+        await dh.close()
+      }
+    }
+    this.lastBytes = bufs.reduce((n, b) => n + b.length, 0)
+  }
+
+  /**
+   * The checkpoint of a clean close (every record written): the state now and every kept file whole
+   * (the bytes not hashed yet are read back for their CRC-32). Written if it pays (a log of mostly
+   * pending entries gets none: an older one, if there is one, still stands for the files it covers).
+   * Throws the I/O error.
+   */
+  atClose(state: LogState, nextLsn: number): void {
+    if (!pays(state)) return
+    const covered: Array<Covered> = []
+    for (const s of [...this.segments.values()].sort((a, b) => a.number - b.number)) {
+      if (s.crcTo < s.bytes) {
+        const crc = withFile(
+          join(this.dir, segmentName(s.number, s.kind)),
+          (fd) => checksumFile(fd, s.bytes, s.crcTo, s.crc)
+        )
+        if (crc < 0) return
+        s.crc = crc
+        s.crcTo = s.bytes
+      }
+      covered.push({ number: s.number, kind: s.kind, size: s.bytes, crc: s.crc })
+    }
+    const c = capture({ state, nextLsn, end: -1 })
+    writeCheckpoint(this.dir, frameCheckpoint(c, covered, (address, out) => this.addresses.locate(address, out)))
+  }
+}
