@@ -60,7 +60,9 @@ const main = async (): Promise<void> => {
     )
   }
   console.log(
-    `\n${rounds + CHECKPOINT_STEPS.length} SIGKILLs, ${model.appended.size} appends and ${model.acked.size} acks checked in ${
+    `\n${
+      rounds + CHECKPOINT_STEPS.length
+    } SIGKILLs, ${model.appended.size} appends and ${model.acked.size} acks checked in ${
       ((Date.now() - started) / 1000).toFixed(1)
     } s: nothing lost, nothing acked came back, nothing twice, every key of a returned append still dedupes.`
   )
