@@ -4,7 +4,9 @@
  *
  * Failures carry Telegram's status so the delivery queue's `classify` decides: 429 waits
  * `parameters.retry_after`, 403 (the user blocked the bot) and other 4xx are permanent (the entry
- * goes to the dead letters), 5xx and connection errors are retried.
+ * goes to the dead letters), 5xx and connection errors are retried. A group upgraded to a supergroup
+ * answers 400 with `parameters.migrate_to_chat_id`: the part is sent again, at once, to the new chat,
+ * and every later reply to the old chat goes to the new one (said once, through `onMigrated`).
  *
  * A reply of several parts records how many parts went out (in `parts.json`, after each part), so
  * a retry, or the next start, sends only the parts not sent yet. Telegram has no idempotency key and
@@ -16,7 +18,7 @@ import { replyOf } from "../../src/agent/index.js"
 import type { Channel } from "../../src/agent/index.js"
 import { DeliveryFailure } from "../../src/delivery/index.js"
 import type { DeliveryEntry } from "../../src/delivery/index.js"
-import type { BotApi } from "./botApi.js"
+import type { BotApi, BotApiError } from "./botApi.js"
 import { splitMessage } from "./split.js"
 import { readState, writeState } from "./stateFile.js"
 
@@ -37,6 +39,8 @@ export const TelegramChannel = (options: {
   readonly partsFile: string
   /** Called before sending an entry the last process may have sent already (`entry.maybeSent`). */
   readonly onMaybeSent?: (entry: DeliveryEntry, partsSent: number) => void
+  /** Called once per chat Telegram says was upgraded to a supergroup (its replies go to `to` from now on). */
+  readonly onMigrated?: (from: string, to: string) => void
 }): Effect.Effect<Channel, DeliveryFailure> =>
   Effect.gen(function*() {
     const toFailure = (error: { readonly message: string }) =>
@@ -47,13 +51,28 @@ export const TelegramChannel = (options: {
     const record = Effect.suspend(() => writeState(options.partsFile, Object.fromEntries(sent))).pipe(
       Effect.mapError((error) => new DeliveryFailure({ message: error.message }))
     )
+    // Groups upgraded to supergroups: the old chat id, the new one (this process's lifetime).
+    const migrated = new Map<string, string>()
+    const sendMessage = (chat: string, text: string | undefined): Effect.Effect<unknown, BotApiError> =>
+      options.api.call("sendMessage", { chat_id: migrated.get(chat) ?? chat, text }, SEND_TIMEOUT_MS).pipe(
+        Effect.catchIf(
+          (error) => error.status === 400 && error.migrateToChatId !== undefined && !migrated.has(chat),
+          (error) =>
+            Effect.suspend(() => {
+              const to = String(error.migrateToChatId)
+              migrated.set(chat, to)
+              options.onMigrated?.(chat, to)
+              return options.api.call("sendMessage", { chat_id: to, text }, SEND_TIMEOUT_MS)
+            })
+        )
+      )
     const send = (entry: DeliveryEntry): Effect.Effect<void, DeliveryFailure> =>
       Effect.gen(function*() {
         const chat = entry.message.to
         const parts = splitMessage(textOf(entry))
         if (entry.maybeSent === true) options.onMaybeSent?.(entry, sent.get(entry.id) ?? 0)
         for (let i = sent.get(entry.id) ?? 0; i < parts.length; i++) {
-          yield* options.api.call("sendMessage", { chat_id: chat, text: parts[i] }, SEND_TIMEOUT_MS).pipe(
+          yield* sendMessage(chat, parts[i]).pipe(
             Effect.mapError((error) =>
               new DeliveryFailure({
                 message: parts.length === 1 ? error.message : `part ${i + 1} of ${parts.length}: ${error.message}`,

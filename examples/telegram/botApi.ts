@@ -16,6 +16,8 @@ export class BotApiError extends Data.TaggedError("BotApiError")<{
   readonly status?: number | undefined
   /** Telegram's `parameters.retry_after`, in ms (429). */
   readonly retryAfterMs?: number | undefined
+  /** Telegram's `parameters.migrate_to_chat_id` (400: the group was upgraded to this supergroup). */
+  readonly migrateToChatId?: number | undefined
   readonly message: string
 }> {}
 
@@ -100,7 +102,7 @@ export const makeBotApi = (config: BotApiConfig): BotApi => {
           result?: unknown
           description?: unknown
           error_code?: unknown
-          parameters?: { retry_after?: unknown }
+          parameters?: { retry_after?: unknown; migrate_to_chat_id?: unknown }
         }
         try {
           body = JSON.parse(text)
@@ -118,11 +120,13 @@ export const makeBotApi = (config: BotApiConfig): BotApi => {
         const retryAfter = body.parameters?.retry_after
         const retryAfterMs = typeof retryAfter === "number" && retryAfter >= 0 ? retryAfter * 1000 : undefined
         const description = typeof body.description === "string" ? body.description : "no description"
+        const migrateTo = body.parameters?.migrate_to_chat_id
         return Effect.fail(
           new BotApiError({
             method,
             status: code,
             retryAfterMs,
+            migrateToChatId: typeof migrateTo === "number" && Number.isSafeInteger(migrateTo) ? migrateTo : undefined,
             message: scrub(
               `${method} answered ${code}: ${description}${
                 retryAfterMs === undefined ? "" : ` (retry after ${retryAfterMs / 1000} s)`

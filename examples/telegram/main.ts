@@ -105,7 +105,9 @@ const run = (options: BotOptions): void => {
               `${
                 partsSent > 0 ? ` (${partsSent} part(s) are known sent)` : ""
               }; Telegram cannot be asked, so it is sent again`
-          )
+          ),
+        onMigrated: (from, to) =>
+          say(`telegram: chat ${from} was upgraded to a supergroup (${to}); its replies go to ${to} from now on`)
       })
       const agent = yield* Agent.make({
         stateDir,

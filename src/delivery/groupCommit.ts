@@ -1,12 +1,14 @@
 /**
  * Group commit: one writer loop owns the active segment. Callers hand it an encoded record and a
- * completion; the loop writes everything pending with one write and one fdatasync, then completes
- * every caller it covered. A failed write or sync fails every caller it covered and every later one:
+ * completion; the loop writes everything pending with one durable write (the segment is open with
+ * `O_DSYNC` when syncing: the write returns once its data is on stable storage, as write + fdatasync
+ * in one system call and one thread-pool hop; where the platform has no `O_DSYNC`, a write and an
+ * fdatasync), then completes every caller it covered. A failed write or sync fails every caller it covered and every later one:
  * the writer never retries a sync (after a failed fsync the page cache cannot be trusted), the log
  * must be re-opened through recovery.
  */
 import * as fs from "node:fs"
-import { createSegment } from "./segment.js"
+import { createSegment, O_DSYNC } from "./segment.js"
 
 /** Called once: `undefined` when the record is durable (or written, with `sync: false`). */
 export type Completion = (error: Error | undefined) => void
@@ -14,6 +16,7 @@ export type Completion = (error: Error | undefined) => void
 /** The segment the writer appends to. */
 export interface ActiveSegment {
   readonly number: number
+  /** Open with `segmentFlags(sync)` (`O_DSYNC` when syncing). */
   fd: number
   /** Bytes of records. */
   size: number
@@ -69,6 +72,8 @@ const datasync = (fd: number): Promise<void> =>
  */
 export const FILL_BYTES = 4 * 1024 * 1024
 let fillZeros: Buffer | undefined
+/** The writer fills only while the disk has this much free space (16 fills). */
+export const FILL_MIN_FREE = 16 * FILL_BYTES
 
 /** Initial size of a staging buffer; it doubles as needed (a batch's records are framed in place). */
 const STAGE_BYTES = 64 * 1024
@@ -274,7 +279,8 @@ export class GroupCommitWriter {
         const end = a.size + size
         // Past the filled space: fill the next stretch (within the segment) before the same sync.
         if (this.sync && end > a.length) await this.fillAhead(a, end)
-        if (this.sync) await datasync(a.fd)
+        // With O_DSYNC each write above returned durable; without it (no such flag here), one sync.
+        if (this.sync && O_DSYNC === 0) await datasync(a.fd)
         a.size = end
         this.events.onWritten(this.active.number, size)
       }
@@ -300,6 +306,13 @@ export class GroupCommitWriter {
     const fill = Math.min(FILL_BYTES, this.segmentBytes - end)
     if (fill <= 0 || end < this.fillFrom) return
     try {
+      // Never take space others on the disk may need: only with plenty free (a small or nearly full
+      // disk gets no fill, and the log appends to a growing file as without it).
+      const free = fs.statfsSync(this.dir)
+      if (free.bavail * free.bsize < FILL_MIN_FREE) {
+        this.fillFrom = end + FILL_BYTES
+        return
+      }
       await write(a.fd, (fillZeros ??= Buffer.alloc(FILL_BYTES)).subarray(0, fill), end)
       a.length = end + fill
     } catch {

@@ -25,8 +25,12 @@ export interface Healer {
   readonly health: Effect.Effect<DeliveryLogHealth>
   /** A mutating call succeeded: the next failure starts its backoff at 1 s again. */
   readonly succeeded: () => void
-  /** A call failed with `io`: turn failing (once per episode, with a warning) and start healing. */
-  readonly failed: (error: DeliveryLogError) => Effect.Effect<void>
+  /**
+   * A call (or, with `from`, that core's writer in the background) failed with `io`: turn failing (once
+   * per episode, with a warning) and start healing; a failure of the core the episode re-opened, during
+   * its backoff, makes the backoff's end re-open it again.
+   */
+  readonly failed: (error: DeliveryLogError, from?: LogCore) => Effect.Effect<void>
   /** Stop healing and close the core (flush, release the lock). */
   readonly close: Effect.Effect<void>
 }
@@ -64,7 +68,7 @@ export const makeHealer = (
     const wire = (c: LogCore): void => {
       c.onCompactionWanted = onCompactionWanted
       // The writer failed without a call to carry it (e.g. a roll during compaction).
-      c.onFailed = (error) => void run(failed(error))
+      c.onFailed = (error) => void run(failed(error, c))
     }
     wire(core)
     yield* warnOpened(o.dir, opened.notes)
@@ -90,13 +94,20 @@ export const makeHealer = (
 
     /** Completes once the first re-open of the current episode ran (failed calls wait for it, see `failed`). */
     let firstReopen = Deferred.makeUnsafe<void>()
+    /** The core the episode re-opened failed too, during the backoff: it is re-opened again before writes resume. */
+    let reopenedFailed = false
     const heal: Effect.Effect<void> = Effect.gen(function*() {
+      reopenedFailed = false
       let reopened = yield* Effect.ensuring(reopen, Deferred.succeed(firstReopen, undefined))
       for (;;) {
         const wait = delay
         delay = Math.min(delay * 2, REOPEN_MS.max)
         yield* Effect.sleep(wait)
         if (closed) return
+        if (reopenedFailed) {
+          reopenedFailed = false
+          reopened = false
+        }
         if (!reopened) reopened = yield* reopen
         if (reopened) {
           health = { status: "ok" }
@@ -113,10 +124,18 @@ export const makeHealer = (
     })
 
     // The call that failed returns only after the first re-open, so what it reads next matches the disk.
-    const failed = (error: DeliveryLogError): Effect.Effect<void> =>
+    const failed = (error: DeliveryLogError, from?: LogCore): Effect.Effect<void> =>
       Effect.suspend(() => {
         if (closed) return Effect.void
-        if (health.status === "failing") return Deferred.await(firstReopen)
+        if (health.status === "failing") {
+          // The core this episode re-opened failed in the background while writes wait out the backoff
+          // (a roll, a compaction): the backoff's end re-opens it again instead of resuming on it.
+          if (from !== undefined && from === core && Deferred.isDoneUnsafe(firstReopen)) {
+            reopenedFailed = true
+            health = { ...health, error }
+          }
+          return Deferred.await(firstReopen)
+        }
         return Effect.flatMap(Clock.currentTimeMillis, (since) => {
           if (health.status === "failing") return Deferred.await(firstReopen)
           health = { status: "failing", since, error }

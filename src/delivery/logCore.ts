@@ -7,20 +7,22 @@ import * as fs from "node:fs"
 import { join } from "node:path"
 import { CHECKPOINT } from "./checkpoint.js"
 import { Checkpointer } from "./checkpointer.js"
-import { type Captured, type CompactionHooks, removeReplaced, writeSnapshot } from "./compaction.js"
+import type { CompactionHooks } from "./compaction.js"
 import { DeliveryLogError } from "./errors.js"
 import { stageIdRecord, tooLarge } from "./framing.js"
-import { describeFsError, fsErrorPath, makeDirectory } from "./fsError.js"
-import { type ActiveSegment, GroupCommitWriter } from "./groupCommit.js"
+import { GroupCommitWriter } from "./groupCommit.js"
 import { type AppendDone, InFlight } from "./inflight.js"
 import { KeyedPlaces, readFailure } from "./keyedPlaces.js"
-import { acquireLock, releaseLock } from "./lockfile.js"
+import { releaseLock } from "./lockfile.js"
+import { LogCompaction } from "./logCompaction.js"
+import { closedError, invalid, ioError, notPending, unknownId } from "./logErrors.js"
+import { openLogFiles, type OpenNotes } from "./logOpen.js"
 import { writeManifest } from "./manifest.js"
 import { MessageBytes, textOf } from "./messageBytes.js"
 import { appendBytes, EntryData, utf8Bytes, writeAppendFields } from "./payload.js"
 import { HEADER_BYTES, Kind, seal } from "./record.js"
-import { CorruptLog, finishRecovery, type KeptSegment, recover } from "./recovery.js"
-import { createSegment, DIR_MODE, fileCode, segmentName } from "./segment.js"
+import type { KeptSegment } from "./recovery.js"
+import { segmentName } from "./segment.js"
 import type { LogState } from "./state.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { UUID_CHARS, writeUuid } from "./uuid.js"
@@ -32,34 +34,7 @@ export type Done<A> = (error: DeliveryLogError | undefined, value?: A) => void
 /** Slack over `maxRecordBytes` allowed when reading: snapshot entries carry their attempt state too. */
 const READ_SLACK = 64 * 1024
 
-const ioError = (dir: string, e: unknown): DeliveryLogError =>
-  new DeliveryLogError({
-    reason: "io",
-    message: `Writing the delivery log failed (${
-      (e as NodeJS.ErrnoException)?.code ?? String(e)
-    }); the log re-opens itself through recovery (see health) and keeps every record reported durable; free the space or fix the disk`,
-    path: dir
-  })
-
-const closedError = (): DeliveryLogError =>
-  new DeliveryLogError({ reason: "closed", message: "The delivery log is closed; open it again to use it" })
-
-const unknownId = (id: string): DeliveryLogError =>
-  new DeliveryLogError({
-    reason: "unknown-id",
-    message:
-      `Expected the id of an entry in the log, got \`${id}\`: it was never appended here, or it was acked more than \`dedupeWindowMs\` ago`
-  })
-
-/** What opening found, for the caller to log. */
-export interface OpenNotes {
-  readonly truncated?: { readonly path: string; readonly offset: number; readonly why: string }
-  readonly tookOverLockFrom?: number
-  /** The directory had segments but no MANIFEST (an older version): one was written. */
-  readonly wroteManifest?: boolean
-  /** Recovery started from the CHECKPOINT (it matched every file it covers). */
-  readonly fromCheckpoint?: boolean
-}
+export type { OpenNotes } from "./logOpen.js"
 
 /** The open log: state, writer, segment list. Owned by `openFileLog`, which wraps it in Effects. */
 export class LogCore {
@@ -68,12 +43,7 @@ export class LogCore {
   private released = false
   /** Appends staged whose record is not durable yet (counted in `state.pending`, not listed). */
   private uncommitted = 0
-  private compaction: Promise<void> = Promise.resolve()
-  private compacting = false
-  private totalBytes = 0
   private lastNow = 0
-  /** Size of the newest snapshot: the log must grow past it (and past a segment) before compacting again. */
-  private baseline = 0
   /** The append path's check-and-encode walk and its scratch buffer. */
   private readonly messageBytes = new MessageBytes()
   /** Called when dead weight passed the threshold; the owner runs `compact()` in the background. */
@@ -82,6 +52,8 @@ export class LogCore {
   onFailed: (error: DeliveryLogError) => void = () => {}
   /** Where the records of keyed entries are (read back on a repeated key, moved by compaction). */
   private readonly places: KeyedPlaces
+  /** The files' bytes, when to compact, and compacting (logCompaction.ts). */
+  private readonly compaction: LogCompaction
   /** Writes the CHECKPOINT while the log runs (so that an open after a crash replays little) and at close. */
   private readonly checkpoints: Checkpointer
 
@@ -98,12 +70,24 @@ export class LogCore {
     active: number,
     replayed: number
   ) {
-    for (const s of segments.values()) {
-      this.totalBytes += s.bytes
-      if (s.kind === "snap") this.baseline = s.bytes
-    }
     this.places = new KeyedPlaces(o.dir, o.maxRecordBytes + READ_SLACK, state.addresses, writerBase, active)
     this.checkpoints = new Checkpointer(o.dir, o.sync, o.segmentBytes, state.addresses, segments, replayed, hooks.step)
+    this.compaction = new LogCompaction({
+      o,
+      hooks,
+      state,
+      segments,
+      places: this.places,
+      readSlack: READ_SLACK,
+      refuse: () => this.refuse(),
+      checkpoint: (capture) => writer.requestCheckpoint(capture),
+      now: () => this.lastNow,
+      nextLsn: () => this.nextLsn,
+      saveManifest: () => this.saveManifest(),
+      // A running checkpoint covers the files a compaction replaces: it finishes first.
+      checkpointsIdle: () => this.checkpoints.idle(),
+      replaced: () => this.checkpoints.replaced()
+    })
   }
 
   /**
@@ -116,48 +100,7 @@ export class LogCore {
     hooks: CompactionHooks,
     heldLock?: string
   ): { core: LogCore; notes: OpenNotes } {
-    const io = (e: unknown, what: string): DeliveryLogError =>
-      new DeliveryLogError({
-        reason: "io",
-        message: `Could not ${what}: ${describeFsError(e)}`,
-        path: fsErrorPath(e) ?? o.dir
-      })
-    try {
-      makeDirectory(o.dir, DIR_MODE)
-    } catch (e) {
-      throw io(e, "create the log directory")
-    }
-    let lock: ReturnType<typeof acquireLock>
-    try {
-      lock = heldLock !== undefined ? { _tag: "Acquired", path: heldLock } : acquireLock(o.dir)
-    } catch (e) {
-      throw e instanceof DeliveryLogError ? e : io(e, "take the log's lock")
-    }
-    if (lock._tag === "Held") {
-      throw new DeliveryLogError({
-        reason: "locked",
-        message: `The delivery log is open in process ${
-          lock.pid ?? "(unknown)"
-        }; close it there first (only one process may write a log directory)`,
-        path: lock.path
-      })
-    }
-    try {
-      const r = recover(o.dir, o.maxRecordBytes + READ_SLACK, undefined, hooks.digest)
-      finishRecovery(o.dir, r, o.sync)
-      const segments = new Map<number, KeptSegment>()
-      for (const s of r.segments) segments.set(s.number, s)
-      let active: ActiveSegment
-      if (r.active !== undefined) {
-        const fd = fs.openSync(join(o.dir, segmentName(r.active.number, "log")), "r+")
-        // Recovery cut the file to its records (a zero-filled tail included).
-        active = { number: r.active.number, fd, size: r.active.bytes, length: fs.fstatSync(fd).size }
-      } else {
-        const number = r.highestNumber + 1
-        active = { number, fd: createSegment(o.dir, number, o.sync).fd, size: 0, length: 0 }
-        segments.set(number, { number, kind: "log", bytes: 0, crc: 0, crcTo: 0 })
-        r.state.addresses.add(fileCode(number, "log"), r.nextAddress)
-      }
+    return openLogFiles(o, hooks, READ_SLACK, heldLock, ({ active, lockPath, notes, recovered: r, segments }) => {
       let core: LogCore | undefined
       const writer = new GroupCommitWriter(o.dir, active, o.segmentBytes, o.sync, {
         onRoll: (n) => core?.rolled(n),
@@ -166,7 +109,7 @@ export class LogCore {
       })
       core = new LogCore(
         o,
-        lock.path,
+        lockPath,
         r.state,
         r.nextLsn,
         segments,
@@ -184,29 +127,8 @@ export class LogCore {
       }
       core.lastNow = now
       r.state.evict(now, o.dedupeWindowMs)
-      const notes: OpenNotes = {
-        // Zero-filled space the writer had not reached is no torn write: cut without a note.
-        ...(r.truncate !== undefined && r.truncate.zeros !== true
-          ? { truncated: { path: r.truncate.path, offset: r.truncate.offset, why: r.truncate.why } }
-          : {}),
-        ...(lock.tookOverFrom !== undefined ? { tookOverLockFrom: lock.tookOverFrom } : {}),
-        ...(r.noManifest ? { wroteManifest: true } : {}),
-        ...(r.fromCheckpoint ? { fromCheckpoint: true } : {})
-      }
       return { core, notes }
-    } catch (e) {
-      if (heldLock === undefined) releaseLock(lock.path)
-      if (e instanceof DeliveryLogError) throw e
-      if (e instanceof CorruptLog) {
-        throw new DeliveryLogError({
-          reason: "corrupt",
-          message:
-            `The delivery log is corrupt: ${e.message}; nothing was changed on disk (restore the file from a backup, or move it away to start without it)`,
-          path: e.path
-        })
-      }
-      throw io(e, "recover the log")
-    }
+    })
   }
 
   private rolled(number: number): void {
@@ -214,9 +136,6 @@ export class LogCore {
     // Before the first record goes there (a throw fails the writer): the sealed size and the new segment are on record.
     this.saveManifest()
   }
-
-  /** A snapshot a compaction is installing (named in the MANIFEST before its rename). */
-  private installing: number | null = null
 
   /** Write the MANIFEST: the snapshot in force, and every `.log` after it with its size now. Throws the I/O error. */
   private saveManifest(): void {
@@ -227,29 +146,15 @@ export class LogCore {
       else logs.push({ number: s.number, bytes: s.bytes })
     }
     logs.sort((a, b) => a.number - b.number)
-    writeManifest(this.o.dir, { snapshot, next: this.installing, segments: logs }, this.o.sync)
+    writeManifest(this.o.dir, { snapshot, next: this.compaction.installing, segments: logs }, this.o.sync)
   }
 
   private written(number: number, bytes: number): void {
     const s = this.segments.get(number)
     this.places.written(number, s?.bytes ?? 0, bytes)
     if (s !== undefined) s.bytes += bytes
-    this.totalBytes += bytes
-    // Dead weight is an estimate (live bytes are counted by append size); requiring the log to have
-    // grown by the last snapshot's size as well makes compaction amortised even when it is off.
-    const grown = this.totalBytes - this.baseline
-    const deadWeight = this.totalBytes - this.state.liveBytes
-    if (
-      !this.compacting &&
-      this.segments.size >= 2 &&
-      grown >= this.o.segmentBytes &&
-      grown >= this.baseline &&
-      deadWeight >= this.o.segmentBytes &&
-      deadWeight > this.state.liveBytes
-    ) {
-      this.onCompactionWanted()
-    }
-    this.checkpoints.written(bytes, this.compacting, this.captureAt, this.markAll)
+    if (this.compaction.written(bytes)) this.onCompactionWanted()
+    this.checkpoints.written(bytes, this.compaction.compacting, this.captureAt, this.markAll)
   }
 
   /** The log now, for a running checkpoint: the state is exactly the records staged before `end`. */
@@ -419,30 +324,17 @@ export class LogCore {
     const no = this.refuse()
     if (no) return done(no)
     if (failure === null || typeof failure !== "object" || typeof failure.error !== "string") {
-      return done(
-        new DeliveryLogError({
-          reason: "invalid",
-          message: `Expected \`error\` to be a string, got \`${typeof failure?.error}\``
-        })
-      )
+      return done(invalid(`Expected \`error\` to be a string, got \`${typeof failure?.error}\``))
     }
     if (typeof failure.nextAttemptAt !== "number" || !Number.isFinite(failure.nextAttemptAt)) {
       return done(
-        new DeliveryLogError({
-          reason: "invalid",
-          message: `Expected \`nextAttemptAt\` to be an epoch-ms number, got \`${String(failure.nextAttemptAt)}\``
-        })
+        invalid(`Expected \`nextAttemptAt\` to be an epoch-ms number, got \`${String(failure.nextAttemptAt)}\``)
       )
     }
     const live = this.state.live.get(id)
     if (live === undefined) return done(unknownId(String(id)))
     if (live.status === "dead") {
-      return done(
-        new DeliveryLogError({
-          reason: "invalid",
-          message: `Expected a pending entry, got dead entry \`${id}\`; requeue it before recording an attempt`
-        })
-      )
+      return done(invalid(`Expected a pending entry, got dead entry \`${id}\`; requeue it before recording an attempt`))
     }
     const attempts = live.attempts + 1
     const lastError = clipError(failure.error)
@@ -467,11 +359,9 @@ export class LogCore {
     const live = this.state.live.get(id)
     if (live?.status === "dead") {
       return done(
-        new DeliveryLogError({
-          reason: "not-pending",
-          message:
-            `Expected a pending entry to ack, got dead entry \`${id}\`; it stays in the dead letters (requeue it to deliver it again)`
-        })
+        notPending(
+          `Expected a pending entry to ack, got dead entry \`${id}\`; it stays in the dead letters (requeue it to deliver it again)`
+        )
       )
     }
     if (live === undefined) {
@@ -489,12 +379,7 @@ export class LogCore {
     const no = this.refuse()
     if (no) return done(no)
     if (typeof reason !== "string") {
-      return done(
-        new DeliveryLogError({
-          reason: "invalid",
-          message: `Expected \`reason\` to be a string, got \`${typeof reason}\``
-        })
-      )
+      return done(invalid(`Expected \`reason\` to be a string, got \`${typeof reason}\``))
     }
     const live = this.state.live.get(id)
     if (live === undefined) return done(unknownId(String(id)))
@@ -525,10 +410,7 @@ export class LogCore {
     if (live === undefined) return done(unknownId(String(id)))
     if (live.status === "dead") {
       return done(
-        new DeliveryLogError({
-          reason: "not-pending",
-          message: `Expected a pending entry to start an attempt of, got dead entry \`${id}\`; requeue it first`
-        })
+        notPending(`Expected a pending entry to start an attempt of, got dead entry \`${id}\`; requeue it first`)
       )
     }
     // Marked already (a replayed entry whose last attempt has no outcome): the mark holds once durable.
@@ -564,105 +446,13 @@ export class LogCore {
       pending: this.state.pending - this.uncommitted,
       dead: this.state.dead,
       segments: this.segments.size,
-      bytes: this.totalBytes
+      bytes: this.compaction.bytes
     }
   }
 
   /** Run one compaction after any running one. Rejects with `DeliveryLogError`. */
   compact(): Promise<void> {
-    const run = this.compaction.then(() => this.compactOnce())
-    this.compaction = run.catch(() => undefined)
-    return run
-  }
-
-  /**
-   * A checkpoint whose snapshot failed: segments below `reserved` are sealed and that number is free.
-   * The next try rebuilds the same checkpoint from those files instead of sealing another segment.
-   */
-  private retry: { readonly reserved: number } | undefined
-
-  /** The state at the end of the sealed files below `reserved`, read back from disk. */
-  private rebuild(reserved: number): Captured {
-    const r = recover(this.o.dir, this.o.maxRecordBytes + READ_SLACK, reserved, this.hooks.digest)
-    r.state.evict(this.lastNow, this.o.dedupeWindowMs)
-    return {
-      entries: Array.from(r.state.live.values()),
-      acked: r.state.acked.copy(),
-      nextSeq: r.state.nextSeq,
-      nextLsn: r.nextLsn
-    }
-  }
-
-  private async compactOnce(): Promise<void> {
-    const no = this.refuse()
-    if (no) throw no
-    this.compacting = true
-    let reserved = -1
-    try {
-      // A running checkpoint covers the files this one replaces: let it finish first.
-      await this.checkpoints.idle()
-      const cp = this.retry !== undefined
-        ? { reserved: this.retry.reserved, captured: this.rebuild(this.retry.reserved) }
-        : await this.writer.requestCheckpoint((): Captured => {
-          this.state.evict(this.lastNow, this.o.dedupeWindowMs)
-          return {
-            entries: Array.from(this.state.live.values(), (l) => l.clone()),
-            acked: this.state.acked.copy(),
-            nextSeq: this.state.nextSeq,
-            nextLsn: this.nextLsn
-          }
-        })
-      reserved = cp.reserved
-      this.retry = { reserved }
-      this.hooks.step?.("checkpointed")
-      const snap = await writeSnapshot(this.o, READ_SLACK, cp.reserved, cp.captured, this.hooks, () => {
-        this.installing = cp.reserved
-        this.saveManifest()
-      })
-      const size = snap.size
-      const gone = [...this.segments.values()].filter((s) => s.number < cp.reserved)
-      this.places.installed(this.state, cp.reserved, cp.captured, snap, gone)
-      this.checkpoints.replaced()
-      const replaced: Array<string> = []
-      for (const s of gone) {
-        replaced.push(segmentName(s.number, s.kind))
-        this.segments.delete(s.number)
-        this.totalBytes -= s.bytes
-      }
-      this.segments.set(cp.reserved, { number: cp.reserved, kind: "snap", bytes: size, crc: snap.crc, crcTo: size })
-      this.totalBytes += size
-      this.baseline = size
-      this.retry = undefined
-      this.installing = null
-      this.saveManifest()
-      removeReplaced(this.o.dir, replaced, this.o.sync, this.hooks)
-    } catch (e) {
-      if (reserved >= 0) {
-        try {
-          fs.rmSync(join(this.o.dir, `${segmentName(reserved, "snap")}.tmp`), { force: true })
-        } catch {
-          // Left for recovery (it deletes `.snap.tmp` files) or the next try (it truncates it).
-        }
-      }
-      if (e instanceof CorruptLog) {
-        this.retry = undefined
-        throw new DeliveryLogError({
-          reason: "corrupt",
-          message: `Compaction found the log corrupt: ${e.message}`,
-          path: e.path
-        })
-      }
-      if (e instanceof DeliveryLogError) throw e
-      throw new DeliveryLogError({
-        reason: "io",
-        message: `Compaction failed (${
-          (e as NodeJS.ErrnoException)?.code ?? String(e)
-        }); the log keeps its segments as they were and goes on`,
-        path: this.o.dir
-      })
-    } finally {
-      this.compacting = false
-    }
+    return this.compaction.compact()
   }
 
   /**
@@ -674,7 +464,7 @@ export class LogCore {
     if (this.closing === undefined) {
       this.closed = true
       this.closing = (async () => {
-        await this.compaction
+        await this.compaction.settled
         await this.writer.close()
         if (this.writer.failed !== undefined) this.cutToFrontier()
         // The sizes now, so that a segment cut short later is refused (best effort: a full disk keeps the last one).

@@ -63,12 +63,22 @@ export const FILE_MODE = 0o600
 export const DIR_MODE = 0o700
 
 /**
+ * `O_DSYNC` where the platform has it (Linux, macOS; 0 elsewhere): a write on a descriptor opened with
+ * it returns once its data (and the metadata needed to read it back, a grown size) is on stable
+ * storage, as `write` + `fdatasync` of that range, in one system call.
+ */
+export const O_DSYNC: number = fs.constants.O_DSYNC ?? 0
+
+/** How the writer opens a segment: read-write, and `O_DSYNC` when it syncs (`fsync: "always"`). */
+export const segmentFlags = (sync: boolean): number => fs.constants.O_RDWR | (sync ? O_DSYNC : 0)
+
+/**
  * Create an empty segment (it must not exist), sync it and the directory, and return it open for
- * writing. `sync: false` skips both syncs (the `fsync: "never"` mode).
+ * writing (`segmentFlags`). `sync: false` skips both syncs (the `fsync: "never"` mode).
  */
 export const createSegment = (dir: string, number: number, sync: boolean): { fd: number; path: string } => {
   const path = join(dir, segmentName(number, "log"))
-  const fd = fs.openSync(path, fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_RDWR, FILE_MODE)
+  const fd = fs.openSync(path, fs.constants.O_CREAT | fs.constants.O_EXCL | segmentFlags(sync), FILE_MODE)
   try {
     if (sync) {
       fs.fsyncSync(fd)

@@ -142,6 +142,23 @@ describe("npm run telegram: one bot, many chats", () => {
     expect(f.attempts.filter((a) => a.chat === "4").map((a) => a.answered)).toEqual([403])
   })
 
+  it("a group upgraded to a supergroup (400 with migrate_to_chat_id): the reply goes to the new chat at once, said in one line; later replies to the old chat go straight to the new one", async () => {
+    f.migrate(-60, -1_000_000_000_060)
+    f.pushText(-60, "before the upgrade")
+    await bot.waitForStdout(
+      /^telegram: chat -60 was upgraded to a supergroup \(-1000000000060\); its replies go to -1000000000060 from now on$/
+    )
+    await f.until((sent) => (sent.some((m) => m.chat === "-1000000000060") ? true : undefined), "the moved reply")
+    f.pushText(-60, "still the old id")
+    await f.until(
+      (sent) => (sent.filter((m) => m.chat === "-1000000000060").length === 2 ? true : undefined),
+      "the second reply in the new chat"
+    )
+    expect(texts(f, -1_000_000_000_060)).toEqual(["You said: before the upgrade", "You said: still the old id"])
+    // One refused attempt in all: the old chat is not tried again.
+    expect(f.attempts.filter((a) => a.chat === "-60").map((a) => a.answered)).toEqual([400])
+  })
+
   it("a photo and a sticker get a polite reply; nothing crashes, the next text is answered", async () => {
     f.pushUpdate({
       message: {

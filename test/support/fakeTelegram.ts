@@ -2,7 +2,8 @@
  * A fake Telegram Bot API server for the bot's end-to-end tests: `POST /bot<token>/<method>` for
  * getMe, getUpdates (a real long poll: held until an update arrives or `timeout` passes; an offset
  * confirms the updates below it, as Telegram does) and sendMessage (recorded; a test can make the
- * next calls answer 429 with `retry_after`, make a chat answer 403 "blocked", or hold a call
+ * next calls answer 429 with `retry_after`, make a chat answer 403 "blocked" or 400 "upgraded to a
+ * supergroup" (with `migrate_to_chat_id`), or hold a call
  * unanswered). Waits are latches on what arrived, never sleeps.
  */
 import type * as http from "node:http"
@@ -33,6 +34,8 @@ export interface FakeTelegram {
   readonly storm: (count: number, retryAfter: number) => void
   /** sendMessage to `chat` answers 403 "bot was blocked by the user". */
   readonly block: (chat: number) => void
+  /** `chat` was upgraded to the supergroup `to`: sendMessage to it answers 400 with `migrate_to_chat_id`. */
+  readonly migrate: (chat: number, to: number) => void
   /** The next `count` getUpdates calls answer `status` (e.g. 502, or 409 "terminated by other getUpdates request"). */
   readonly failPolls: (count: number, status: number) => void
   /** From now on the token is refused (401), as after /revoke in @BotFather. */
@@ -60,6 +63,7 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
   let pollFailStatus = 502
   let revoked = false
   const blocked = new Set<string>()
+  const migrated = new Map<string, number>()
   let hold: ((m: SentMessage) => void) | undefined
   let holdSkip = 0
   const sent: Array<SentMessage> = []
@@ -131,9 +135,20 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
           h(message)
           return // never answered
         }
-        const status = blocked.has(message.chat) ? 403 : stormLeft > 0 ? 429 : 200
+        const status = blocked.has(message.chat)
+          ? 403
+          : migrated.has(message.chat)
+          ? 400
+          : stormLeft > 0
+          ? 429
+          : 200
         attempts.push({ ...message, answered: status })
         if (status === 403) return fail(res, 403, "Forbidden: bot was blocked by the user")
+        if (status === 400) {
+          return fail(res, 400, "Bad Request: group chat was upgraded to a supergroup chat", {
+            migrate_to_chat_id: migrated.get(message.chat)
+          })
+        }
         if (status === 429) {
           stormLeft--
           return fail(res, 429, `Too Many Requests: retry after ${stormRetryAfter}`, { retry_after: stormRetryAfter })
@@ -189,6 +204,7 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
       stormRetryAfter = retryAfter
     },
     block: (chat) => void blocked.add(String(chat)),
+    migrate: (chat, to) => void migrated.set(String(chat), to),
     failPolls: (count, status) => {
       pollFailures = count
       pollFailStatus = status
