@@ -26,8 +26,9 @@ const runner = (args: ReadonlyArray<string>) =>
     let stderr = ""
     child.stdout.on("data", (d: Buffer) => void (stdout += d.toString()))
     child.stderr.on("data", (d: Buffer) => void (stderr += d.toString()))
-    // A runner that started after all is a failure of the test, not a hang: it is stopped after 30 s.
-    const timer = setTimeout(() => child.kill("SIGKILL"), 30_000)
+    // A runner that started after all is a failure of the test, not a hang: it is stopped after 100 s
+    // (four runners load tsx and effect at once; on two busy cores that alone has taken 28 s).
+    const timer = setTimeout(() => child.kill("SIGKILL"), 100_000)
     child.once("error", reject)
     child.once("exit", (code) => {
       clearTimeout(timer)
@@ -100,6 +101,6 @@ describe.skipIf(!up)("a runner that cannot start (Postgres)", () => {
         await Promise.all([http.close(), cluster.close()])
       }
     },
-    60_000
+    120_000
   )
 })

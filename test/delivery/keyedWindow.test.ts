@@ -68,7 +68,8 @@ const remembered = (
   keys: keys.map((k) => w.findKey(k, read)?.id ?? null)
 })
 
-describe("AckedWindow keyed ring", () => {
+// The property test takes ~9 s alone at load 10: vitest's 30 s default was passed with every worker busy.
+describe("AckedWindow keyed ring", { timeout: 120_000 }, () => {
   it("finds exactly the entry of a key among colliding digests, forgets it with the window, survives growth and a restored copy", () => {
     fc.assert(
       fc.property(
