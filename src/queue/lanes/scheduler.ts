@@ -97,7 +97,7 @@ const make = <K, E, R>(
     table.release(e)
   }
   /** The keys queued for a slot. */
-  const queue = new WaitingKeys<K>(group, internal?.rank)
+  const queue = new WaitingKeys<K>(group, internal?.ranking)
   let running = 0
   let waiting = 0
   let closed = false
@@ -251,6 +251,7 @@ const make = <K, E, R>(
   }
 
   const prioritize = (): void => queue.prioritize()
+  const rerank = (e: Entry<K>): void => queue.rerank(e)
 
   /**
    * The state transition of one wake; synchronous, O(1), allocates only for a new entry or a
@@ -404,6 +405,7 @@ const make = <K, E, R>(
     setConcurrent,
     setPaused,
     prioritize,
+    rerank,
     queuedKeys
   }
 }

@@ -1,21 +1,23 @@
 /**
  * The lanes' waiting keys: the FIFO of keys queued for a slot, and which of them a freed slot goes
- * to. Internal to `src/queue` (below `scheduler.ts`).
+ * to: the FIFO's head, or once priorities are in use the highest ranked (`priorityIndex.ts`).
+ * Internal to `src/queue` (below `scheduler.ts`).
  */
 import { Fifo } from "../fifo.js"
-import type { Entry, InternalOptions } from "./entry.js"
+import type { Entry, Ranking } from "./entry.js"
 import { QUEUED } from "./entry.js"
 import type { CapacityGroup } from "./group.js"
+import { PriorityIndex } from "./priorityIndex.js"
 
 /** The keys queued for a slot, oldest first (linked through their entries' `prev`/`next`). */
 export class WaitingKeys<K> {
   readonly fifo = new Fifo<Entry<K>>()
-  /** `prioritize()` was called: a freed slot goes to the highest ranked key. */
-  private prioritized = false
+  /** Made by `prioritize()`: the same keys by rank. */
+  private index: PriorityIndex<K> | undefined = undefined
 
   constructor(
     private readonly group: CapacityGroup | undefined,
-    private readonly rank: InternalOptions<K>["rank"]
+    private readonly ranking: Ranking<K> | undefined
   ) {}
 
   /** The oldest waiting key, if any. */
@@ -28,39 +30,39 @@ export class WaitingKeys<K> {
     e.state = QUEUED
     if (this.group !== undefined) e.seq = ++this.group.seq
     this.fifo.push(e)
+    if (this.index !== undefined) this.index.push(e)
   }
 
   /** Takes `e` (QUEUED) out, wherever it stands. */
   unlink(e: Entry<K>): void {
     this.fifo.unlink(e)
+    if (this.index !== undefined) this.index.remove(e)
   }
 
-  /** Takes the key a freed slot goes to off the queue (there is one). */
+  /** Takes the key a freed slot goes to off the queue (there is one): the head, or the highest ranked. */
   take(): Entry<K> {
-    const e = this.next()
+    const index = this.index
+    if (index === undefined) {
+      const e = this.fifo.head!
+      this.fifo.unlink(e)
+      return e
+    }
+    const e = index.pick()
     this.fifo.unlink(e)
+    index.remove(e)
     return e
   }
 
-  /** From now on a freed slot goes to the queued key `rank` ranks highest (first in the FIFO on ties). */
+  /** From now on a freed slot goes to the queued key ranked highest (first in the FIFO on ties). */
   prioritize(): void {
-    this.prioritized = true
+    if (this.index !== undefined || this.ranking === undefined) return
+    this.index = new PriorityIndex(this.ranking)
+    for (let e = this.fifo.head; e !== undefined; e = e.next) this.index.push(e)
   }
 
-  /** The queued entry a freed slot goes to: the FIFO's head, or the highest ranked (first on ties). */
-  private next(): Entry<K> {
-    let best = this.fifo.head!
-    if (!this.prioritized || this.rank === undefined) return best
-    const rankOf = this.rank()
-    let bestRank = rankOf(best.key)
-    for (let e = best.next; e !== undefined; e = e.next) {
-      const r = rankOf(e.key)
-      if (r > bestRank) {
-        best = e
-        bestRank = r
-      }
-    }
-    return best
+  /** What the ranking says of `e` may have changed: ranked again if it waits. */
+  rerank(e: Entry<K>): void {
+    if (this.index !== undefined && e.state === QUEUED) this.index.rerank(e)
   }
 
   /** Empties the queue; returns what stood in it, oldest first (their links cleared). */
@@ -75,6 +77,7 @@ export class WaitingKeys<K> {
     }
     this.fifo.head = undefined
     this.fifo.tail = undefined
+    if (this.index !== undefined) this.index.clear()
     return out
   }
 
