@@ -12,6 +12,7 @@
  * reads each band's heap top: O(bands) plus that walk; a push or a removal is O(log keys of the
  * band), and a key that changes band O(keys of the band) (rare: its next task was dropped).
  */
+import { pushTo, unlinkFrom } from "../fifo.js"
 import type { Entry, Ranking } from "./entry.js"
 
 /** One waiting key in the index. */
@@ -54,10 +55,7 @@ export class PriorityIndex<K> {
     const band = this.bandOf(this.ranking.priority(e))
     const node = new Node(e, ++this.order, this.ranking.since(e), band)
     this.nodes.set(e, node)
-    node.prev = band.tail
-    if (band.tail === undefined) band.head = node
-    else band.tail.next = node
-    band.tail = node
+    pushTo(band, node)
     heapPush(band.heap, node)
   }
 
@@ -141,12 +139,7 @@ export class PriorityIndex<K> {
   /** Takes `node` out of its band (and the band out of the index once it is empty). */
   private leave(node: Node<K>): void {
     const band = node.band
-    if (node.prev === undefined) band.head = node.next
-    else node.prev.next = node.next
-    if (node.next === undefined) band.tail = node.prev
-    else node.next.prev = node.prev
-    node.prev = undefined
-    node.next = undefined
+    unlinkFrom(band, node)
     heapRemove(band.heap, node.at)
     if (band.head === undefined) {
       this.bands.delete(band.priority)
