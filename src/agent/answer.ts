@@ -96,15 +96,7 @@ export const makeAnswer = (deps: AnswerDeps) => {
       )
 
   /** Calls the model, records the turn, logs the reply (durable), then marks it logged. */
-  const answer = (turn: {
-    readonly kind: TurnKind
-    readonly session: string
-    readonly state: SessionState
-    readonly user: ReadonlyArray<string>
-    readonly answered: ReadonlyArray<number>
-    readonly job?: string
-    readonly to: () => string
-  }): Effect.Effect<TurnResult, TurnError> => {
+  const answer = (turn: Turn): Effect.Effect<TurnResult, TurnError> => {
     const { kind, session, state, user } = turn
     const job = turn.job === undefined ? {} : { job: turn.job }
     const messages = kind === "user" ? user.length : 1
