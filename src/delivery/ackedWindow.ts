@@ -9,7 +9,7 @@
  * - `kept`: anything else (an entry acked after failed attempts, an id of another shape), with its
  *   whole entry in a `Map`, as before.
  */
-import { formatUuid, parseUuid, PlainRing, type Runs, scratch } from "./idRing.js"
+import { formatUuid, parseUuid, type PlainColumns, PlainRing, scratch } from "./idRing.js"
 import { digestKey, type KeyDigest } from "./keyDigest.js"
 import { type KeyedColumns, KeyedFlag, KeyedRing } from "./keyedRing.js"
 import { EntryData } from "./payload.js"
@@ -30,7 +30,7 @@ export interface AckedCopy extends Iterable<AckedItem> {
 /** The window's parts as a checkpoint holds them. */
 export interface AckedParts {
   readonly kept: ReadonlyArray<readonly [id: string, at: number, entry: EntryData | undefined, bytes: number]>
-  readonly plain: { readonly count: number; readonly words: Uint32Array; readonly runs: Runs }
+  readonly plain: PlainColumns
   readonly keyed: KeyedColumns
 }
 
@@ -112,6 +112,19 @@ export class AckedWindow {
     return true
   }
 
+  /** `addKeyed` of a pristine entry given as its id's 128 bits and its key's digest (replay, from the record's bytes). */
+  addKeyedWords(
+    id: Uint32Array,
+    at: number,
+    digest: Uint32Array,
+    file: number,
+    offset: number,
+    bytes: number,
+    started: boolean
+  ): void {
+    this.keyed.add(id, at, digest, file, offset, bytes, started ? KeyedFlag.started : 0)
+  }
+
   /**
    * The newest keyed entry acked within the window whose key is `key`, read back through `read`
    * (its delivery state as acked: pending, no attempts, `maybeSent` if an attempt was started).
@@ -183,8 +196,8 @@ export class AckedWindow {
   parts(): AckedParts {
     return {
       kept: Array.from(this.kept, ([id, k]) => [id, k.at, k.entry, k.bytes] as const),
-      plain: this.plain.copy(),
-      keyed: this.keyed.copy()
+      plain: { ...this.plain.copy(), table: this.plain.idTable() },
+      keyed: { ...this.keyed.copy(), tables: this.keyed.tables() }
     }
   }
 

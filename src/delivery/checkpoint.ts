@@ -57,11 +57,13 @@ interface Header {
   readonly kept: number
   readonly plain: readonly [count: number, runs: number]
   readonly keyed: readonly [count: number, runs: number]
+  /** Cells of the plain ring's id table, the keyed ring's id and digest tables (0: none stored; absent before they were). */
+  readonly tables?: readonly [number, number, number]
 }
 
 const NONE = 0xffff_ffff
 
-const bytesOf = (a: Uint32Array | Uint8Array | Float64Array): Buffer =>
+const bytesOf = (a: Uint32Array | Uint8Array | Float64Array | Int32Array): Buffer =>
   Buffer.from(a.buffer, a.byteOffset, a.byteLength)
 
 const runsBytes = (r: Runs): number => 12 * r.at.length
@@ -93,10 +95,12 @@ export const captureCheckpoint = (
   const { kept, plain, keyed } = acked
   const liveSizes = live.map((p) => entryBytes(p.entry))
   const keptSizes = kept.map(([id, , entry]) => ackedBytes(id, entry))
+  const tables = [plain.table, keyed.tables?.[0], keyed.tables?.[1]]
   const size = liveSizes.reduce((a, n) => a + 20 + n, 0) +
     keptSizes.reduce((a, n) => a + 12 + n, 0) +
     16 * plain.count + runsBytes(plain.runs) +
-    37 * keyed.count + runsBytes(keyed.runs)
+    37 * keyed.count + runsBytes(keyed.runs) +
+    tables.reduce((a, t) => a + 4 * (t?.length ?? 0), 0)
   const buf = Buffer.allocUnsafe(size)
   const places: Array<number> = []
   let at = 0
@@ -113,7 +117,7 @@ export const captureCheckpoint = (
     at = buf.writeDoubleLE(bytes, at)
     at = writeAcked(buf, at, id, time, entry)
   })
-  const put = (a: Uint32Array | Uint8Array | Float64Array): void => {
+  const put = (a: Uint32Array | Uint8Array | Float64Array | Int32Array): void => {
     at += bytesOf(a).copy(buf, at)
   }
   const putRuns = (r: Runs): void => {
@@ -124,6 +128,7 @@ export const captureCheckpoint = (
   putRuns(plain.runs)
   for (const a of [keyed.words, keyed.digests, keyed.files, keyed.offsets, keyed.bytes, keyed.flags]) put(a)
   putRuns(keyed.runs)
+  for (const t of tables) if (t !== undefined) put(t)
   if (at !== size) throw new Error(`a checkpoint body of ${at} bytes where ${size} were counted`)
   return {
     header: {
@@ -133,7 +138,8 @@ export const captureCheckpoint = (
       live: live.length,
       kept: kept.length,
       plain: [plain.count, plain.runs.at.length],
-      keyed: [keyed.count, keyed.runs.at.length]
+      keyed: [keyed.count, keyed.runs.at.length],
+      tables: [tables[0]?.length ?? 0, tables[1]?.length ?? 0, tables[2]?.length ?? 0]
     },
     body: buf,
     places
@@ -211,7 +217,7 @@ class Cursor {
   f64(): number {
     return this.buf.readDoubleLE(this.take(8))
   }
-  array<A extends Uint32Array | Uint8Array | Float64Array>(make: new(n: number) => A, n: number): A {
+  array<A extends Uint32Array | Uint8Array | Float64Array | Int32Array>(make: new(n: number) => A, n: number): A {
     const out = new make(n)
     const bytes = out.byteLength
     bytesOf(out).set(this.buf.subarray(this.take(bytes), this.at))
@@ -270,6 +276,10 @@ export const readCheckpoint = (dir: string): CheckpointState | undefined => {
       flags: c.array(Uint8Array, kn),
       runs: c.runs(kr)
     }
+    const [pt, kt, dt] = h.tables ?? [0, 0, 0]
+    const table = (n: number): Int32Array | undefined => (n > 0 ? c.array(Int32Array, n) : undefined)
+    const plainTable = table(pt)
+    const keyedTables = [table(kt), table(dt)] as const
     if (c.at !== end) return undefined
     return {
       files: h.files,
@@ -277,7 +287,7 @@ export const readCheckpoint = (dir: string): CheckpointState | undefined => {
       nextSeq: h.nextSeq,
       liveBytes: h.liveBytes,
       live,
-      acked: { kept, plain, keyed }
+      acked: { kept, plain: { ...plain, table: plainTable }, keyed: { ...keyed, tables: keyedTables } }
     }
   } catch {
     // A CRC-valid checkpoint that does not parse: written by another version. Replay instead.

@@ -10,9 +10,10 @@
  * append path: the CRC-32 of the covered bytes not hashed yet is read back, and the file written to
  * `CHECKPOINT.tmp`, synced, renamed and the directory synced, all through the thread pool. One runs at
  * a time, never during a compaction (which replaces the files it covers), and only when it pays: the
- * log has grown by a segment and by the size of the last checkpoint since that one was captured (so
- * checkpoints cost at most about the bytes the log writes itself), and it spares replaying more
- * acked ids than the live entries it copies.
+ * log has grown by a segment and by half the size of the last checkpoint since that one was captured
+ * (so checkpoints write at most about twice the bytes the log writes itself, and an open after a crash
+ * replays at most that much more than one from the newest checkpoint), and it spares replaying at
+ * least as many acked ids as the live entries it copies.
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
@@ -104,7 +105,7 @@ export class Checkpointer {
    */
   written(bytes: number, paused: boolean, at: () => CaptureAt, mark: Mark): void {
     this.since += bytes
-    if (paused || this.running !== undefined || this.since < Math.max(this.segmentBytes, this.lastBytes)) return
+    if (paused || this.running !== undefined || this.since < Math.max(this.segmentBytes, this.lastBytes / 2)) return
     const now = at()
     if (now.state.acked.size === 0 || !pays(now.state)) return
     const captured = capture(now)

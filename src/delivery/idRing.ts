@@ -303,6 +303,29 @@ export class IdRing {
   }
 
   /**
+   * `table`'s cells with the slots renumbered as `inOrder` lays them out (a checkpoint stores it, so
+   * that a restore need not insert every id again), if a ring refilled with these ids gets this
+   * capacity again; otherwise `undefined`.
+   */
+  protected tableInOrder(table: SlotTable): Int32Array | undefined {
+    if (this.capacity !== capacityFor(this.count)) return undefined
+    const cells = table.cells
+    const out = new Int32Array(cells.length)
+    const mask = this.capacity - 1
+    const head = this.head
+    for (let i = 0; i < cells.length; i++) {
+      const v = cells[i]!
+      if (v !== 0) out[i] = ((v - 1 - head) & mask) + 1
+    }
+    return out
+  }
+
+  /** The id table in ack order (see `tableInOrder`). */
+  idTable(): Int32Array | undefined {
+    return this.tableInOrder(this.ids)
+  }
+
+  /**
    * Refill an empty ring from ids in ack order (`words`, 4 a slot) and their runs (what a checkpoint
    * holds); `columns(capacity)` gives the subclass's columns sized for the capacity chosen.
    */
@@ -310,7 +333,9 @@ export class IdRing {
     words: Uint32Array,
     count: number,
     runs: Runs,
-    columns: (capacity: number) => ReadonlyArray<Column>
+    columns: (capacity: number) => ReadonlyArray<Column>,
+    /** The id table as `idTable` gave it (used if it fits). */
+    table?: Int32Array
   ): void {
     const capacity = capacityFor(count)
     this.words = new Uint32Array(4 * capacity)
@@ -319,13 +344,24 @@ export class IdRing {
     this.head = 0
     this.count = count
     this.setColumns(columns(capacity))
-    this.ids.reset(2 * capacity)
-    for (let i = 0; i < count; i++) this.ids.insert(this.hashSlot(i), i)
+    if (table !== undefined && table.length === 2 * capacity) this.ids.cells = table
+    else {
+      this.ids.reset(2 * capacity)
+      for (let i = 0; i < count; i++) this.ids.insert(this.hashSlot(i), i)
+    }
     this.runAt = runs.at.slice()
     this.runCount = runs.count.slice()
     this.runHead = 0
     this.rebuild()
   }
+}
+
+/** A plain ring's ids in ack order, their runs, and (a checkpoint's) its id table (`idTable`). */
+export interface PlainColumns {
+  readonly count: number
+  readonly words: Uint32Array
+  readonly runs: Runs
+  readonly table?: Int32Array | undefined
 }
 
 /** Ids acked within the window whose entry had no key: just the ids and their ack times (~24 bytes an id). */
@@ -336,12 +372,12 @@ export class PlainRing extends IdRing {
   }
 
   /** The ids in ack order (a copy, 4 words an id) and their runs. */
-  copy(): { readonly count: number; readonly words: Uint32Array; readonly runs: Runs } {
+  copy(): PlainColumns {
     return { count: this.count, words: this.inOrder(this.words, 4, this.count), runs: this.runs() }
   }
 
   /** Replace an empty ring's content by a copy (a checkpoint's). */
-  restore(c: { readonly count: number; readonly words: Uint32Array; readonly runs: Runs }): void {
-    this.load(c.words, c.count, c.runs, () => [])
+  restore(c: PlainColumns): void {
+    this.load(c.words, c.count, c.runs, () => [], c.table)
   }
 }

@@ -44,3 +44,42 @@ export const digestKey: KeyDigest = (key, out) => {
   out[0] = fmix(h1)
   out[1] = fmix(h2 ^ h1)
 }
+
+/**
+ * `digestKey` of the key whose UTF-8 bytes are `buf[start, end)`, when they are all ASCII (then they
+ * are its UTF-16 code units); false (out unchanged) otherwise. Replay digests keys without making them strings.
+ */
+export const digestAsciiKey = (buf: Uint8Array, start: number, end: number, out: Uint32Array): boolean => {
+  let h1 = 0x9747b28c
+  const n = end - start
+  let h2 = 0x2f1a5c3d ^ n
+  let i = start
+  for (; i + 1 < end; i += 2) {
+    const a = buf[i]!
+    const b = buf[i + 1]!
+    if ((a | b) > 0x7f) return false
+    let k = a | (b << 16)
+    k = Math.imul(k, 0xcc9e2d51)
+    k = (k << 15) | (k >>> 17)
+    k = Math.imul(k, 0x1b873593)
+    h1 ^= k
+    h1 = (h1 << 13) | (h1 >>> 19)
+    h1 = (Math.imul(h1, 5) + 0xe6546b64) | 0
+    h2 = Math.imul(h2 ^ k, 0x27d4eb2f)
+    h2 = (h2 << 17) | (h2 >>> 15)
+    h2 = (Math.imul(h2, 0x165667b1) + 0x9e3779b9) | 0
+  }
+  if (i < end) {
+    let k = buf[i]!
+    if (k > 0x7f) return false
+    k = Math.imul(k, 0xcc9e2d51)
+    k = (k << 15) | (k >>> 17)
+    k = Math.imul(k, 0x1b873593)
+    h1 ^= k
+    h2 = Math.imul(h2 ^ k, 0x27d4eb2f)
+  }
+  h1 ^= n
+  out[0] = fmix(h1)
+  out[1] = fmix(h2 ^ h1)
+  return true
+}

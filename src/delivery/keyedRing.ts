@@ -23,6 +23,8 @@ export interface KeyedColumns {
   readonly bytes: Uint32Array
   readonly flags: Uint8Array
   readonly runs: Runs
+  /** A checkpoint's: the id and digest tables in ack order (`tables`), used on restore if they fit. */
+  readonly tables?: readonly [ids: Int32Array | undefined, digests: Int32Array | undefined] | undefined
 }
 
 export class KeyedRing extends IdRing {
@@ -134,7 +136,16 @@ export class KeyedRing extends IdRing {
     this.flagBits = c[4] as Uint8Array
   }
 
+  /** A restore's digest table, used by the `rebuild` that follows if it fits. */
+  private given: Int32Array | undefined
+
   protected override rebuild(): void {
+    const given = this.given
+    this.given = undefined
+    if (given !== undefined && given.length === 2 * this.capacity) {
+      this.byDigest.cells = given
+      return
+    }
     this.byDigest.reset(2 * this.capacity)
     for (let i = 0; i < this.count; i++) this.byDigest.insert(this.digests[2 * i]!, i)
   }
@@ -155,13 +166,19 @@ export class KeyedRing extends IdRing {
   }
 
   /** Replace an empty ring's content by a copy (a checkpoint's). */
+  /** The id and digest tables in ack order, for a checkpoint (see `tableInOrder`). */
+  tables(): readonly [Int32Array | undefined, Int32Array | undefined] {
+    return [this.idTable(), this.tableInOrder(this.byDigest)]
+  }
+
   restore(c: KeyedColumns): void {
+    this.given = c.tables?.[1]
     this.load(c.words, c.count, c.runs, (capacity) => [
       grown(c.digests, 2, capacity),
       grown(c.files, 1, capacity),
       grown(c.offsets, 1, capacity),
       grown(c.bytes, 1, capacity),
       grown(c.flags, 1, capacity)
-    ])
+    ], c.tables?.[0])
   }
 }

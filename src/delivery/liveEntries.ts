@@ -10,9 +10,12 @@
  * store, its rehashing and the write barrier of every entry it points to. Removed entries leave a hole
  * in the array until holes outnumber the entries (then it is packed again, amortised O(1)).
  */
+import { parseUuid } from "./idRing.js"
 import type { EntryData } from "./payload.js"
 
 const MIN_CAPACITY = 1024
+
+const scratch = new Uint32Array(4)
 
 /** The value of a lowercase hex digit's char code, or -1. */
 const hexValue = (c: number): number => (c >= 48 && c <= 57 ? c - 48 : c >= 97 && c <= 102 ? c - 87 : -1)
@@ -80,6 +83,23 @@ export class LiveEntries {
 
   has(id: string): boolean {
     return this.find(id, hashId(id)) >= 0
+  }
+
+  /** `has` of a canonical lowercase UUID given as its 128 bits (replay reads them from the bytes): no string made. */
+  hasUuid(words: Uint32Array): boolean {
+    if (this.size === 0) return false
+    const h = mix(words[0]! | 0)
+    const t = this.table
+    const mask = this.mask
+    for (let i = h & mask;; i = (i + 1) & mask) {
+      const s = t[2 * i]!
+      if (s === 0) return false
+      if (
+        t[2 * i + 1] === h && parseUuid(this.entries[s - 1]!.id, scratch) && scratch.every((w, k) => w === words[k])
+      ) {
+        return true
+      }
+    }
   }
 
   /** Add `entry` under its id, which must not be here yet (callers check `has`, or made the id). */

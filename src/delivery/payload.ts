@@ -196,14 +196,25 @@ export const writeAppend = (
   return at + buf.write(text, at, textBytes, "utf8")
 }
 
-/** Read an append payload as a pending entry (the hot path of replay: no cursor object). */
-export const readAppend = (buf: Buffer, start: number, end: number): EntryData => {
+/**
+ * Check an append payload's fields as `readAppend` does (throws `BadPayload`) without reading them
+ * out; returns where its key ends (its message starts). Replay checks every append so.
+ */
+export const checkAppend = (buf: Buffer, start: number, end: number): number => {
   const idEnd = start + 1 + buf[start]!
   const keyAt = idEnd + 20
   if (keyAt > end) throw new BadPayload("a payload shorter than its fields")
   const keyEnd = keyAt + buf.readUInt32BE(idEnd + 16)
   if (keyEnd > end) throw new BadPayload("a payload shorter than its fields")
   checkMessageText(buf, keyEnd, end)
+  return keyEnd
+}
+
+/** Read an append payload as a pending entry (the hot path of replay: no cursor object). */
+export const readAppend = (buf: Buffer, start: number, end: number): EntryData => {
+  const idEnd = start + 1 + buf[start]!
+  const keyAt = idEnd + 20
+  const keyEnd = checkAppend(buf, start, end)
   return new EntryData(
     buf.toString("utf8", start + 1, idEnd),
     buf.readDoubleBE(idEnd),

@@ -7,6 +7,7 @@
 import * as fs from "node:fs"
 import { CorruptLog } from "./corrupt.js"
 import { parseUuidBytes } from "./idRing.js"
+import { LazyAppends } from "./lazyAppends.js"
 import {
   BadPayload,
   readAck,
@@ -38,11 +39,20 @@ const badPayload = (e: unknown, path: string, offset: number): never => {
   throw e
 }
 
-const applyLogRecord = (state: LogState, d: Decoded, path: string, offset: number, address: number): void => {
+const applyLogRecord = (
+  state: LogState,
+  lazy: LazyAppends,
+  d: Decoded,
+  path: string,
+  offset: number,
+  address: number
+): void => {
   const { buf, start, end } = d
   try {
     switch (d.kind) {
       case Kind.append: {
+        if (lazy.append(buf, start, end, d.bytes, address)) return
+        lazy.flush()
         const e = readAppend(buf, start, end)
         e.bytes = d.bytes
         if (e.key !== undefined) e.pos = address
@@ -51,25 +61,30 @@ const applyLogRecord = (state: LogState, d: Decoded, path: string, offset: numbe
       }
       case Kind.attempt:
       case Kind.attemptDead: {
+        if (lazy.holds(buf, start, end)) lazy.flush()
         const a = readAttempt(buf, start, end)
         state.applyAttempt(a.id, a.attempts, a.lastError, a.nextAttemptAt)
         if (d.kind === Kind.attemptDead) state.applyDead(a.id, a.lastError)
         return
       }
       case Kind.ack: {
+        if (lazy.ack(buf, start, end)) return
         const a = readAck(buf, start, end)
         state.applyAck(a.id, a.at)
         return
       }
       case Kind.dead: {
+        if (lazy.holds(buf, start, end)) lazy.flush()
         const a = readDead(buf, start, end)
         state.applyDead(a.id, a.reason)
         return
       }
       case Kind.requeue:
+        if (lazy.holds(buf, start, end)) lazy.flush()
         state.applyRequeue(readRequeue(buf, start, end))
         return
       case Kind.started:
+        if (lazy.started(buf, start, end)) return
         state.applyStarted(readIdOnly(buf, start, end, "started"))
         return
     }
@@ -200,12 +215,19 @@ export const replayLog = (
 ): LogReplay =>
   withFile(path, (fd, size) => {
     const reader = new SegmentReader(fd, size, maxPayload, from.offset, from.crc)
+    // Appends acked a few records later never become entries (lazyAppends.ts); the rest do before the window moves on.
+    const lazy = new LazyAppends(state)
+    reader.beforeFill = () => lazy.flush()
     let expected = from.expected
     for (;;) {
       const at = reader.offset
       const r = reader.next()
-      if (r === undefined) return { size, crc: reader.checksum(size), expected, truncate: undefined }
+      if (r === undefined) {
+        lazy.flush()
+        return { size, crc: reader.checksum(size), expected, truncate: undefined }
+      }
       if (typeof r === "string") {
+        lazy.flush()
         // The writer fills the active segment ahead with zeros and overwrites them in place: in the
         // last segment, a record boundary with only zeros from there to the end is the end of its records.
         if (last && reader.zeroFrom(at)) {
@@ -236,7 +258,7 @@ export const replayLog = (
           `record number ${r.lsn} where ${expected} was expected (a segment is missing or misplaced)`
         )
       }
-      applyLogRecord(state, r, path, at, base + at)
+      applyLogRecord(state, lazy, r, path, at, base + at)
       expected++
     }
   })

@@ -138,7 +138,11 @@ export class SegmentReader {
     return this.crc
   }
 
+  /** Called before the window's bytes are replaced (records decoded from it point into it until then). */
+  beforeFill: (() => void) | undefined
+
   private fill(at: number, want: number): void {
+    this.beforeFill?.()
     this.sumTo(at)
     const need = Math.min(Math.max(want, WINDOW), this.size - at)
     if (this.buf.length < need) this.buf = Buffer.allocUnsafe(need)
