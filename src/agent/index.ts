@@ -7,7 +7,8 @@
  *   session's journal), `Heartbeat.ts`, `CronJobs.ts`, `stateDir.ts`.
  * - `events.ts`, `replies.ts` (a reply as log entries), `logHealth.ts`, then `types.ts` (the public
  *   shapes: options, errors, reports).
- * - `options.ts` (validation) and `turns.ts` (user, heartbeat and cron turns on the queue);
+ * - `options.ts` (validation), `sendChecks.ts` (what `send` refuses), `answer.ts` (one turn's work:
+ *   model call, record, reply logged) and `turns.ts` (user, heartbeat and cron turns on the queue);
  *   `Agent.ts` (`Agent.make`, the public module) on top, `main.ts` (signals, exit codes) over it.
  */
 export * as Agent from "./Agent.js"
@@ -35,8 +36,8 @@ export * from "./Model.js"
 export { MessageTooLarge } from "./replies.js"
 export { RETRY_DELAYS_MS } from "./retries.js"
 export * as ScriptedModel from "./ScriptedModel.js"
+export { isReservedSession } from "./sendChecks.js"
 export * as Transcripts from "./Transcripts.js"
 export { TranscriptError } from "./Transcripts.js"
-export { isReservedSession } from "./turns.js"
 export { DEFAULT_WEBHOOK_TIMEOUT_MS, parseWebhookUrl, WebhookChannel } from "./WebhookChannel.js"
 export type { WebhookChannelOptions } from "./WebhookChannel.js"

@@ -1,6 +1,7 @@
 /**
  * The turns of an agent: accepting user messages, running user / heartbeat / cron turns, and
- * finishing on start what a crash interrupted. `Agent.make` wires this to the queue and the log.
+ * finishing on start what a crash interrupted (a turn's own work: `answer.ts`; what `send` refuses:
+ * `sendChecks.ts`). `Agent.make` wires this to the queue and the log.
  *
  * Coalescing: per session at most one turn is owed and not started (a "batch"). A message is
  * journaled under the session's transcript lock, and in the same critical section it joins the
@@ -9,20 +10,18 @@
  */
 import { Cause, Deferred, Effect, Exit, Option } from "effect"
 import type { Scope } from "effect"
-import type { DeliveryEntry, DeliveryQueue } from "../delivery/index.js"
 import { AdmissionError, RequestError } from "../queue/index.js"
 import type { CommandQueue } from "../queue/index.js"
+import { makeAnswer } from "./answer.js"
+import type { AnswerDeps } from "./answer.js"
 import { cronSession } from "./CronJobs.js"
 import type { ParsedCronJob } from "./CronJobs.js"
-import type { AgentEvent, TurnResult } from "./events.js"
-import { HEARTBEAT_SESSION, isHeartbeatOk } from "./Heartbeat.js"
-import type { Model } from "./Model.js"
-import { checkMessageSize, replyMessages } from "./replies.js"
+import type { TurnResult } from "./events.js"
+import { HEARTBEAT_SESSION } from "./Heartbeat.js"
 import { makeRetries } from "./retries.js"
 import type { UnansweredSession } from "./retries.js"
-import { toMessages } from "./Transcripts.js"
-import type { SessionState, Transcripts, TurnKind, TurnRecord } from "./Transcripts.js"
-import { classify, errorText, isWellFormed } from "./turnErrors.js"
+import { checkSend, isReservedSession } from "./sendChecks.js"
+import { classify, errorText } from "./turnErrors.js"
 import type { TurnError } from "./types.js"
 
 type TurnFuture = CommandQueue.Future<TurnResult, TurnError>
@@ -36,16 +35,9 @@ interface Batch {
   readonly future: Deferred.Deferred<TurnFuture, AdmissionError | RequestError>
 }
 
-interface Deps {
-  readonly model: Model["Service"]
+interface Deps extends AnswerDeps {
   readonly queue: CommandQueue.CommandQueue
-  readonly deliveries: DeliveryQueue.DeliveryQueue
-  readonly transcripts: Transcripts
-  readonly channelName: string
-  readonly system: string
-  readonly maxTokens: number
   readonly defaultSession: string
-  readonly emit: (event: AgentEvent) => void
   /** The delivery log's record limit: larger messages are refused, larger replies split. */
   readonly maxRecordBytes: number
   /** At most this many accepted messages per model call (default: all). */
@@ -56,13 +48,10 @@ interface Deps {
   readonly onIoFailure?: () => void
 }
 
-/** Whether a session id belongs to the heartbeat or a cron job (users cannot send to it). */
-export const isReservedSession = (session: string): boolean =>
-  session === HEARTBEAT_SESSION || session.startsWith("cron:")
-
 /** Builds the turn machinery of one agent. */
 export const makeTurns = (deps: Deps) => {
   const { emit, transcripts } = deps
+  const { answer, flushUnsent } = makeAnswer(deps)
   const waiting = new Map<string, Batch>()
   /** User turns admitted and not ended, per session (to resume their sessions after `restartLane("main")`). */
   const owed = new Map<string, number>()
@@ -76,131 +65,6 @@ export const makeTurns = (deps: Deps) => {
 
   const max = deps.maxMessagesPerTurn ?? Infinity
   const retries = makeRetries({ scope: deps.scope, kick: (session) => resume([session]) })
-
-  /**
-   * Logs a reply (in parts when it is larger than a record, in order), then marks it logged. A
-   * reply the log refuses for good (`too-large`, `invalid`) is given up: marked logged all the
-   * same, so the session moves on, and the failure goes on to the caller.
-   */
-  const logReply = (session: string, record: TurnRecord): Effect.Effect<ReadonlyArray<DeliveryEntry>, TurnError> =>
-    Effect.gen(function*() {
-      const entries: Array<DeliveryEntry> = []
-      for (const message of replyMessages(deps.channelName, session, record, deps.maxRecordBytes)) {
-        entries.push(yield* deps.deliveries.enqueue(message))
-      }
-      yield* transcripts.markSent(session, record.n)
-      return entries
-    }).pipe(
-      Effect.tapError((error) =>
-        classify(error).final
-          ? Effect.andThen(
-            Effect.logWarning(
-              `switchyard: the reply of turn ${record.n} of \`${session}\` is given up (the delivery log refuses it): ${
-                errorText(error)
-              }`
-            ),
-            Effect.ignore(transcripts.markSent(session, record.n))
-          )
-          : Effect.void
-      )
-    )
-
-  /** A reply recorded before a crash (or a failed append) and maybe not logged: log it (once, by its idempotency keys). */
-  const flushUnsent = (session: string, state: SessionState): Effect.Effect<void, TurnError> =>
-    state.unsent === undefined
-      ? Effect.void
-      : logReply(session, state.unsent).pipe(
-        Effect.asVoid,
-        // Given up for good: this turn goes on with what is accepted (the session is not wedged).
-        Effect.catchIf(
-          (error) => classify(error).final,
-          (error) =>
-            Effect.sync(() =>
-              emit({
-                type: "turn-failed",
-                kind: state.unsent!.kind,
-                session,
-                error: errorText(error),
-                messages: state.pending.length,
-                retryable: false,
-                kept: false
-              })
-            )
-        )
-      )
-
-  /** Calls the model, records the turn, logs the reply (durable), then marks it logged. */
-  const answer = (turn: {
-    readonly kind: TurnKind
-    readonly session: string
-    readonly state: SessionState
-    readonly user: ReadonlyArray<string>
-    readonly answered: ReadonlyArray<number>
-    readonly job?: string
-    readonly to: () => string
-  }): Effect.Effect<TurnResult, TurnError> => {
-    const { kind, session, state, user } = turn
-    const job = turn.job === undefined ? {} : { job: turn.job }
-    const messages = kind === "user" ? user.length : 1
-    const n = state.nextTurn
-    return Effect.gen(function*() {
-      emit({ type: "turn-started", kind, session, turn: n, messages, ...job })
-      const reply = yield* deps.model.reply({
-        system: deps.system,
-        transcript: toMessages(state, user),
-        maxTokens: deps.maxTokens,
-        onText: (chunk) => emit({ type: "text", kind, session, turn: n, chunk })
-      })
-      if (kind === "heartbeat" && isHeartbeatOk(reply.text)) {
-        const result: TurnResult = { session, kind, turn: n, text: reply.text, messages, suppressed: true }
-        emit({ type: "turn-ended", ...result })
-        emit({ type: "heartbeat", suppressed: true, text: reply.text })
-        return result
-      }
-      const record = yield* transcripts.record(session, {
-        kind,
-        answered: turn.answered,
-        user,
-        reply: reply.text,
-        to: turn.to(),
-        ...job
-      })
-      const entries = yield* logReply(session, record)
-      const entry = entries[0]!
-      const result: TurnResult = {
-        session,
-        kind,
-        turn: record.n,
-        text: reply.text,
-        messages,
-        suppressed: false,
-        id: entry.id,
-        ...(entries.length > 1 ? { ids: entries.map((e) => e.id) } : {}),
-        ...job
-      }
-      emit({ type: "turn-ended", ...result })
-      if (kind === "heartbeat") emit({ type: "heartbeat", suppressed: false, text: reply.text, id: entry.id })
-      return result
-    }).pipe(
-      // A user turn's failure is reported by its finalizer (it knows the retry); these go on at the next tick.
-      Effect.tapError((error) =>
-        kind === "user" ? Effect.void : Effect.andThen(
-          Effect.sync(() =>
-            emit({
-              type: "turn-failed",
-              kind,
-              session,
-              error: errorText(error),
-              messages: 0,
-              retryable: classify(error).retryable,
-              kept: !classify(error).final
-            })
-          ),
-          Effect.logWarning(`switchyard: ${kind} turn of \`${session}\` failed: ${errorText(error)}`)
-        )
-      )
-    )
-  }
 
   const userTurn = (batch: Batch): Effect.Effect<TurnResult, TurnError> =>
     Effect.gen(function*() {
@@ -285,41 +149,8 @@ export const makeTurns = (deps: Deps) => {
 
   const sendAll = (session: string, texts: ReadonlyArray<string>) =>
     Effect.gen(function*() {
-      if (typeof session !== "string" || session === "") {
-        return yield* new RequestError({
-          lane: "main",
-          key: String(session),
-          message: `Expected \`session\` to be a non-empty string, got \`${String(session)}\``
-        })
-      }
-      if (isReservedSession(session)) {
-        return yield* new RequestError({
-          lane: "main",
-          key: session,
-          message:
-            `Expected \`session\` not to be \`${HEARTBEAT_SESSION}\` or start with \`cron:\` (the heartbeat's and cron jobs' own sessions), got \`${session}\``
-        })
-      }
-      if (!isWellFormed(session)) {
-        return yield* new RequestError({
-          lane: "main",
-          key: session,
-          message: `Expected \`session\` to be well-formed UTF-16 (no lone surrogate), got \`${
-            JSON.stringify(session)
-          }\``
-        })
-      }
-      if (!Array.isArray(texts as unknown) || texts.length === 0 || texts.some((t) => typeof t !== "string")) {
-        return yield* new RequestError({
-          lane: "main",
-          key: session,
-          message: `Expected the message texts to be a non-empty list of strings, got \`${String(texts)}\``
-        })
-      }
-      for (const text of texts) {
-        const big = checkMessageSize(session, text, deps.maxRecordBytes)
-        if (big !== undefined) return yield* big
-      }
+      const bad = checkSend(session, texts, deps.maxRecordBytes)
+      if (bad !== undefined) return yield* bad
       if (closed) return yield* new AdmissionError({ lane: "main", key: session, reason: "closed" })
       const slot: { joined?: Batch; created?: Batch; overflow?: boolean } = {}
       yield* transcripts.accept(session, texts, (added) => {

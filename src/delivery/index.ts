@@ -12,6 +12,7 @@
  *   `logCore.ts` (the log's engine) -> `healer.ts` -> `fileLog.ts` (Effects and a Scope) ->
  *   `DeliveryLog.ts` (public: `open`).
  * - The queue: `recipients.ts` (per-recipient FIFOs), `WakeHeap.ts`, `classify.ts`, `deliveryPolicy.ts` ->
+ *   `attempts.ts` (one attempt of a head, the log calls it owes), `retries.ts`, `replayPacer.ts` ->
  *   `DeliveryQueue.ts` (public: replay, order, retries, dead letters).
  */
 export * as DeliveryLog from "./DeliveryLog.js"

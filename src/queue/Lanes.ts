@@ -4,7 +4,8 @@
  *
  * This file is the public face: `createLanes` and its types (declared in `lanes/types.ts`). Below
  * it, read up: `lanes/types.ts`, `lanes/config.ts` (validation), `lanes/entry.ts` (a key's entry,
- * the internal types), `lanes/scheduler.ts` (the scheduler).
+ * the internal types), `lanes/keyTable.ts`, `lanes/waiting.ts`, `lanes/starts.ts`,
+ * `lanes/activation.ts`, `lanes/scheduler.ts` (the scheduler).
  */
 import type { Effect, Scope } from "effect"
 import type { LanesConfigInvalid } from "./errors.js"

@@ -6,8 +6,10 @@
  * - `errors.ts` (the failures); the helpers `show.ts` (messages), `fifo.ts` (an intrusive FIFO),
  *   `longTimer.ts`; `types.ts` (the public shapes: limits, reports, snapshots, the queue, futures).
  * - `lanes/`: `types.ts` -> `config.ts` (validation) -> `entry.ts` (a key's entry) ->
- *   `keyTable.ts` (the keys' table: when an entry leaves it) -> `scheduler.ts` (one activation per
- *   key under a global cap); `Lanes.ts` (`createLanes`) on top.
+ *   `keyTable.ts` (the keys' table: when an entry leaves it), `waiting.ts` (the waiting keys, which
+ *   one a freed slot goes to), `starts.ts` (the start list), `activation.ts` (one activation's
+ *   fiber) -> `scheduler.ts` (the transitions: one activation per key under a global cap);
+ *   `Lanes.ts` (`createLanes`) on top.
  * - `engine/`, the command queue: `options.ts` (resolved limits) -> `metrics.ts` -> `state.ts`
  *   (Task and its two kinds, KeyTasks — a key's tasks and its lanes entry in one —, LaneState, EngineState) -> `end.ts` (how a task ends: finalizer, report,
  *   settle; a waiting one dropped) -> `watch.ts` (`onWait`, `queuedAhead`) -> `run.ts` (an

@@ -9,7 +9,8 @@ import { afterAll, assert, describe, it } from "@effect/vitest"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { check, COMPACTION_STEPS, Model, runRound } from "./fixtures/crashHarness.js"
+import { cutCompactionAtEachStep, killAtRandomMoments } from "../support/logCrashRounds.js"
+import { check, Model, runRound } from "./fixtures/crashHarness.js"
 
 const root = mkdtempSync(join(tmpdir(), "switchyard-log-crash-"))
 afterAll(() => rmSync(root, { recursive: true, force: true }))
@@ -18,14 +19,8 @@ describe("DeliveryLog crash safety (SIGKILL)", () => {
   it(
     "a producer killed at random moments: every returned append is there, nothing acked comes back, payloads intact",
     async () => {
-      const dir = join(root, "kill")
       const model = new Model()
-      for (let round = 0; round < 4; round++) {
-        const killAfter = 20 + Math.floor(Math.random() * 400)
-        const r = await runRound(dir, round, model, killAfter, ["--segment-bytes", "16384"])
-        assert.strictEqual(r.signal, "SIGKILL", r.stderr)
-        await check(dir, model)
-      }
+      await killAtRandomMoments(join(root, "kill"), model, ["--segment-bytes", "16384"])
       assert.isAbove(model.appended.size, 40, "the children did append")
       assert.isAbove(model.acked.size, 10, "the children did ack")
     },
@@ -47,24 +42,9 @@ describe("DeliveryLog crash safety (SIGKILL)", () => {
     60_000
   )
 
-  const steps = COMPACTION_STEPS
   it("compaction interrupted by SIGKILL at each of its steps: nothing lost, nothing duplicated", async () => {
-    const dir = join(root, "compact")
     const model = new Model()
-    let round = 0
-    for (const step of steps) {
-      const r = await runRound(dir, round++, model, 5_000, [
-        "--segment-bytes",
-        "4096",
-        "--compact-every",
-        "5",
-        "--crash-at",
-        step
-      ])
-      assert.strictEqual(r.signal, "SIGKILL", r.stderr)
-      assert.isBelow(r.lines, 5_000, `the child reached step ${step} and killed itself`)
-      await check(dir, model)
-    }
+    await cutCompactionAtEachStep(join(root, "compact"), model, [])
     assert.isAbove(model.appended.size, 40)
   }, 120_000)
 })

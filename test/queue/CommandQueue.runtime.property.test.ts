@@ -1,6 +1,7 @@
 /**
  * The command-queue property test, extended with the run-time controls: random sequences of
- * dispatches (with priorities), completions, clock ticks, setLimits, pause/resume,
+ * dispatches (with priorities), cancels of waiting tasks (a waiting key's next task changes),
+ * completions, clock ticks, setLimits, pause/resume,
  * setGroupLimits, removeLane/addLane, over three lanes of which two share a capacity group. At
  * every start it checks: one task per key at a time, the lane's and the group's caps, a paused
  * lane starts nothing, and (in a lane that uses priorities) no waiting key's next task ranks
@@ -22,6 +23,7 @@ const AGING_MS = 300
 type Op =
   | { readonly t: "dispatch"; readonly lane: number; readonly key: number; readonly priority: number }
   | { readonly t: "complete"; readonly pick: number }
+  | { readonly t: "cancel"; readonly pick: number }
   | { readonly t: "tick" }
   | { readonly t: "limits"; readonly lane: number; readonly concurrent: number }
   | { readonly t: "pause"; readonly lane: number }
@@ -43,6 +45,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
     })
   },
   { weight: 6, arbitrary: fc.record({ t: fc.constant("complete" as const), pick: fc.nat() }) },
+  { weight: 2, arbitrary: fc.record({ t: fc.constant("cancel" as const), pick: fc.nat() }) },
   { weight: 3, arbitrary: fc.constant({ t: "tick" as const }) },
   {
     weight: 2,
@@ -164,6 +167,16 @@ const run = (ops: ReadonlyArray<Op>) =>
         case "complete": {
           const live = [...running.values()]
           if (live.length > 0) yield* Deferred.succeed(live[o.pick % live.length]!.gate, undefined)
+          break
+        }
+        case "cancel": {
+          const queued = [...waiting.values()].flat().filter((t) => t.future !== undefined)
+          if (queued.length === 0) break
+          const t = queued[o.pick % queued.length]!
+          // out of the model first: it will never start, and its report comes later
+          const list = waiting.get(`${t.lane}/${t.key}`)!
+          list.splice(list.indexOf(t), 1)
+          yield* t.future!.cancel
           break
         }
         case "tick":

@@ -124,4 +124,19 @@ describe("Promise API: lanes at run time", () => {
     await Promise.all(all.map((f) => f.result))
     expect(order).toEqual(["high", "low"])
   })
+
+  it("priority: a waiting key whose next task is cancelled is ranked by the task behind it", async () => {
+    const q = await make({ lanes: { main: { concurrent: 1, queued: 8 } } })
+    const busy = gated("busy")
+    const order: Array<string> = []
+    const all: Array<AsyncFuture<unknown>> = [q.dispatch("main", "busy", busy.task)]
+    const a1 = q.dispatch("main", "a", () => order.push("a1"))
+    all.push(q.dispatch("main", "a", () => order.push("a2"), { priority: 5 }))
+    all.push(q.dispatch("main", "b", () => order.push("b1"), { priority: 1 }))
+    // key a waits with a1 (priority 0) next, behind b (1); once a1 is gone its next task is a2 (5)
+    await a1.cancel()
+    busy.release()
+    await Promise.all(all.map((f) => f.result))
+    expect(order).toEqual(["a2", "b1"])
+  })
 })

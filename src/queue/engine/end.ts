@@ -15,6 +15,7 @@ import {
   FINISHING,
   forgetKey,
   moreOf,
+  rerank,
   stopTimer,
   touchAuto,
   WAIT_NOTIFIED
@@ -106,6 +107,7 @@ export function release(engine: EngineState, task: Task, exit: Exit.Exit<any, an
     const ks = task.keyTasks
     if (ks !== undefined && ks.running === task) {
       ks.running = undefined
+      rerank(lane, ks) // a key re-queued while its last task ended ranked first until now
       forgetKey(lane, ks)
     }
   }
@@ -256,10 +258,12 @@ export function drop(engine: EngineState, task: Task, reason: QueueFailureReason
  */
 function dropOwedActivation(engine: EngineState, lane: LaneState, key: string, ks: KeyTasks): void {
   ks.cancelling = true
+  rerank(lane, ks)
   engine.fork(Effect.andThen(
     lane.lanes.cancel(key),
     Effect.suspend(() => {
       ks.cancelling = false
+      rerank(lane, ks)
       if (lane.keys.get(key) !== ks) return Effect.void
       if (ks.head !== undefined) return wakeKey(engine, lane, ks)
       forgetKey(lane, ks)

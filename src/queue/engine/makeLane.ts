@@ -1,10 +1,10 @@
 /**
  * Making a lane (at `make`, by `addLane`, or by a dispatch to an unknown name with `unknownLane`)
- * and the rank its scheduler orders waiting keys by once priorities are in use. Internal to
+ * and what its scheduler ranks waiting keys by once priorities are in use. Internal to
  * `src/queue` (part of the engine; below it: `run.ts`, `metrics.ts`, `state.ts`).
  */
 import type { Context, Scope } from "effect"
-import type { Entry } from "../lanes/entry.js"
+import type { Entry, Ranking } from "../lanes/entry.js"
 import { makeLanesUnsafe } from "../lanes/scheduler.js"
 import { LaneMetrics } from "./metrics.js"
 import type { ResolvedLimits } from "./options.js"
@@ -13,19 +13,23 @@ import type { EngineState, GroupState } from "./state.js"
 import { engineHolds, KeyTasks, LaneState } from "./state.js"
 
 /**
- * The effective priority of the next task of `key` (the head of its FIFO):
- * `priority + floor(waitedMs / agingMs)`. This is the order a lane's waiting keys start in once
- * it has seen a priority other than 0 (ties: first in the lanes FIFO, the longest waiter). A key
- * that has no task left to start ranks first, so that its empty activation passes at once.
+ * What a lane's waiting keys are ranked by once it has seen a priority other than 0: the
+ * effective priority of a key's next task (the head of its FIFO), `priority + floor(waitedMs /
+ * agingMs)`, higher first (ties: first in the lanes FIFO, the longest waiter). A key that has no
+ * task left to start ranks first, so that its empty activation passes at once. Whatever changes
+ * what this says of a waiting key calls `rerank` (`KeyTasks`, `end.ts`).
  */
-export function rankOf(lane: LaneState, key: string, now: number): number {
-  const ks = lane.keys.get(key)
-  const head = ks?.head
-  if (ks === undefined || head === undefined || ks.cancelling || ks.running !== undefined) {
-    return Number.POSITIVE_INFINITY
-  }
-  return (head.options?.priority ?? 0) + Math.floor((now - head.admittedAt) / lane.limits.agingMs)
-}
+const ranking = (engine: EngineState, lane: LaneState): Ranking<string> => ({
+  priority: (e) => {
+    const ks = e as KeyTasks
+    const head = ks.head
+    if (head === undefined || ks.cancelling || ks.running !== undefined) return Number.POSITIVE_INFINITY
+    return head.options?.priority ?? 0
+  },
+  since: (e) => (e as KeyTasks).head?.admittedAt ?? 0,
+  now: () => engine.now(),
+  agingMs: () => lane.limits.agingMs
+})
 
 /** Makes a lane and registers it under its name (its scheduler, its metrics, its group). */
 export function makeLane(
@@ -54,10 +58,7 @@ export function makeLane(
         keep: (e) => engineHolds(e as KeyTasks)
       },
       group: group?.budget,
-      rank: () => {
-        const now = engine.now()
-        return (key) => rankOf(lane, key, now)
-      }
+      ranking: ranking(engine, lane)
     }
   )
   group?.lanes.push(lane)

@@ -10,7 +10,7 @@ import { QueueFailure, RequestError } from "../errors.js"
 import type { QueueFailureReason, QueueFailureStage } from "../errors.js"
 import { Fifo, pushTo, unlinkFrom } from "../fifo.js"
 import type { Ends } from "../fifo.js"
-import { Entry, IDLE, RunInline } from "../lanes/entry.js"
+import { Entry, IDLE, QUEUED, RunInline } from "../lanes/entry.js"
 import type { InlineWork, LanesInternal } from "../lanes/entry.js"
 import type { CapacityGroup } from "../lanes/group.js"
 import { show } from "../show.js"
@@ -217,11 +217,23 @@ export class KeyTasks extends Entry<string> implements Ends<Task> {
 
   push(task: Task): void {
     pushTo(this, task)
+    // a new next task for a key that waits in the lanes: ranked again
+    if (this.head === task && this.state === QUEUED) rerank(task.laneState, this)
   }
 
   unlink(task: Task): void {
+    const head = this.head === task
     unlinkFrom(this, task)
+    if (head && this.state === QUEUED) rerank(task.laneState, this)
   }
+}
+
+/**
+ * What the lanes rank the key by (its next task, whether it has one to start: `ranking` in
+ * makeLane.ts) may have changed: they rank it again if it waits.
+ */
+export const rerank = (lane: LaneState, ks: KeyTasks): void => {
+  if (lane.prioritized) lane.lanes.rerank(ks)
 }
 
 /** Whether the engine still holds the key (the lanes must keep its entry in the map). */
@@ -260,7 +272,7 @@ export class LaneState {
   readonly keys = new Map<string, KeyTasks>()
   /** `concurrent + queued`: the ownership bound. */
   capacity: number
-  /** A dispatch has asked for a priority other than 0: the lanes rank keys (see `rankOf`). */
+  /** A dispatch has asked for a priority other than 0: the lanes rank keys (see `ranking` in makeLane.ts). */
   prioritized = false
   paused = false
   /** Set by `removeLane`: admission is closed, the lane is forgotten once its tasks ended. */

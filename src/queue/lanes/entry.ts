@@ -27,10 +27,30 @@ export interface LanesInternal<K> extends Lanes<K> {
   readonly setConcurrent: (maxConcurrent: number) => void
   /** Paused: nothing starts (wakes still queue); resumed: what waits starts, as a freed slot would. */
   readonly setPaused: (paused: boolean) => void
-  /** From now on a freed slot goes to the queued key that `rank` ranks highest (first in the FIFO on ties). */
+  /** From now on a freed slot goes to the queued key ranked highest (`InternalOptions.ranking`; first in the FIFO on ties). */
   readonly prioritize: () => void
+  /**
+   * What `ranking` says of `e` may have changed (its next task, or whether it has one to start):
+   * it is ranked again if it waits. The engine calls it for every such change.
+   */
+  readonly rerank: (e: Entry<K>) => void
   /** The keys queued for a slot, in the order they would get one (for `onWait`'s `queuedAhead`). */
   readonly queuedKeys: () => Array<K>
+}
+
+/**
+ * How a lane ranks its waiting keys once priorities are in use (given by the command queue's engine):
+ * a key ranks `priority + floor((now - since) / agingMs)`, higher first. @internal
+ */
+export interface Ranking<K> {
+  /** The priority of the key's next task; `+Infinity` for a key with nothing to start (it ranks first). */
+  readonly priority: (e: Entry<K>) => number
+  /** When the key's next task was admitted, on the clock of `now`. */
+  readonly since: (e: Entry<K>) => number
+  /** The clock, read once per pick. */
+  readonly now: () => number
+  /** Milliseconds of waiting that add 1 to a rank, read once per pick. */
+  readonly agingMs: () => number
 }
 
 /** Options of `createLanesInternal` that users of `createLanes` never see. @internal */
@@ -38,10 +58,10 @@ export interface InternalOptions<K = unknown> {
   /** A capacity group the lanes belong to: an activation starts only when the group has a slot too. */
   readonly group?: CapacityGroup | undefined
   /**
-   * Called once per pick once `prioritize()` was called: returns the rank of a queued key (higher
-   * starts first). A factory so that it can read the clock once per pick.
+   * What the waiting keys are ranked by once `prioritize()` was called (see `priorityIndex.ts`);
+   * without it they start in FIFO order.
    */
-  readonly rank?: (() => (key: K) => number) | undefined
+  readonly ranking?: Ranking<K> | undefined
   /**
    * `activate`'s Effect runs uninterruptibly: cancel, close and timeout never cut it short (the
    * command queue stops its tasks itself, and a task's end must always run). Saves entering and

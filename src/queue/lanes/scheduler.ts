@@ -2,16 +2,17 @@
  * The lanes scheduler behind `createLanes` (contract: `shared/spec/lanes.md`). Internal to
  * `src/queue`: users call `createLanes`; the command queue's engine calls `createLanesInternal`.
  *
- * All state is plain and mutable, in one closure: a `Map` of the keys that run or owe work, an
- * intrusive FIFO of queued entries (O(1) unlink), a start list of keys given a slot whose
- * activation is not forked yet, and counters. Transitions are synchronous; an activation is a
- * fiber (forked from the start list, in a microtask), uninterruptible outside its work so that
- * its end (scope closed, `onExit`, hand-off of the slot) always runs.
+ * All state is plain and mutable, in one closure: the table of the keys that run or owe work
+ * (`keyTable.ts`), the waiting keys (`waiting.ts`), the start list of keys given a slot whose
+ * activation is not forked yet (`starts.ts`), and counters. Transitions are synchronous; an
+ * activation is a fiber (`activation.ts`, forked from the start list, in a microtask),
+ * uninterruptible outside its work so that its end (scope closed, `onExit`, hand-off of the slot)
+ * always runs. This file holds the transitions: wake, start, finish, cancel, close.
  */
 import { Context, Deferred, Effect, Exit, Fiber, Scope } from "effect"
 import type { LaneQueueFull, LanesClosed, LanesConfigInvalid } from "../errors.js"
-import { Fifo } from "../fifo.js"
-import { show } from "../show.js"
+import type { ActivationConfig } from "./activation.js"
+import { activation, awaitInline, callActivate, inlineEnds, runningFibers } from "./activation.js"
 import { validateLanesOptions } from "./config.js"
 import type { Entry, InlineWork, InternalOptions, LanesInternal } from "./entry.js"
 import {
@@ -22,19 +23,18 @@ import {
   IDLE,
   INLINE,
   isInlineWork,
-  outcome,
   PENDING,
   QUEUED,
   queueFull,
   RunInline,
   RUNNING,
-  START_BUDGET,
-  START_BUDGET_MS,
   STARTING,
   wakeEffect
 } from "./entry.js"
 import { KeyTable } from "./keyTable.js"
+import { StartList } from "./starts.js"
 import type { ActivationExit, LanesOptions, WakeResult } from "./types.js"
+import { WaitingKeys } from "./waiting.js"
 
 /** `createLanes`, typed with its synchronous wake (for the command queue's engine). @internal */
 export const createLanesInternal = <K, E = never, R = never>(
@@ -60,10 +60,6 @@ export const makeLanesUnsafe = <K, E, R>(
   internal: InternalOptions<K> | undefined
 ): LanesInternal<K> => make(options, context, internal)
 
-const RESOLVED: Promise<void> = Promise.resolve()
-// Node's global `performance` is a lazy getter, run on every read: read it once.
-const perf = performance
-
 const make = <K, E, R>(
   options: LanesOptions<K, E, R>,
   context: Context.Context<Scope.Scope | R>,
@@ -77,11 +73,8 @@ const make = <K, E, R>(
   let cap = maxConcurrent
   let paused = false
   const group = internal?.group
-  const rank = internal?.rank
-  let prioritized = false
   const maxQueued = options.maxQueued ?? Number.POSITIVE_INFINITY
   const turnTimeoutMs = options.turnTimeoutMs
-  const activate = options.activate
   const onExit = options.onExit
   const fork = Effect.runForkWith(context as Context.Context<never>)
 
@@ -103,38 +96,15 @@ const make = <K, E, R>(
     lookedUpEntry = undefined
     table.release(e)
   }
-  /** The keys queued for a slot, oldest first. */
-  const queue = new Fifo<Entry<K>>()
+  /** The keys queued for a slot. */
+  const queue = new WaitingKeys<K>(group, internal?.ranking)
   let running = 0
   let waiting = 0
   let closed = false
 
-  const enqueue = (e: Entry<K>): void => {
-    e.state = QUEUED
-    if (group !== undefined) e.seq = ++group.seq
-    queue.push(e)
-  }
-
-  /** The queued entry a freed slot goes to: the FIFO's head, or the highest ranked (first on ties). */
-  const next = (): Entry<K> => {
-    let best = queue.head!
-    if (!prioritized || rank === undefined) return best
-    const rankOf = rank()
-    let bestRank = rankOf(best.key)
-    for (let e = best.next; e !== undefined; e = e.next) {
-      const r = rankOf(e.key)
-      if (r > bestRank) {
-        best = e
-        bestRank = r
-      }
-    }
-    return best
-  }
-
-  /** Takes the next queued entry off the FIFO and gives it a slot. */
+  /** Takes the next queued entry off the queue and gives it a slot. */
   const startNext = (): void => {
-    const e = next()
-    queue.unlink(e)
+    const e = queue.take()
     waiting--
     start(e)
   }
@@ -146,66 +116,6 @@ const make = <K, E, R>(
   const report = (exit: ActivationExit<K, E>): Effect.Effect<void> =>
     onExit === undefined ? Effect.void : Effect.suspend(() => callOnExitOf(onExit, exit))
 
-  const activateEntry = internal?.activateEntry
-
-  /** Calls `activate(key)`; a throw, or a value that is not an Effect, becomes a defect of the activation. */
-  const callActivate = (e: Entry<K>): Effect.Effect<unknown, E, Scope.Scope> => {
-    try {
-      const r = activateEntry === undefined ? activate(e.key) : activateEntry(e)
-      // inline work first: the command queue's activations are its tasks
-      return (inline && isInlineWork(r)) || Effect.isEffect(r)
-        ? (r as Effect.Effect<unknown, E, Scope.Scope>)
-        : Effect.die(new TypeError(`activate must return an Effect, got ${show(r)}`))
-    } catch (defect) {
-      return Effect.die(defect)
-    }
-  }
-
-  /**
-   * The whole life of one activation, in a fiber that is uninterruptible outside `work`: run
-   * `work` (the Effect `activate` returned; its Scope is `scope`), take its outcome before the
-   * Scope closes, close the Scope, report, hand the slot on. The fiber is forked from the start
-   * list (`runStarts`), never from `wake`, so `wake` never runs an activation and chains of
-   * activations never recurse.
-   */
-  const activation = (
-    e: Entry<K>,
-    work: Effect.Effect<unknown, E, Scope.Scope>,
-    scope: Scope.Closeable
-  ): Effect.Effect<void, never, Scope.Scope> =>
-    Effect.withFiber((self) => {
-      e.work = self as Fiber.Fiber<any>
-      if (e.reason !== undefined && interruptibleWork) {
-        // cut short before its fiber first ran: activate was called, its Effect never ran
-        const exit: ActivationExit<K, E> = {
-          _tag: "ActivationInterrupted",
-          key: e.key,
-          reason: e.reason,
-          started: true
-        }
-        return Effect.andThen(Scope.close(scope, Exit.void), Effect.suspend(() => end(e, exit)))
-      }
-      let timer: Fiber.Fiber<void> | undefined
-      if (turnTimeoutMs !== undefined) {
-        timer = fork(Effect.andThen(
-          Effect.sleep(turnTimeoutMs),
-          Effect.sync(() => {
-            if (e.reason === undefined) e.reason = "timeout"
-            self.interruptUnsafe()
-          })
-        ))
-      }
-      return Effect.flatMap(Effect.exit(interruptibleWork ? Effect.interruptible(work) : work), (exit) => {
-        if (timer !== undefined) timer.interruptUnsafe()
-        // why the lanes cut it short, if they did, as of the moment `work` ended (not later)
-        const reason = e.reason
-        // (the fiber is uninterruptible here, as Scope.close would make it)
-        const closing = Scope.closeUnsafe(scope, exit)
-        if (closing === undefined) return end(e, outcome(e, exit, Exit.void, reason)) // no finalizer to run
-        return Effect.flatMap(Effect.exit(closing), (closed) => end(e, outcome(e, exit, closed, reason)))
-      })
-    })
-
   /** Reports the activation (now) and then lets the key move on and the slot pass on. */
   const end = (e: Entry<K>, exit: ActivationExit<K, E>): Effect.Effect<void> => {
     const reported = callOnExit(exit)
@@ -214,6 +124,16 @@ const make = <K, E, R>(
       return Effect.void
     }
     return Effect.andThen(reported, Effect.sync(() => finish(e)))
+  }
+
+  const config: ActivationConfig<K, E> = {
+    activate: options.activate,
+    activateEntry: internal?.activateEntry,
+    inline,
+    interruptibleWork,
+    turnTimeoutMs,
+    fork,
+    end
   }
 
   /**
@@ -226,21 +146,10 @@ const make = <K, E, R>(
     e.reason = undefined
     running++
     if (group !== undefined) group.running++
-    e.work = callActivate(e)
+    e.work = callActivate(config, e)
     e.state = STARTING
-    starts.push(e)
-    if (!startScheduled && !startingNow) {
-      startScheduled = true
-      // a reaction on a settled promise: a microtask without `queueMicrotask`'s AsyncResource and bound function
-      if (startedSinceMacrotask < START_BUDGET) void RESOLVED.then(runStartsInMicrotask)
-      else setImmediate(runStartsAfterMacrotask)
-    }
+    starts.add(e)
   }
-
-  // The start list: keys given a slot whose activation fiber is not forked yet.
-  const starts = new Fifo<Entry<K>>()
-  let startScheduled = false
-  let startedSinceMacrotask = 0
 
   /**
    * Forks the activation fiber of a STARTING entry now; the fiber runs synchronously until it
@@ -248,7 +157,7 @@ const make = <K, E, R>(
    * activation synchronously (then `undefined` is returned: the activation is over).
    */
   const forkNow = (e: Entry<K>): Fiber.Fiber<void> | undefined => {
-    starts.unlink(e)
+    starts.list.unlink(e)
     e.state = RUNNING
     let work = e.work as Effect.Effect<unknown, E, Scope.Scope>
     e.work = undefined
@@ -270,54 +179,11 @@ const make = <K, E, R>(
     const scope = Scope.makeUnsafe()
     // the Scope goes into the fiber's context at fork: cheaper than provideService per activation
     const forkWithScope = Effect.runForkWith(Context.add(context, Scope.Scope, scope) as Context.Context<Scope.Scope>)
-    return forkWithScope(activation(e, work, scope), { uninterruptible: true })
+    return forkWithScope(activation(config, e, work, scope), { uninterruptible: true })
   }
 
-  /**
-   * Forks the activations waiting in the start list, oldest first, in one loop (an activation
-   * that ends synchronously hands its slot on by appending to this list, never by recursing).
-   * After `START_BUDGET` forks since the last macrotask, or `START_BUDGET_MS` of forks in this
-   * run, the rest waits for a `setImmediate` (a long synchronous activation holds the event loop
-   * only about that long).
-   */
-  let inRunStarts = false
-  let startingNow = false
-  const runStarts = (): void => {
-    startScheduled = false
-    const runStartedAt = perf.now()
-    let first = true
-    inRunStarts = true
-    try {
-      while (starts.head !== undefined) {
-        if (startedSinceMacrotask >= START_BUDGET || (!first && perf.now() - runStartedAt >= START_BUDGET_MS)) {
-          startScheduled = true
-          setImmediate(runStartsAfterMacrotask)
-          return
-        }
-        first = false
-        startedSinceMacrotask++
-        forkNow(starts.head)
-      }
-    } finally {
-      inRunStarts = false
-    }
-  }
-
-  /** `runStarts` as a promise reaction: a throw (a bug) is reported as uncaught, as `queueMicrotask` would. */
-  const runStartsInMicrotask = (): void => {
-    try {
-      runStarts()
-    } catch (defect) {
-      queueMicrotask(() => {
-        throw defect
-      })
-    }
-  }
-
-  const runStartsAfterMacrotask = (): void => {
-    startedSinceMacrotask = 0
-    runStarts()
-  }
+  // The start list: keys given a slot whose activation fiber is not forked yet.
+  const starts = new StartList<K>(forkNow)
 
   /** The inline activation of `key` (it returned `PENDING`) is over: the key moves on, the slot passes on. */
   const endInline = (key: K): void => {
@@ -333,30 +199,15 @@ const make = <K, E, R>(
     e.work = undefined
     // From the callback of the work's own promise (nothing else on the stack): the slot's next
     // activation starts right here, within the budget, instead of in a microtask of its own.
-    const now = startNow === true && !inRunStarts && !startScheduled && startedSinceMacrotask < START_BUDGET
-    if (now) startingNow = true
+    const now = startNow === true && starts.mayRunNow
+    if (now) starts.startingNow = true
     try {
       finish(e)
     } finally {
-      startingNow = false
+      starts.startingNow = false
     }
     if (ended !== undefined) Deferred.doneUnsafe(ended, Exit.void)
-    if (now && starts.head !== undefined) runStarts()
-  }
-
-  /** Waits until an INLINE activation of `e` is over. */
-  const awaitInline = (e: Entry<K>): Effect.Effect<void> =>
-    Effect.suspend(() => {
-      if (e.state !== INLINE) return Effect.void
-      const ended = (e.work ??= Deferred.makeUnsafe<void>()) as Deferred.Deferred<void>
-      return Deferred.await(ended)
-    })
-
-  /** The INLINE activations (no fiber) as Effects that wait for their end. */
-  const inlineEnds = (): Array<Effect.Effect<void>> => {
-    const out: Array<Effect.Effect<void>> = []
-    for (const e of table.values()) if (e.state === INLINE) out.push(awaitInline(e))
-    return out
+    if (now && starts.list.head !== undefined) starts.run()
   }
 
   /** The activation of `e` has ended (Scope closed, `onExit` returned): the key moves on, the slot passes on. */
@@ -367,7 +218,7 @@ const make = <K, E, R>(
     if (e.owed) {
       e.owed = false
       waiting-- // the owed follow-up becomes a queue entry, which counts again below
-      enqueue(e)
+      queue.push(e)
       waiting++
     } else {
       deleteEntry(e)
@@ -399,9 +250,8 @@ const make = <K, E, R>(
     if (!p) drain()
   }
 
-  const prioritize = (): void => {
-    prioritized = true
-  }
+  const prioritize = (): void => queue.prioritize()
+  const rerank = (e: Entry<K>): void => queue.rerank(e)
 
   /**
    * The state transition of one wake; synchronous, O(1), allocates only for a new entry or a
@@ -430,7 +280,7 @@ const make = <K, E, R>(
       return "started"
     }
     if (waiting >= maxQueued) return queueFull(key, maxQueued)
-    enqueue(acquire(key, idle))
+    queue.push(acquire(key, idle))
     waiting++
     return "queued"
   }
@@ -493,34 +343,18 @@ const make = <K, E, R>(
       return Effect.andThen(dropReport, Effect.asVoid(Fiber.await(fiber)))
     })
 
-  /** The running activations' fibers, except the caller's own (it cannot wait for itself). */
-  const runningFibers = (self: Fiber.Fiber<unknown, unknown>): Array<Fiber.Fiber<void>> => {
-    const out: Array<Fiber.Fiber<void>> = []
-    for (const e of table.values()) {
-      const fiber = e.state === STARTING ? forkNow(e) : fiberOf(e)
-      if (fiber !== undefined && fiber !== self) out.push(fiber)
-    }
-    return out
-  }
-
   const close: Effect.Effect<void> = Effect.withFiber((self) => {
     if (closed) {
-      const fibers = runningFibers(self)
-      return Effect.andThen(Fiber.awaitAll(fibers), Effect.all(inlineEnds(), { discard: true }))
+      const fibers = runningFibers(table.values(), self, forkNow)
+      return Effect.andThen(Fiber.awaitAll(fibers), Effect.all(inlineEnds(table.values()), { discard: true }))
     }
     closed = true
     if (group !== undefined) group.leave(member)
     const drops: Array<K> = []
-    for (let e = queue.head; e !== undefined;) {
-      const next = e.next
-      e.prev = undefined
-      e.next = undefined
+    for (const e of queue.takeAll()) {
       deleteEntry(e)
       drops.push(e.key)
-      e = next
     }
-    queue.head = undefined
-    queue.tail = undefined
     waiting -= drops.length
     const fibers: Array<Fiber.Fiber<void>> = []
     const starting: Array<Entry<K>> = []
@@ -548,7 +382,7 @@ const make = <K, E, R>(
     )
     // From inside an activation the caller cannot wait for itself: it is interrupted last.
     const last = others.length === fibers.length ? Effect.void : Effect.sync(() => self.interruptUnsafe(self.id))
-    const inlines = inlineEnds()
+    const inlines = inlineEnds(table.values())
     const waits = inlines.length === 0
       ? Fiber.awaitAll(others)
       : Effect.andThen(Fiber.awaitAll(others), Effect.all(inlines, { discard: true }))
@@ -557,11 +391,7 @@ const make = <K, E, R>(
 
   const stats = Effect.sync(() => ({ running, waiting, keys: table.held }))
 
-  const queuedKeys = (): Array<K> => {
-    const out: Array<K> = []
-    for (let e = queue.head; e !== undefined; e = e.next) out.push(e.key)
-    return out
-  }
+  const queuedKeys = (): Array<K> => queue.keys()
 
   return {
     wake,
@@ -575,6 +405,7 @@ const make = <K, E, R>(
     setConcurrent,
     setPaused,
     prioritize,
+    rerank,
     queuedKeys
   }
 }
