@@ -14,29 +14,43 @@ const fmix = (h: number): number => {
   return (h ^ (h >>> 16)) >>> 0
 }
 
+/** One 32-bit block (two code units, or the last one) scrambled before it is mixed into a lane. */
+const scramble = (k: number): number => {
+  k = Math.imul(k, 0xcc9e2d51)
+  k = (k << 15) | (k >>> 17)
+  return Math.imul(k, 0x1b873593)
+}
+
+/** Lane 1 after a whole block. */
+const mix1 = (h1: number, k: number): number => {
+  h1 ^= k
+  h1 = (h1 << 13) | (h1 >>> 19)
+  return (Math.imul(h1, 5) + 0xe6546b64) | 0
+}
+
+/** Lane 2 after a whole block. */
+const mix2 = (h2: number, k: number): number => {
+  h2 = Math.imul(h2 ^ k, 0x27d4eb2f)
+  h2 = (h2 << 17) | (h2 >>> 15)
+  return (Math.imul(h2, 0x165667b1) + 0x9e3779b9) | 0
+}
+
+const SEED1 = 0x9747b28c
+const SEED2 = 0x2f1a5c3d
+
 /** The default digest. */
 export const digestKey: KeyDigest = (key, out) => {
-  let h1 = 0x9747b28c
-  let h2 = 0x2f1a5c3d ^ key.length
   const n = key.length
+  let h1 = SEED1
+  let h2 = SEED2 ^ n
   let i = 0
   for (; i + 1 < n; i += 2) {
-    let k = key.charCodeAt(i) | (key.charCodeAt(i + 1) << 16)
-    k = Math.imul(k, 0xcc9e2d51)
-    k = (k << 15) | (k >>> 17)
-    k = Math.imul(k, 0x1b873593)
-    h1 ^= k
-    h1 = (h1 << 13) | (h1 >>> 19)
-    h1 = (Math.imul(h1, 5) + 0xe6546b64) | 0
-    h2 = Math.imul(h2 ^ k, 0x27d4eb2f)
-    h2 = (h2 << 17) | (h2 >>> 15)
-    h2 = (Math.imul(h2, 0x165667b1) + 0x9e3779b9) | 0
+    const k = scramble(key.charCodeAt(i) | (key.charCodeAt(i + 1) << 16))
+    h1 = mix1(h1, k)
+    h2 = mix2(h2, k)
   }
   if (i < n) {
-    let k = key.charCodeAt(i)
-    k = Math.imul(k, 0xcc9e2d51)
-    k = (k << 15) | (k >>> 17)
-    k = Math.imul(k, 0x1b873593)
+    const k = scramble(key.charCodeAt(i))
     h1 ^= k
     h2 = Math.imul(h2 ^ k, 0x27d4eb2f)
   }
@@ -50,31 +64,22 @@ export const digestKey: KeyDigest = (key, out) => {
  * are its UTF-16 code units); false (out unchanged) otherwise. Replay digests keys without making them strings.
  */
 export const digestAsciiKey = (buf: Uint8Array, start: number, end: number, out: Uint32Array): boolean => {
-  let h1 = 0x9747b28c
   const n = end - start
-  let h2 = 0x2f1a5c3d ^ n
+  let h1 = SEED1
+  let h2 = SEED2 ^ n
   let i = start
   for (; i + 1 < end; i += 2) {
     const a = buf[i]!
     const b = buf[i + 1]!
     if ((a | b) > 0x7f) return false
-    let k = a | (b << 16)
-    k = Math.imul(k, 0xcc9e2d51)
-    k = (k << 15) | (k >>> 17)
-    k = Math.imul(k, 0x1b873593)
-    h1 ^= k
-    h1 = (h1 << 13) | (h1 >>> 19)
-    h1 = (Math.imul(h1, 5) + 0xe6546b64) | 0
-    h2 = Math.imul(h2 ^ k, 0x27d4eb2f)
-    h2 = (h2 << 17) | (h2 >>> 15)
-    h2 = (Math.imul(h2, 0x165667b1) + 0x9e3779b9) | 0
+    const k = scramble(a | (b << 16))
+    h1 = mix1(h1, k)
+    h2 = mix2(h2, k)
   }
   if (i < end) {
-    let k = buf[i]!
-    if (k > 0x7f) return false
-    k = Math.imul(k, 0xcc9e2d51)
-    k = (k << 15) | (k >>> 17)
-    k = Math.imul(k, 0x1b873593)
+    const last = buf[i]!
+    if (last > 0x7f) return false
+    const k = scramble(last)
     h1 ^= k
     h2 = Math.imul(h2 ^ k, 0x27d4eb2f)
   }
