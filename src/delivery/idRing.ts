@@ -147,8 +147,12 @@ export const capacityFor = (n: number): number => {
   return c
 }
 
-/** `column` (stride values a slot, from slot 0) in a new array with room for `capacity` slots. */
+/**
+ * `column` (stride values a slot, from slot 0) in a new array with room for `capacity` slots, or
+ * `column` itself when it has exactly that room (a restore's: the caller gives it up).
+ */
 export const grown = <C extends Column>(column: C, stride: number, capacity: number): C => {
+  if (column.length === stride * capacity) return column
   const out = new (column.constructor as new(n: number) => C)(stride * capacity)
   out.set(column.subarray(0, Math.min(column.length, stride * capacity)))
   return out
@@ -327,7 +331,8 @@ export class IdRing {
 
   /**
    * Refill an empty ring from ids in ack order (`words`, 4 a slot) and their runs (what a checkpoint
-   * holds); `columns(capacity)` gives the subclass's columns sized for the capacity chosen.
+   * holds); `columns(capacity)` gives the subclass's columns sized for the capacity chosen. Arrays
+   * sized for that capacity (`capacityFor(count)` slots) are taken as they are, not copied.
    */
   protected load(
     words: Uint32Array,
@@ -338,8 +343,7 @@ export class IdRing {
     table?: Int32Array
   ): void {
     const capacity = capacityFor(count)
-    this.words = new Uint32Array(4 * capacity)
-    this.words.set(words.subarray(0, 4 * count))
+    this.words = grown(words, 4, capacity)
     this.capacity = capacity
     this.head = 0
     this.count = count
