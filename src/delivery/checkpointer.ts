@@ -50,7 +50,8 @@ const capture = (at: CaptureAt): CapturedCheckpoint => {
   return captureCheckpoint(
     { nextLsn: at.nextLsn, nextSeq: at.state.nextSeq, liveBytes: at.state.liveBytes },
     live,
-    at.state.acked.parts()
+    // Views of the rings' arrays where they can be: serialised in this same step, before anything changes.
+    at.state.acked.view()
   )
 }
 
