@@ -219,10 +219,14 @@ export class LazyAppends {
     }
     if (this.inWindow === 0) return
     let bytes = 0
-    for (let s = 0; s < this.n; s++) if ((this.flags[s]! & (GONE | ARENA)) === 0) bytes += this.ends[s]! - this.starts[s]!
+    for (let s = 0; s < this.n; s++) {
+      if ((this.flags[s]! & (GONE | ARENA)) === 0) bytes += this.ends[s]! - this.starts[s]!
+    }
     if (this.arenaAt + bytes > ARENA_BYTES) return this.flush()
     if (this.arena.length < this.arenaAt + bytes) {
-      const grown = Buffer.allocUnsafe(Math.min(ARENA_BYTES, Math.max(2 * this.arena.length, this.arenaAt + bytes, 1 << 16)))
+      const grown = Buffer.allocUnsafe(
+        Math.min(ARENA_BYTES, Math.max(2 * this.arena.length, this.arenaAt + bytes, 1 << 16))
+      )
       this.arena.copy(grown, 0, 0, this.arenaAt)
       this.arena = grown
     }
