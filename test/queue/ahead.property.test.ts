@@ -116,9 +116,10 @@ const run = (list: ReadonlyArray<Op>) =>
     let step = 0
     let lane: LaneState | undefined
     // also in the middle of transitions: when a task's finalizer runs and when it is reported
-    const midway = () => Effect.sync(() => {
-      if (lane !== undefined) checked += compare(lane, step, problems)
-    })
+    const midway = () =>
+      Effect.sync(() => {
+        if (lane !== undefined) checked += compare(lane, step, problems)
+      })
     const queue = yield* CommandQueue.make({
       lanes: { main: { concurrent: 2, queued: 40, agingMs: AGING_MS } },
       onTaskExit: midway
@@ -131,7 +132,9 @@ const run = (list: ReadonlyArray<Op>) =>
         case "dispatch": {
           const gate = Deferred.makeUnsafe<void>()
           const body = Effect.suspend(() => Deferred.await(gate))
-          const admitted = yield* Effect.exit(queue.dispatch("main", `k${o.key}`, body, { priority: o.priority, finalizer: midway }))
+          const admitted = yield* Effect.exit(
+            queue.dispatch("main", `k${o.key}`, body, { priority: o.priority, finalizer: midway })
+          )
           if (Exit.isSuccess(admitted)) {
             futures.push(admitted.value)
             gates.set(admitted.value.runId, gate)
@@ -142,7 +145,9 @@ const run = (list: ReadonlyArray<Op>) =>
           const running = [...(lane.keys.values() as Iterable<KeyTasks>)].flatMap((ks) =>
             ks.running === undefined ? [] : [ks.running]
           )
-          if (running.length > 0) yield* Deferred.succeed(gates.get(running[o.pick % running.length]!.runId)!, undefined)
+          if (running.length > 0) {
+            yield* Deferred.succeed(gates.get(running[o.pick % running.length]!.runId)!, undefined)
+          }
           break
         }
         case "cancel": {

@@ -5,8 +5,8 @@
  */
 import { Cause, Effect } from "effect"
 import type { WaitInfo } from "../types.js"
-import { clearWaitTimer, warn } from "./end.js"
 import { queuedAhead } from "./ahead.js"
+import { clearWaitTimer, warn } from "./end.js"
 import type { EngineState, Task } from "./state.js"
 import { moreOf, WAIT_NOTIFIED, WAITING } from "./state.js"
 
