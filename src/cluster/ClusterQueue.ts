@@ -9,21 +9,24 @@
  */
 import { PgClient } from "@effect/sql-pg"
 import { Deferred, Duration, Effect, Exit, Option, Schedule, Scope } from "effect"
-import type { Sharding } from "effect/cluster"
+import { EntityId, Sharding } from "effect/cluster"
 import { SqlClient } from "effect/sql"
 import * as CommandQueue from "../queue/CommandQueue.js"
 import type { DrainReport, LaneLimits, LaneSnapshot, TaskReport } from "../queue/CommandQueue.js"
 import { AdmissionError, FutureTimeout, LanesConfigInvalid, QueueFailure, RequestError } from "../queue/errors.js"
 import type { Participation } from "../queue/errors.js"
+import * as Answers from "./Answers.js"
 import * as Coalesce from "./Coalesce.js"
 import type { InboxMessage } from "./Coalesce.js"
+import { Fence } from "./Fencing.js"
 import * as Generations from "./Generations.js"
 import * as KeyRunner from "./KeyRunner.js"
 import type { LaneHandler } from "./KeyRunner.js"
 import * as LocalLanes from "./LocalLanes.js"
 import * as Migrations from "./Migrations.js"
+import * as Replay from "./Replay.js"
 import { entityId, KeyEntity } from "./protocol.js"
-import { runPayload, sendRun } from "./send.js"
+import { runPayload, sendRun, sendVolatile } from "./send.js"
 import * as Storage from "./Storage.js"
 import { checkDispatch, DEFAULT_LANES, fromReply, transient } from "./wire.js"
 
@@ -45,6 +48,14 @@ export interface ClusterQueueOptions {
   readonly onTaskExit?: (report: TaskReport) => Effect.Effect<void> | void
   /** How long `restartLane` waits for the other runners to apply the new generation; default 30_000. */
   readonly restartTimeoutMs?: number
+  /**
+   * Dispatches with an `inbox` message are volatile runs (Replay.ts) when the runtime fences its shards:
+   * while one waits this long for its answer, it is sent again; default 2_000 ms.
+   */
+  readonly resendMs?: number
+  /** The sweep of unanswered volatile runs (Replay.ts): its period and the age of the runs it sends. */
+  readonly sweepMs?: number
+  readonly sweepAgeMs?: number
 }
 
 /**
@@ -191,7 +202,9 @@ export const make = (
       apply: (lane) => (lane in lanes ? Effect.asVoid(Effect.ignore(local.restartLane(lane))) : Effect.void)
     }).pipe(Effect.orDie)
     const coalescing = yield* Coalesce.make(options.prefix)
+    const answers = yield* Answers.make(options.prefix)
     yield* KeyRunner.register({
+      answers,
       markStarted: coalescing.markStarted,
       local,
       generations,
@@ -201,6 +214,19 @@ export const make = (
     })
     const makeClient = yield* KeyEntity.client
     const saved = yield* Effect.serviceOption(Storage.Saved)
+    const sharding = yield* Sharding.Sharding
+    // Volatile runs need the fence: its acquisitions and held shards drive their replay (Replay.ts).
+    const fence = yield* Effect.serviceOption(Fence)
+    if (Option.isSome(fence)) {
+      yield* Replay.start({
+        fence: fence.value,
+        answers,
+        client: makeClient,
+        ...(options.sweepMs === undefined ? {} : { sweepMs: options.sweepMs }),
+        ...(options.sweepAgeMs === undefined ? {} : { sweepAgeMs: options.sweepAgeMs })
+      })
+    }
+    const resendMs = options.resendMs ?? 2_000
     // The fibers that wait for replies live in a scope that closes only after the drain below: a
     // fiber forked into the queue's own scope would be interrupted first (finalizers run newest first),
     // and the drain would wait for futures nobody settles.
@@ -246,8 +272,22 @@ export const make = (
         const generation = generations.current(lane)
         const id = entityId(lane, key)
         const client = makeClient(id)
+        // With an inbox message the run is volatile: its inbox row, with the entity's shard, is its durability.
+        const volatile = o?.inbox !== undefined && o.coalesce === true && Option.isSome(fence)
+        const shardId = volatile ? sharding.getShardId(EntityId.make(id), KeyEntity.getShardGroup(EntityId.make(id))) : undefined
+        const withShard: ClusterDispatchOptions | undefined = shardId === undefined || o?.inbox === undefined ? o : {
+          ...o,
+          inbox: { ...o.inbox, shard: `${shardId.group}:${shardId.id}`, generation }
+        }
         // The run's id: joining the key's waiting run (coalesce), the caller's, or a new one.
-        const { joined, payload } = yield* runPayload({ lane, key, generation, command, options: o, coalescing })
+        const { joined, payload } = yield* runPayload({
+          lane,
+          key,
+          generation,
+          command,
+          options: withShard,
+          coalescing
+        })
         const runId = payload.runId
         const deferred = Deferred.makeUnsafe<unknown, unknown>()
         let settled: Exit.Exit<unknown, unknown> | undefined
@@ -265,8 +305,9 @@ export const make = (
           settled = settleFrom(lane, key, runId, exit)
           return settle(entry, settled)
         }
-        // Durable once this returns; the reply settles the future later.
-        yield* sendRun({ client, entityId: id, payload, saved, scope, onReply: settleWith })
+        // Durable once this returns (the inbox row, or the saved Run); the reply settles the future later.
+        if (volatile) yield* sendVolatile({ client, payload, scope, resendMs, onReply: settleWith })
+        else yield* sendRun({ client, entityId: id, payload, saved, scope, onReply: settleWith })
         counters.dispatched++
         const future: ClusterFuture<A, E> = {
           runId,

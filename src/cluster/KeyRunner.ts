@@ -8,7 +8,7 @@
  * (its shard moves, the runner shuts down) every local task of the key is canceled first, and runs
  * that did not finish get no reply: the cluster replays them on the key's next runner.
  */
-import { Clock, Effect, Exit, Option, Queue, Schedule } from "effect"
+import { Clock, Deferred, Effect, Exit, Option, Queue, Schedule } from "effect"
 import type { Scope } from "effect"
 import { Layer } from "effect"
 import { Entity } from "effect/cluster"
@@ -17,11 +17,12 @@ import type * as Envelope from "effect/cluster/Envelope"
 import type { CommandQueue } from "../queue/CommandQueue.js"
 import type { Participation } from "../queue/errors.js"
 import type { Future } from "../queue/Future.js"
+import * as Answers from "./Answers.js"
 import { Fence } from "./Fencing.js"
 import type { FenceToken } from "./Fencing.js"
 import type { Generations } from "./Generations.js"
 import { KeyEntity } from "./protocol.js"
-import type { Cancel, CancelKey, Run, WireQueueFailure } from "./protocol.js"
+import type { Cancel, CancelKey, Run, RunNow, WireQueueFailure } from "./protocol.js"
 import { isCanceled, isFenced, queueFailure, reportFenced, taskDefect, toReply } from "./RunOutcome.js"
 import { ReplyCommits } from "./Storage.js"
 import type { ReplyCommit } from "./Storage.js"
@@ -75,6 +76,22 @@ export const marksSlot = (handler: LaneHandler): LaneHandler =>
 
 const handlerMarksSlot = (handler: LaneHandler): boolean => (handler as { [MarksSlot]?: boolean })[MarksSlot] === true
 
+const WritesAnswer = Symbol.for("switchyard/cluster/KeyRunner/WritesAnswer")
+
+/**
+ * A lane handler whose commit also writes its run's answer into the run's inbox rows (Answers.ts), and
+ * that fails with `AlreadyAnswered` when its run's start finds one stored: a volatile run (`RunNow`) of it
+ * costs no statement of the runner's for its answer when it succeeds.
+ */
+export const writesAnswer = (handler: LaneHandler): LaneHandler =>
+  Object.assign((task: ClusterTask) => handler(task), {
+    [WritesAnswer]: true,
+    [MarksSlot]: handlerMarksSlot(handler)
+  })
+
+const handlerWritesAnswer = (handler: LaneHandler): boolean =>
+  (handler as { [WritesAnswer]?: boolean })[WritesAnswer] === true
+
 /** What the behaviour needs from the queue it belongs to. */
 export interface KeyRunnerOptions {
   readonly local: CommandQueue
@@ -84,9 +101,12 @@ export interface KeyRunnerOptions {
   readonly queueTimeoutMs: (lane: string) => number | undefined
   /** Marks a coalescing slot started (see Coalesce.ts), before the run is admitted here. */
   readonly markStarted: (lane: string, key: string, slot: number) => Effect.Effect<void, unknown>
+  /** The inbox's answers, for volatile runs (`RunNow`; Answers.ts). */
+  readonly answers: Answers.Answers
 }
 
-type Rpcs = typeof Run | typeof Cancel | typeof CancelKey
+type Rpcs = typeof Run | typeof RunNow | typeof Cancel | typeof CancelKey
+type RunPayload = typeof RunNow.payloadSchema.Type
 type Req = Envelope.Request<Rpcs>
 
 /** Most canceled run ids remembered per key before their `Run` arrives (oldest forgotten first). */
@@ -96,7 +116,11 @@ const MAX_EARLY_CANCELS = 1_000
 export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, Sharding.Sharding | Scope.Scope> =>
   Effect.flatMap(
     Effect.all([Effect.serviceOption(Fence), Effect.serviceOption(ReplyCommits)]),
-    ([fence, commits]) =>
+    ([fence, commits]) => {
+      // Answers of volatile runs sent lately by this runner, whichever entity (a duplicate may come after
+      // the entity passivated).
+      const recent = Answers.recent()
+      return (
       Effect.asVoid(Layer.build(KeyEntity.toLayerQueue(
         Effect.map(Entity.CurrentAddress, (address) => (mailbox, replier) =>
           Effect.gen(function*() {
@@ -113,29 +137,99 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
             // Runs admitted up to this time (epoch ms) were canceled by `cancel(lane, key)` before they arrived.
             let canceledBefore = 0
 
-            // The replier is typed per RPC; this one function answers all three, passing each exit through.
-            const reply = (request: Req, exit: Exit.Exit<unknown, unknown>) =>
+            // The replier is typed per RPC; this one function answers all of them, passing each exit through.
+            const replyNow = (request: Req, exit: Exit.Exit<unknown, unknown>) =>
               replier.complete(request as never, exit as never)
+            // Volatile runs (RunNow) between their arrival and their answer (or none: left to the next owner),
+            // by run id: the same run sent again meanwhile gets the same answer.
+            const pending = new Map<string, Deferred.Deferred<Exit.Exit<unknown, unknown> | undefined>>()
+            const leave = (runId: string, exit: Exit.Exit<unknown, unknown> | undefined) => {
+              const d = pending.get(runId)
+              if (d === undefined) return
+              pending.delete(runId)
+              Deferred.doneUnsafe(d, Exit.succeed(exit))
+            }
+            /**
+             * Sends a run's answer. A volatile run's answer is stored in its inbox rows first (Answers.ts) unless
+             * its handler's commit wrote it (`written`) or it was stored before: an answer sent but not stored
+             * would let the sweep run the run again. If it cannot be stored, no answer: the run stays unanswered
+             * for the dispatcher's next send or the sweep.
+             */
+            const reply = (
+              request: Req,
+              exit: Exit.Exit<unknown, unknown>,
+              p?: RunPayload,
+              written = false
+            ): Effect.Effect<void> => {
+              if (p === undefined || request.tag !== "RunNow") return replyNow(request, exit)
+              const stored = Answers.alreadyAnswered(exit)
+              const out = stored ?? exit
+              const mark = stored !== undefined || written ? Effect.void : options.answers.mark(p.runId, out).pipe(
+                Effect.retry({ times: 3, schedule: Schedule.spaced("200 millis") })
+              )
+              return mark.pipe(
+                Effect.matchCauseEffect({
+                  onFailure: (cause) => {
+                    leave(p.runId, undefined)
+                    return Effect.logWarning(`Could not store the answer of run ${p.runId}; it stays unanswered`, cause)
+                  },
+                  onSuccess: () => {
+                    recent.set(p.runId, out)
+                    leave(p.runId, out)
+                    return replyNow(request, out)
+                  }
+                })
+              )
+            }
             // A coalescing slot is used up when its run starts, or ends without starting: later coalescing
             // dispatches must not join a run that will never run.
-            const consumeSlot = (p: typeof Run.payloadSchema.Type) =>
+            const consumeSlot = (p: RunPayload) =>
               p.coalesceSlot === undefined ? Effect.void : options.markStarted(p.lane, p.key, p.coalesceSlot).pipe(
                 Effect.catchCause((cause) => Effect.logWarning("Could not mark a coalescing slot started", cause))
               )
             const failWith = (
               request: Req,
-              p: typeof Run.payloadSchema.Type,
+              p: RunPayload,
               stage: WireQueueFailure["stage"],
               reason: WireQueueFailure["reason"]
             ) =>
               Effect.andThen(
                 consumeSlot(p),
-                reply(request, queueFailure(p, options.participation(p.lane), stage, reason))
+                reply(request, queueFailure(p, options.participation(p.lane), stage, reason), p)
               )
 
-            const onRun = (request: Req, p: typeof Run.payloadSchema.Type) =>
+            /**
+             * A volatile run this entity runs, answered lately, or (sent again) answered before: answered
+             * here without running it again. `"owner"` replays of such a run get an empty answer at once.
+             */
+            const known = (request: Req, p: RunPayload) =>
+              Effect.gen(function*() {
+                const live = pending.get(p.runId)
+                if (live !== undefined) {
+                  if (p.replay === "owner") return yield* Effect.as(replyNow(request, Exit.void), true)
+                  yield* Effect.forkChild(
+                    Effect.flatMap(Deferred.await(live), (exit) => exit === undefined ? Effect.void : replyNow(request, exit))
+                  )
+                  return true
+                }
+                let answered = recent.get(p.runId)
+                if (answered === undefined && p.replay !== undefined) {
+                  answered = yield* Effect.orElseSucceed(options.answers.of(p.runId), () => undefined)
+                  if (answered !== undefined) recent.set(p.runId, answered)
+                }
+                if (answered === undefined) return false
+                yield* replyNow(request, p.replay === "owner" ? Exit.void : answered)
+                return true
+              })
+
+            const onRun = (request: Req, p: RunPayload) =>
               Effect.gen(function*() {
                 Timing.mark(p.runId, "onRun")
+                const isVolatile = request.tag === "RunNow"
+                if (isVolatile) {
+                  if (yield* known(request, p)) return
+                  pending.set(p.runId, Deferred.makeUnsafe())
+                }
                 if (earlyCancels.delete(p.runId) || p.admittedAt <= canceledBefore) {
                   return yield* failWith(request, p, "queued", "canceled")
                 }
@@ -148,7 +242,11 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                 }
                 const handler = handlers[p.lane]
                 if (handler === undefined) {
-                  return yield* reply(request, taskDefect("Error", `This runner has no handler for lane \`${p.lane}\``))
+                  return yield* reply(
+                    request,
+                    taskDefect("Error", `This runner has no handler for lane \`${p.lane}\``),
+                    p
+                  )
                 }
                 const now = yield* Clock.currentTimeMillis
                 const queueTimeout = p.queueTimeoutMs ?? options.queueTimeoutMs(p.lane)
@@ -159,6 +257,7 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                   const epoch = fence.value.epochOf(shard)
                   // No epoch: this runner does not hold the shard (any more); its owner runs the run.
                   if (epoch === undefined) {
+                    leave(p.runId, undefined)
                     return yield* Effect.logWarning(
                       `fenced: run ${p.runId} of ${p.lane}/${p.key} not started, this runner holds no epoch of shard ${shard}`
                     )
@@ -176,7 +275,7 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                   admittedAt: p.admittedAt,
                   ...(token === undefined ? {} : { fence: token }),
                   ...(selfMarks ? { coalesceSlot: p.coalesceSlot } : {}),
-                  ...(Option.isSome(commits) ?
+                  ...(Option.isSome(commits) && !isVolatile ?
                     {
                       commitWithReply: (c: ReplyCommit) => {
                         commit = c
@@ -234,11 +333,8 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                 if (admitted._tag === "Failure") {
                   const e = admitted.failure
                   // closed: the runner drains; no reply, so the run is replayed on the key's next runner.
-                  if (e._tag === "AdmissionError") return
-                  return yield* reply(
-                    request,
-                    taskDefect("RequestError", e.message)
-                  )
+                  if (e._tag === "AdmissionError") return leave(p.runId, undefined)
+                  return yield* reply(request, taskDefect("RequestError", e.message), p)
                 }
                 const future = admitted.success
                 runs.set(p.runId, future)
@@ -250,10 +346,14 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                       runs.delete(p.runId)
                       tokens.delete(p.runId)
                     }
-                    const out = toReply(p, options.participation(p.lane), exit)
+                    const out = Answers.alreadyAnswered(exit) === undefined
+                      ? toReply(p, options.participation(p.lane), exit)
+                      : exit
                     // A run canceled because the entity stops gets no reply: the key's next runner runs it.
                     // Any other outcome (also one reached while stopping) is the answer, saved as usual.
-                    if (out === undefined || (stoppedRuns.has(p.runId) && isCanceled(out))) return Effect.void
+                    if (out === undefined || (stoppedRuns.has(p.runId) && isCanceled(out))) {
+                      return Effect.sync(() => leave(p.runId, undefined))
+                    }
                     if (commit !== undefined && Exit.isSuccess(out) && Option.isSome(commits)) {
                       // The handler's writes commit with this reply (Storage.ts), or not at all.
                       const requestId = String(request.requestId)
@@ -264,7 +364,9 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                         onTaken: () => committing.delete(requestId)
                       })
                     }
-                    return consumed ? reply(request, out) : Effect.andThen(consumeSlot(p), reply(request, out))
+                    // A handler that writes its answer wrote it with its commit.
+                    const answer = reply(request, out, p, Exit.isSuccess(out) && handlerWritesAnswer(handler))
+                    return consumed ? answer : Effect.andThen(consumeSlot(p), answer)
                   }),
                   Effect.forkChild
                 )
@@ -285,7 +387,8 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                 const request = (yield* Queue.take(mailbox)) as Req
                 switch (request.tag) {
                   case "Run":
-                    yield* onRun(request, request.payload as typeof Run.payloadSchema.Type)
+                  case "RunNow":
+                    yield* onRun(request, request.payload as RunPayload)
                     break
                   case "Cancel":
                     yield* onCancel(request, (request.payload as { runId: string }).runId)
@@ -334,5 +437,6 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
             ) as Effect.Effect<never>
           })),
         { maxIdleTime: "1 minute" }
-      )))
+      ))))
+    }
   )
