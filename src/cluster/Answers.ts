@@ -55,8 +55,16 @@ export interface UnansweredRun {
 
 /** The answers of one cluster's inbox. */
 export interface Answers {
-  /** Stores `exit` as the answer of `runId`'s inbox rows (nothing when it has none). */
-  readonly mark: (runId: string, exit: Exit.Exit<unknown, unknown>) => Effect.Effect<void, SqlError>
+  /**
+   * Stores `exit` as the answer of `runId`'s inbox rows (nothing when it has none, or one already), only
+   * while `fence`'s shard is at its epoch (Fencing.ts); false when that epoch is gone (another runner took
+   * the shard: it answers the run, not this one).
+   */
+  readonly mark: (
+    runId: string,
+    exit: Exit.Exit<unknown, unknown>,
+    fence: { readonly shard: string; readonly epoch: number } | undefined
+  ) => Effect.Effect<boolean, SqlError>
   /** The stored answer of `runId`, if it has one. */
   readonly of: (runId: string) => Effect.Effect<Exit.Exit<unknown, unknown> | undefined, SqlError>
   /** The unanswered runs of `shards` whose first message is older than `before` (epoch ms), oldest first. */
@@ -71,12 +79,20 @@ export const make = (prefix = "switchyard"): Effect.Effect<Answers, never, PgCli
     const sql = yield* PgClient.PgClient
     const table = `${prefix}_inbox`
     return {
-      mark: (runId, exit) => {
+      mark: (runId, exit, fence) => {
         const answer = encode(exit)
-        return answer === undefined ? Effect.void : Effect.asVoid(sql.unsafe(
-          `UPDATE ${table} SET answer = $2 WHERE run_id = $1 AND answer IS NULL`,
-          [runId, answer]
-        ))
+        if (answer === undefined) return Effect.succeed(true)
+        return Effect.map(
+          sql.unsafe<{ readonly ok: number }>(
+            `WITH gate AS MATERIALIZED (
+               SELECT 1 AS g WHERE $3::text IS NULL
+               UNION ALL SELECT 1 FROM ${prefix}_shard_epochs WHERE shard = $3::text AND epoch = $4::bigint FOR SHARE),
+             marked AS (UPDATE ${table} SET answer = $2 WHERE run_id = $1 AND answer IS NULL AND EXISTS (SELECT 1 FROM gate))
+             SELECT count(*)::float8 AS ok FROM gate`,
+            [runId, answer, fence?.shard ?? null, fence?.epoch ?? null]
+          ),
+          (rows) => Number(rows[0]?.ok ?? 0) > 0
+        )
       },
       of: (runId) =>
         Effect.map(

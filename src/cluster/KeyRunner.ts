@@ -142,12 +142,19 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
               replier.complete(request as never, exit as never)
             // Volatile runs (RunNow) between their arrival and their answer (or none: left to the next owner),
             // by run id: the same run sent again meanwhile gets the same answer.
-            const pending = new Map<string, Deferred.Deferred<Exit.Exit<unknown, unknown> | undefined>>()
+            // Each with the shard's epoch when it arrived: its answer is stored only while that epoch holds.
+            const pending = new Map<
+              string,
+              {
+                readonly answer: Deferred.Deferred<Exit.Exit<unknown, unknown> | undefined>
+                readonly token: FenceToken | undefined
+              }
+            >()
             const leave = (runId: string, exit: Exit.Exit<unknown, unknown> | undefined) => {
-              const d = pending.get(runId)
-              if (d === undefined) return
+              const entry = pending.get(runId)
+              if (entry === undefined) return
               pending.delete(runId)
-              Deferred.doneUnsafe(d, Exit.succeed(exit))
+              Deferred.doneUnsafe(entry.answer, Exit.succeed(exit))
             }
             /**
              * Sends a run's answer. A volatile run's answer is stored in its inbox rows first (Answers.ts) unless
@@ -164,16 +171,25 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
               if (p === undefined || request.tag !== "RunNow") return replyNow(request, exit)
               const stored = Answers.alreadyAnswered(exit)
               const out = stored ?? exit
-              const mark = stored !== undefined || written ? Effect.void : options.answers.mark(p.runId, out).pipe(
-                Effect.retry({ times: 3, schedule: Schedule.spaced("200 millis") })
-              )
+              const token = pending.get(p.runId)?.token
+              const mark = stored !== undefined || written
+                ? Effect.succeed(true)
+                : options.answers.mark(p.runId, out, token).pipe(
+                  Effect.retry({ times: 3, schedule: Schedule.spaced("200 millis") })
+                )
               return mark.pipe(
                 Effect.matchCauseEffect({
                   onFailure: (cause) => {
                     leave(p.runId, undefined)
                     return Effect.logWarning(`Could not store the answer of run ${p.runId}; it stays unanswered`, cause)
                   },
-                  onSuccess: () => {
+                  onSuccess: (ok) => {
+                    if (!ok) {
+                      leave(p.runId, undefined)
+                      return Effect.logWarning(
+                        `fenced: run ${p.runId} of ${p.lane}/${p.key} not answered here: shard ${shard} has a newer epoch than ${token?.epoch}; the shard's owner answers it`
+                      )
+                    }
                     recent.set(p.runId, out)
                     leave(p.runId, out)
                     return replyNow(request, out)
@@ -208,7 +224,10 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                 if (live !== undefined) {
                   if (p.replay === "owner") return yield* Effect.as(replyNow(request, Exit.void), true)
                   yield* Effect.forkChild(
-                    Effect.flatMap(Deferred.await(live), (exit) => exit === undefined ? Effect.void : replyNow(request, exit))
+                    Effect.flatMap(
+                      Deferred.await(live.answer),
+                      (exit) => exit === undefined ? Effect.void : replyNow(request, exit)
+                    )
                   )
                   return true
                 }
@@ -228,7 +247,13 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                 const isVolatile = request.tag === "RunNow"
                 if (isVolatile) {
                   if (yield* known(request, p)) return
-                  pending.set(p.runId, Deferred.makeUnsafe())
+                  const epoch = Option.isSome(fence) ? fence.value.epochOf(shard) : undefined
+                  // No epoch: this runner does not hold the shard (any more); its owner runs the run.
+                  if (Option.isSome(fence) && epoch === undefined) return
+                  pending.set(p.runId, {
+                    answer: Deferred.makeUnsafe(),
+                    token: epoch === undefined ? undefined : { shard, epoch }
+                  })
                 }
                 if (earlyCancels.delete(p.runId) || p.admittedAt <= canceledBefore) {
                   return yield* failWith(request, p, "queued", "canceled")

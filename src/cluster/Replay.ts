@@ -90,19 +90,19 @@ export const start = (options: ReplayOptions): Effect.Effect<void, never, Scope.
     const replay = (what: string, shards: ReadonlyArray<string>, before: number) =>
       Effect.flatMap(answers.unanswered(shards, before), (runs) =>
         runs.length === 0 ? Effect.void : Effect.andThen(
-          Effect.logDebug(`${what}: ${runs.length} unanswered run(s) sent again`),
+          Effect.logInfo(`replay: ${runs.length} unanswered run(s) ${what} sent to their keys`),
           // Not waited for: the next acquisition or sweep must not wait for these runs' turns.
           Effect.forkIn(send(options.client, runs), scope)
         )).pipe(
-          Effect.catchCause((cause) => Effect.logWarning(`${what}: could not read the unanswered inbox`, cause))
+          Effect.catchCause((cause) => Effect.logWarning(`replay: could not read the unanswered inbox`, cause))
         )
     yield* Effect.forever(
-      Effect.flatMap(Queue.take(acquired), (shards) => replay("acquisition", shards, Number.MAX_SAFE_INTEGER))
+      Effect.flatMap(Queue.take(acquired), (shards) => replay("of acquired shards", shards, Number.MAX_SAFE_INTEGER))
     ).pipe(Effect.forkScoped)
     yield* Effect.forever(
       Effect.andThen(
         Effect.sleep(Duration.millis(sweepMs)),
-        Effect.suspend(() => replay("sweep", fence.held(), Date.now() - sweepAgeMs))
+        Effect.suspend(() => replay(`found by the sweep (older than ${sweepAgeMs} ms)`, fence.held(), Date.now() - sweepAgeMs))
       )
     ).pipe(Effect.forkScoped)
   })
