@@ -84,9 +84,9 @@ export const make = (prefix = "switchyard"): Effect.Effect<Answers, never, PgCli
         if (answer === undefined) return Effect.succeed(true)
         return Effect.map(
           sql.unsafe<{ readonly ok: number }>(
-            `WITH gate AS MATERIALIZED (
-               SELECT 1 AS g WHERE $3::text IS NULL
-               UNION ALL SELECT 1 FROM ${prefix}_shard_epochs WHERE shard = $3::text AND epoch = $4::bigint FOR SHARE),
+            `WITH locked AS MATERIALIZED (
+               SELECT 1 AS g FROM ${prefix}_shard_epochs WHERE shard = $3::text AND epoch = $4::bigint FOR SHARE),
+             gate AS MATERIALIZED (SELECT 1 AS g WHERE $3::text IS NULL UNION ALL SELECT g FROM locked),
              marked AS (UPDATE ${table} SET answer = $2 WHERE run_id = $1 AND answer IS NULL AND EXISTS (SELECT 1 FROM gate))
              SELECT count(*)::float8 AS ok FROM gate`,
             [runId, answer, fence?.shard ?? null, fence?.epoch ?? null]

@@ -44,7 +44,10 @@ export const parseRunId = (
 
 /** Sends each run of `runs` to its entity, one after the other per key; returns once all were answered. */
 const send = (client: ReplayOptions["client"], runs: ReadonlyArray<UnansweredRun>) => {
-  const byKey = new Map<string, Array<UnansweredRun & { readonly lane: string; readonly key: string; readonly slot: number }>>()
+  const byKey = new Map<
+    string,
+    Array<UnansweredRun & { readonly lane: string; readonly key: string; readonly slot: number }>
+  >()
   for (const r of runs) {
     const parsed = parseRunId(r.runId)
     if (parsed === undefined) continue
@@ -102,7 +105,9 @@ export const start = (options: ReplayOptions): Effect.Effect<void, never, Scope.
     yield* Effect.forever(
       Effect.andThen(
         Effect.sleep(Duration.millis(sweepMs)),
-        Effect.suspend(() => replay(`found by the sweep (older than ${sweepAgeMs} ms)`, fence.held(), Date.now() - sweepAgeMs))
+        Effect.suspend(() =>
+          replay(`found by the sweep (older than ${sweepAgeMs} ms)`, fence.held(), Date.now() - sweepAgeMs)
+        )
       )
     ).pipe(Effect.forkScoped)
   })

@@ -31,7 +31,11 @@ const query = <A extends object>(url: string, text: string, params: ReadonlyArra
 
 interface Answer {
   readonly status: number
-  readonly body: { readonly runId: string; readonly pending?: boolean; readonly reply?: { text: string; turnRunner: string } }
+  readonly body: {
+    readonly runId: string
+    readonly pending?: boolean
+    readonly reply?: { text: string; turnRunner: string }
+  }
 }
 
 const send = (port: number, session: string, text: string, id: string, waitMs: number): Promise<Answer> =>
@@ -103,7 +107,16 @@ describe.skipIf(!up)("volatile ingress runs: the inbox row is the durability (tw
 
   beforeAll(async () => {
     db = await freshDatabase("volatile")
-    const args = ["--latency", "100", "--lease", String(LEASE_MS), "--shards", String(SHARDS), "--drain-timeout", "2000"]
+    const args = [
+      "--latency",
+      "100",
+      "--lease",
+      String(LEASE_MS),
+      "--shards",
+      String(SHARDS),
+      "--drain-timeout",
+      "2000"
+    ]
     runners.push(
       ...await Promise.all([startRunner({ url: db.url, outbox, args }), startRunner({ url: db.url, outbox, args })])
     )
@@ -116,95 +129,119 @@ describe.skipIf(!up)("volatile ingress runs: the inbox row is the durability (tw
     fs.rmSync(dir, { recursive: true, force: true })
   }, 60_000)
 
-  it("a lost send (the inbox row committed, its dispatcher gone before sending): the owner's sweep answers it, once", async () => {
-    const session = "lost-send"
-    // A probe through the ingress records the session's shard and lane generation in its inbox row.
-    const probe = await send(runners[0].port, session, "probe", "probe-1", 30_000)
-    expect(probe.status).toBe(200)
-    const [{ shard, generation }] = await query<{ shard: string; generation: number }>(
-      db!.url,
-      `SELECT shard, generation::float8 AS generation FROM switchyard_inbox WHERE run_id = $1`,
-      [probe.body.runId]
-    )
-    // What a dispatcher that died between its accept and its send leaves: the slot and the inbox row, no send.
-    const [{ run_id: runId }] = await query<{ run_id: string }>(
-      db!.url,
-      `SELECT out_run_id AS run_id FROM switchyard_coalesce_slot('main', $1, $1, 'lost-1', 'lost', $2, $3, $4)`,
-      [session, Date.now(), shard, generation]
-    )
-    await until("the sweep to answer the lost run", 20_000, async () => (await recordOf(runId)).turns.length > 0)
-    const record = await recordOf(runId)
-    expect(record).toMatchObject({ replies: 1, transcript: ["lost", "You said: lost"], answered: [true] })
-    expect(record.turns).toHaveLength(1)
-    // Sent by the sweep (its first message older than the sweep's age), not by anything sooner.
-    expect(record.turns[0].startedAt - record.receivedAt[0]).toBeGreaterThanOrEqual(SWEEP_AGE_MS)
-    // Later sweeps find it answered: still one turn after two more sweep periods.
-    const later = Date.now() + 4_500
-    await until("two more sweeps", 10_000, async () => Date.now() > later)
-    expect((await recordOf(runId)).turns).toHaveLength(1)
-  }, 60_000)
+  it(
+    "a lost send (the inbox row committed, its dispatcher gone before sending): the owner's sweep answers it, once",
+    async () => {
+      const session = "lost-send"
+      // A probe through the ingress records the session's shard and lane generation in its inbox row.
+      const probe = await send(runners[0].port, session, "probe", "probe-1", 30_000)
+      expect(probe.status).toBe(200)
+      const [{ shard, generation }] = await query<{ shard: string; generation: number }>(
+        db!.url,
+        `SELECT shard, generation::float8 AS generation FROM switchyard_inbox WHERE run_id = $1`,
+        [probe.body.runId]
+      )
+      // What a dispatcher that died between its accept and its send leaves: the slot and the inbox row, no send.
+      const [{ run_id: runId }] = await query<{ run_id: string }>(
+        db!.url,
+        `SELECT out_run_id AS run_id FROM switchyard_coalesce_slot('main', $1, $1, 'lost-1', 'lost', $2, $3, $4)`,
+        [session, Date.now(), shard, generation]
+      )
+      await until("the sweep to answer the lost run", 20_000, async () => (await recordOf(runId)).turns.length > 0)
+      const record = await recordOf(runId)
+      expect(record).toMatchObject({ replies: 1, transcript: ["lost", "You said: lost"], answered: [true] })
+      expect(record.turns).toHaveLength(1)
+      // Sent by the sweep (its first message older than the sweep's age), not by anything sooner.
+      expect(record.turns[0].startedAt - record.receivedAt[0]).toBeGreaterThanOrEqual(SWEEP_AGE_MS)
+      // Later sweeps find it answered: still one turn after two more sweep periods.
+      const later = Date.now() + 4_500
+      await until("two more sweeps", 10_000, async () => Date.now() > later)
+      expect((await recordOf(runId)).turns).toHaveLength(1)
+    },
+    60_000
+  )
 
-  it("a dispatcher waiting on an owner SIGSTOPped past its lease gets the new owner's answer; the woken owner writes nothing", async () => {
-    const [a, b] = runners
-    const session = await sessionOwnedBy(b, "stalled")
-    expect(await lane(b.port, "pause")).toMatchObject({ paused: true })
-    const waiting = send(a.port, session, "while stalled", "stalled-1", 30_000)
-    // Accepted, and on b's paused lane: admitted there, not started.
-    await until("the run to wait on b's paused lane", 10_000, async () => (await waitingHere(b.port)) > 0)
-    const replays = acquisitionReplays(a)
-    b.child.kill("SIGSTOP")
-    let answer: Answer
-    try {
-      answer = await waiting
-    } finally {
-      b.child.kill("SIGCONT")
-    }
-    expect([answer.status, answer.body.reply?.text, answer.body.reply?.turnRunner]).toEqual([
-      200,
-      "You said: while stalled",
-      a.name
-    ])
-    // Woken, b loses the key (its lane's run is canceled) and writes nothing.
-    await until("b to drop the stalled run", 20_000, async () => (await waitingHere(b.port)) === 0)
-    expect(await lane(b.port, "resume")).toMatchObject({ paused: false })
-    const record = await recordOf(answer.body.runId)
-    expect(record).toMatchObject({ replies: 1, transcript: ["while stalled", "You said: while stalled"], answered: [true] })
-    expect(record.turns.map((t) => t.runner)).toEqual([a.name])
-    expect(acquisitionReplays(a)).toBeGreaterThan(replays)
-    await shardsSettled(runners.map((r) => r.port), SHARDS, 40_000)
-  }, 90_000)
+  it(
+    "a dispatcher waiting on an owner SIGSTOPped past its lease gets the new owner's answer; the woken owner writes nothing",
+    async () => {
+      const [a, b] = runners
+      const session = await sessionOwnedBy(b, "stalled")
+      expect(await lane(b.port, "pause")).toMatchObject({ paused: true })
+      const waiting = send(a.port, session, "while stalled", "stalled-1", 30_000)
+      // Accepted, and on b's paused lane: admitted there, not started.
+      await until("the run to wait on b's paused lane", 10_000, async () => (await waitingHere(b.port)) > 0)
+      const replays = acquisitionReplays(a)
+      b.child.kill("SIGSTOP")
+      let answer: Answer
+      try {
+        answer = await waiting
+      } finally {
+        b.child.kill("SIGCONT")
+      }
+      expect([answer.status, answer.body.reply?.text, answer.body.reply?.turnRunner]).toEqual([
+        200,
+        "You said: while stalled",
+        a.name
+      ])
+      // Woken, b loses the key (its lane's run is canceled) and writes nothing.
+      await until("b to drop the stalled run", 20_000, async () => (await waitingHere(b.port)) === 0)
+      expect(await lane(b.port, "resume")).toMatchObject({ paused: false })
+      const record = await recordOf(answer.body.runId)
+      expect(record).toMatchObject({
+        replies: 1,
+        transcript: ["while stalled", "You said: while stalled"],
+        answered: [true]
+      })
+      expect(record.turns.map((t) => t.runner)).toEqual([a.name])
+      expect(acquisitionReplays(a)).toBeGreaterThan(replays)
+      await shardsSettled(runners.map((r) => r.port), SHARDS, 40_000)
+    },
+    90_000
+  )
 
-  it("the owner SIGKILLed after the accept and before the turn started: the next owner answers it exactly once, to the waiting client", async () => {
-    const [a, b] = runners
-    const session = await sessionOwnedBy(b, "killed")
-    const second = await sessionOwnedBy(b, "accepted")
-    expect(await lane(b.port, "pause")).toMatchObject({ paused: true })
-    const waiting = send(a.port, session, "before the turn", "killed-1", 30_000)
-    const other = await send(a.port, second, "accepted only", "killed-2", 0)
-    expect(other.status).toBe(202)
-    await until("both runs to wait on b's paused lane", 10_000, async () => (await waitingHere(b.port)) === 2)
-    const replays = acquisitionReplays(a)
-    b.child.kill("SIGKILL")
-    b.alive = false
-    const answer = await waiting
-    expect([answer.status, answer.body.reply?.text, answer.body.reply?.turnRunner]).toEqual([
-      200,
-      "You said: before the turn",
-      a.name
-    ])
-    const record = await recordOf(answer.body.runId)
-    expect(record).toMatchObject({
-      replies: 1,
-      transcript: ["before the turn", "You said: before the turn"],
-      answered: [true]
-    })
-    expect(record.turns.map((t) => t.runner)).toEqual([a.name])
-    // Sent by a's replay of the shards it acquired from b (not only by the sweep, or the client's resend).
-    expect(acquisitionReplays(a)).toBeGreaterThan(replays)
-    // A message only accepted (202) when the owner died is answered by the next owner too, once.
-    await until("the accepted message's turn", 20_000, async () => (await recordOf(other.body.runId)).turns.length > 0)
-    const otherRecord = await recordOf(other.body.runId)
-    expect(otherRecord).toMatchObject({ replies: 1, transcript: ["accepted only", "You said: accepted only"], answered: [true] })
-    expect(otherRecord.turns.map((t) => t.runner)).toEqual([a.name])
-  }, 90_000)
+  it(
+    "the owner SIGKILLed after the accept and before the turn started: the next owner answers it exactly once, to the waiting client",
+    async () => {
+      const [a, b] = runners
+      const session = await sessionOwnedBy(b, "killed")
+      const second = await sessionOwnedBy(b, "accepted")
+      expect(await lane(b.port, "pause")).toMatchObject({ paused: true })
+      const waiting = send(a.port, session, "before the turn", "killed-1", 30_000)
+      const other = await send(a.port, second, "accepted only", "killed-2", 0)
+      expect(other.status).toBe(202)
+      await until("both runs to wait on b's paused lane", 10_000, async () => (await waitingHere(b.port)) === 2)
+      const replays = acquisitionReplays(a)
+      b.child.kill("SIGKILL")
+      b.alive = false
+      const answer = await waiting
+      expect([answer.status, answer.body.reply?.text, answer.body.reply?.turnRunner]).toEqual([
+        200,
+        "You said: before the turn",
+        a.name
+      ])
+      const record = await recordOf(answer.body.runId)
+      expect(record).toMatchObject({
+        replies: 1,
+        transcript: ["before the turn", "You said: before the turn"],
+        answered: [true]
+      })
+      expect(record.turns.map((t) => t.runner)).toEqual([a.name])
+      // Sent by a's replay of the shards it acquired from b (not only by the sweep, or the client's resend).
+      expect(acquisitionReplays(a)).toBeGreaterThan(replays)
+      // A message only accepted (202) when the owner died is answered by the next owner too, once.
+      await until(
+        "the accepted message's turn",
+        20_000,
+        async () => (await recordOf(other.body.runId)).turns.length > 0
+      )
+      const otherRecord = await recordOf(other.body.runId)
+      expect(otherRecord).toMatchObject({
+        replies: 1,
+        transcript: ["accepted only", "You said: accepted only"],
+        answered: [true]
+      })
+      expect(otherRecord.turns.map((t) => t.runner)).toEqual([a.name])
+    },
+    90_000
+  )
 })
