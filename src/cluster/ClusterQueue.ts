@@ -3,7 +3,8 @@
  *
  * `dispatch(lane, key, command)` persists a `Run` message to the entity `<lane>/<key>` and returns
  * once it is durable; the runner that holds the key's shard runs it in its local `CommandQueue` with
- * the lane's handler. Tasks cannot cross processes, so a dispatch names a command (a JSON value) and
+ * the lane's handler. A dispatch with an inbox message (the ingress's) is durable once its inbox row
+ * committed, and its run goes as a volatile `RunNow` (Replay.ts says who runs it again, and when). Tasks cannot cross processes, so a dispatch names a command (a JSON value) and
  * every runner registers the same handlers per lane. What holds across processes and what does not
  * is written in docs/cluster.md.
  */
