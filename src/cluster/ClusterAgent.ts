@@ -222,7 +222,9 @@ export const handlers = (
           )
           return result
         }
+        Timing.mark(task.runId, "commit0")
         const entry = yield* write(undefined)
+        Timing.mark(task.runId, "commit1")
         if (entry === undefined) return yield* Effect.fail(fenced())
         options.onCommit?.()
         // The entry of a run that committed before (the outbox is idempotent by run id) keeps its id.
