@@ -8,7 +8,8 @@
  *   `manifest.ts`, `lockfile.ts`, `groupCommit.ts` (one writer, batched syncs), `corrupt.ts` ->
  *   the dedupe window: `idRing.ts`, `keyDigest.ts` -> `keyedRing.ts` -> `ackedWindow.ts`, with
  *   `addresses.ts` (where records are) -> `state.ts`, `framing.ts`, `checkpoint.ts` (the CHECKPOINT) ->
- *   `replay.ts` -> `recovery.ts`, `recordReader.ts` -> `compaction.ts` -> `keyedPlaces.ts` ->
+ *   `replay.ts` -> `recovery.ts`, `recordReader.ts` -> `compaction.ts` -> `keyedPlaces.ts`, `entryCalls.ts`
+ *   (attempt, ack, dead letter, requeue, the started mark), `logClose.ts` ->
  *   `logCore.ts` (the log's engine) -> `healer.ts` -> `fileLog.ts` (Effects and a Scope) ->
  *   `DeliveryLog.ts` (public: `open`).
  * - The queue: `recipients.ts` (per-recipient FIFOs), `WakeHeap.ts`, `classify.ts`, `deliveryPolicy.ts` ->

@@ -3,41 +3,38 @@
  * the group-commit writer) runs in one synchronous step: records reach the file in the order their
  * changes were applied to the state, which is the order replay applies them.
  */
-import * as fs from "node:fs"
-import { join } from "node:path"
-import { CHECKPOINT } from "./checkpoint.js"
 import { Checkpointer } from "./checkpointer.js"
 import type { CompactionHooks } from "./compaction.js"
+import * as calls from "./entryCalls.js"
+import { type CallHost, type Done } from "./entryCalls.js"
 import { DeliveryLogError } from "./errors.js"
 import { stageIdRecord, tooLarge } from "./framing.js"
 import { GroupCommitWriter } from "./groupCommit.js"
 import { type AppendDone, InFlight } from "./inflight.js"
 import { KeyedPlaces, readFailure } from "./keyedPlaces.js"
 import { releaseLock } from "./lockfile.js"
+import { checkpointAtClose, cutToFrontier } from "./logClose.js"
 import { LogCompaction } from "./logCompaction.js"
-import { closedError, invalid, ioError, notPending, unknownId } from "./logErrors.js"
+import { closedError, ioError } from "./logErrors.js"
 import { openLogFiles, type OpenNotes } from "./logOpen.js"
 import { writeManifest } from "./manifest.js"
 import { MessageBytes, textOf } from "./messageBytes.js"
 import { appendBytes, EntryData, utf8Bytes, writeAppendFields } from "./payload.js"
 import { HEADER_BYTES, Kind, seal } from "./record.js"
 import type { KeptSegment } from "./recovery.js"
-import { segmentName } from "./segment.js"
 import type { LogState } from "./state.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { UUID_CHARS, writeUuid } from "./uuid.js"
-import { checkMessage, clipError, type ResolvedOptions } from "./validate.js"
-
-/** Completion of a call: an error, or the value. */
-export type Done<A> = (error: DeliveryLogError | undefined, value?: A) => void
+import { checkMessage, type ResolvedOptions } from "./validate.js"
 
 /** Slack over `maxRecordBytes` allowed when reading: snapshot entries carry their attempt state too. */
 const READ_SLACK = 64 * 1024
 
+export type { Done } from "./entryCalls.js"
 export type { OpenNotes } from "./logOpen.js"
 
 /** The open log: state, writer, segment list. Owned by `openFileLog`, which wraps it in Effects. */
-export class LogCore {
+export class LogCore implements CallHost {
   private closed = false
   private closing: Promise<void> | undefined
   private released = false
@@ -167,14 +164,14 @@ export class LogCore {
   private readonly markAll = (done: (error: Error | undefined) => void): void => this.writer.mark(done)
 
   /** The reason every call fails now, if any. */
-  private refuse(): DeliveryLogError | undefined {
+  refuse(): DeliveryLogError | undefined {
     if (this.closed) return closedError()
     const f = this.writer.failed
     return f === undefined ? undefined : ioError(this.o.dir, f)
   }
 
   /** Stage an id-keyed record (see `stageIdRecord`), taking the next lsn if it was staged. */
-  private frameId(
+  frameId(
     kind: Kind,
     id: string,
     fixed: number,
@@ -200,13 +197,19 @@ export class LogCore {
     this.state.evict(now, this.o.dedupeWindowMs)
   }
 
+  /** A call at `now` (an ack): remembered, and the dedupe window evicted by then. */
+  touch(now: number): void {
+    this.lastNow = now
+    this.evictAt(now)
+  }
+
   /** Complete `done` once everything queued so far is durable. */
-  private afterDurable<A>(value: () => A, done: Done<A>): void {
+  afterDurable<A>(value: () => A, done: Done<A>): void {
     this.writer.mark((err) => (err ? done(ioError(this.o.dir, err)) : done(undefined, value())))
   }
 
   /** Complete `done` with `value` once the record just staged is durable. */
-  private pushed<A>(value: A, done: Done<A>): void {
+  pushed<A>(value: A, done: Done<A>): void {
     this.writer.push((err) => (err ? done(ioError(this.o.dir, err)) : done(undefined, value)))
   }
 
@@ -321,123 +324,37 @@ export class LogCore {
     failure: { readonly error: string; readonly nextAttemptAt: number; readonly dead?: boolean },
     done: Done<DeliveryEntry>
   ): void {
-    const no = this.refuse()
-    if (no) return done(no)
-    if (failure === null || typeof failure !== "object" || typeof failure.error !== "string") {
-      return done(invalid(`Expected \`error\` to be a string, got \`${typeof failure?.error}\``))
-    }
-    if (typeof failure.nextAttemptAt !== "number" || !Number.isFinite(failure.nextAttemptAt)) {
-      return done(
-        invalid(`Expected \`nextAttemptAt\` to be an epoch-ms number, got \`${String(failure.nextAttemptAt)}\``)
-      )
-    }
-    const live = this.state.live.get(id)
-    if (live === undefined) return done(unknownId(String(id)))
-    if (live.status === "dead") {
-      return done(invalid(`Expected a pending entry, got dead entry \`${id}\`; requeue it before recording an attempt`))
-    }
-    const attempts = live.attempts + 1
-    const lastError = clipError(failure.error)
-    const next = failure.nextAttemptAt
-    const dead = failure.dead === true
-    const no2 = this.frameId(dead ? Kind.attemptDead : Kind.attempt, id, 12, lastError, "the attempt", (b, at) => {
-      b.writeUInt32BE(attempts, at)
-      b.writeDoubleBE(next, at + 4)
-    })
-    if (no2) return done(no2)
-    this.state.applyAttempt(id, attempts, lastError, next)
-    if (dead) this.state.applyDead(id, lastError)
-    // The entry as of this attempt (a later call may change it before this one is durable).
-    this.pushed(live.toEntry(), done)
+    calls.attempt(this, id, failure, done)
   }
 
   ack(id: string, now: number, done: Done<void>): void {
-    const no = this.refuse()
-    if (no) return done(no)
-    this.lastNow = now
-    this.evictAt(now)
-    const live = this.state.live.get(id)
-    if (live?.status === "dead") {
-      return done(
-        notPending(
-          `Expected a pending entry to ack, got dead entry \`${id}\`; it stays in the dead letters (requeue it to deliver it again)`
-        )
-      )
-    }
-    if (live === undefined) {
-      // Acked already (within the window): idempotent, once that ack is durable.
-      if (this.state.acked.has(id)) return this.afterDurable(() => undefined, done)
-      return done(unknownId(String(id)))
-    }
-    const no2 = this.frameId(Kind.ack, id, 8, undefined, "the ack", (b, at) => b.writeDoubleBE(now, at))
-    if (no2) return done(no2)
-    this.state.applyAck(id, now)
-    this.pushed(undefined, done)
+    calls.ack(this, id, now, done)
   }
 
   deadLetter(id: string, reason: string, done: Done<void>): void {
-    const no = this.refuse()
-    if (no) return done(no)
-    if (typeof reason !== "string") {
-      return done(invalid(`Expected \`reason\` to be a string, got \`${typeof reason}\``))
-    }
-    const live = this.state.live.get(id)
-    if (live === undefined) return done(unknownId(String(id)))
-    if (live.status === "dead") return this.afterDurable(() => undefined, done)
-    const clipped = clipError(reason)
-    const no2 = this.frameId(Kind.dead, id, 0, clipped, "the dead-letter reason")
-    if (no2) return done(no2)
-    this.state.applyDead(id, clipped)
-    this.pushed(undefined, done)
+    calls.deadLetter(this, id, reason, done)
   }
 
   requeue(id: string, done: Done<void>): void {
-    const no = this.refuse()
-    if (no) return done(no)
-    const live = this.state.live.get(id)
-    if (live === undefined) return done(unknownId(String(id)))
-    if (live.status === "pending") return this.afterDurable(() => undefined, done)
-    const no2 = this.frameId(Kind.requeue, id, 0, undefined, "the requeue")
-    if (no2) return done(no2)
-    this.state.applyRequeue(id)
-    this.pushed(undefined, done)
+    calls.requeue(this, id, done)
   }
 
   markStarted(id: string, done: Done<void>): void {
-    const no = this.refuse()
-    if (no) return done(no)
-    const live = this.state.live.get(id)
-    if (live === undefined) return done(unknownId(String(id)))
-    if (live.status === "dead") {
-      return done(
-        notPending(`Expected a pending entry to start an attempt of, got dead entry \`${id}\`; requeue it first`)
-      )
-    }
-    // Marked already (a replayed entry whose last attempt has no outcome): the mark holds once durable.
-    if (live.started) return this.afterDurable(() => undefined, done)
-    const no2 = this.frameId(Kind.started, id, 0, undefined, "the attempt-started mark")
-    if (no2) return done(no2)
-    this.state.applyStarted(id)
-    this.pushed(undefined, done)
+    calls.markStarted(this, id, done)
   }
 
   flush(done: Done<void>): void {
-    const no = this.refuse()
-    if (no) return done(no)
-    this.afterDurable(() => undefined, done)
+    calls.flush(this, done)
   }
 
   /** Committed entry `id`, if pending or dead (a fresh object: its message parsed from the log's text). */
   get(id: string): DeliveryEntry | undefined {
-    const l = this.state.live.get(id)
-    return l !== undefined && l.committed ? l.toEntry() : undefined
+    return calls.get(this.state, id)
   }
 
   /** Committed entries with `status`, in seq order (fresh objects). */
   list(status: "pending" | "dead"): Array<DeliveryEntry> {
-    const out: Array<DeliveryEntry> = []
-    for (const l of this.state.live.values()) if (l.committed && l.status === status) out.push(l.toEntry())
-    return out
+    return calls.list(this.state, status)
   }
 
   stats(): { pending: number; dead: number; segments: number; bytes: number } {
@@ -466,7 +383,7 @@ export class LogCore {
       this.closing = (async () => {
         await this.compaction.settled
         await this.writer.close()
-        if (this.writer.failed !== undefined) this.cutToFrontier()
+        if (this.writer.failed !== undefined) cutToFrontier(this.o.dir, this.writer.frontier, this.o.sync)
         // The sizes now, so that a segment cut short later is refused (best effort: a full disk keeps the last one).
         try {
           this.saveManifest()
@@ -477,16 +394,7 @@ export class LogCore {
         this.places.close()
         // Only when every record was written: the checkpoint stands for the files as they are.
         if (this.writer.failed === undefined) {
-          try {
-            this.checkpoints.atClose(this.state, this.nextLsn)
-          } catch {
-            // No checkpoint (a full disk, say): the next open replays the records instead.
-            try {
-              fs.rmSync(join(this.o.dir, `${CHECKPOINT}.tmp`), { force: true })
-            } catch {
-              // left for the next open, which deletes it
-            }
-          }
+          checkpointAtClose(this.o.dir, () => this.checkpoints.atClose(this.state, this.nextLsn))
         }
       })()
     }
@@ -502,22 +410,5 @@ export class LogCore {
   /** The lock file this core holds. */
   get lock(): string {
     return this.lockPath
-  }
-
-  private cutToFrontier(): void {
-    const f = this.writer.frontier
-    const path = join(this.o.dir, segmentName(f.number, "log"))
-    try {
-      if (fs.statSync(path).size <= f.size) return
-      const fd = fs.openSync(path, "r+")
-      try {
-        fs.ftruncateSync(fd, f.size)
-        if (this.o.sync) fs.fsyncSync(fd)
-      } finally {
-        fs.closeSync(fd)
-      }
-    } catch {
-      // Recovery on the re-open judges what is there (a torn tail it cuts itself).
-    }
   }
 }

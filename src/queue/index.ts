@@ -12,7 +12,7 @@
  *   `Lanes.ts` (`createLanes`) on top.
  * - `engine/`, the command queue: `options.ts` (resolved limits) -> `metrics.ts` -> `state.ts`
  *   (Task and its two kinds, KeyTasks — a key's tasks and its lanes entry in one —, LaneState, EngineState) -> `end.ts` (how a task ends: finalizer, report,
- *   settle; a waiting one dropped) -> `watch.ts` (`onWait`, `queuedAhead`) -> `run.ts` (an
+ *   settle; a waiting one dropped), `ahead.ts` (`queuedAhead`) -> `watch.ts` (`onWait`) -> `run.ts` (an
  *   activation runs one task; turn timers and `keepAlive`, `abortGraceMs`) -> `admit.ts` (how a
  *   task is admitted) -> `control.ts` (await, cancel, restart, drain, snapshot) -> `idle.ts`
  *   (`waitForIdle`, `clear`).

@@ -34,8 +34,11 @@ export interface LanesInternal<K> extends Lanes<K> {
    * it is ranked again if it waits. The engine calls it for every such change.
    */
   readonly rerank: (e: Entry<K>) => void
-  /** The keys queued for a slot, in the order they would get one (for `onWait`'s `queuedAhead`). */
-  readonly queuedKeys: () => Array<K>
+  /**
+   * The oldest key queued for a slot (the rest follow through `next`, in FIFO order), for
+   * `onWait`'s `queuedAhead`; read it synchronously, the links change with the next transition.
+   */
+  readonly queuedHead: () => Entry<K> | undefined
 }
 
 /**

@@ -391,7 +391,7 @@ const make = <K, E, R>(
 
   const stats = Effect.sync(() => ({ running, waiting, keys: table.held }))
 
-  const queuedKeys = (): Array<K> => queue.keys()
+  const queuedHead = (): Entry<K> | undefined => queue.head
 
   return {
     wake,
@@ -406,6 +406,6 @@ const make = <K, E, R>(
     setPaused,
     prioritize,
     rerank,
-    queuedKeys
+    queuedHead
   }
 }

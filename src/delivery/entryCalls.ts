@@ -1,0 +1,161 @@
+/**
+ * The log core's calls on an entry already appended (attempt, ack, dead letter, requeue, the
+ * attempt-started mark) and `flush`: each checks its input against the state, stages its record and
+ * changes the state in one synchronous step (the order replay applies them), then completes once the
+ * record is durable; and the reads of committed entries. The append path stays in logCore.ts.
+ */
+import type { DeliveryLogError } from "./errors.js"
+import { invalid, notPending, unknownId } from "./logErrors.js"
+import { Kind } from "./record.js"
+import type { LogState } from "./state.js"
+import type { DeliveryEntry } from "./types.js"
+import { clipError } from "./validate.js"
+
+/** Completion of a call: an error, or the value. */
+export type Done<A> = (error: DeliveryLogError | undefined, value?: A) => void
+
+/** What the calls need of the core that owns the state and the writer. */
+export interface CallHost {
+  readonly state: LogState
+  /** The reason every call fails now, if any. */
+  refuse(): DeliveryLogError | undefined
+  /** A call at time `now`: remember it, and forget what the dedupe window let go of by then. */
+  touch(now: number): void
+  /** Stage an id-keyed record (see `stageIdRecord`), taking the next lsn if it was staged. */
+  frameId(
+    kind: Kind,
+    id: string,
+    fixed: number,
+    text: string | undefined,
+    what: string,
+    fill?: (buf: Buffer, at: number) => void
+  ): DeliveryLogError | undefined
+  /** Complete `done` once everything queued so far is durable. */
+  afterDurable<A>(value: () => A, done: Done<A>): void
+  /** Complete `done` with `value` once the record just staged is durable. */
+  pushed<A>(value: A, done: Done<A>): void
+}
+
+export const attempt = (
+  h: CallHost,
+  id: string,
+  failure: { readonly error: string; readonly nextAttemptAt: number; readonly dead?: boolean },
+  done: Done<DeliveryEntry>
+): void => {
+  const no = h.refuse()
+  if (no) return done(no)
+  if (failure === null || typeof failure !== "object" || typeof failure.error !== "string") {
+    return done(invalid(`Expected \`error\` to be a string, got \`${typeof failure?.error}\``))
+  }
+  if (typeof failure.nextAttemptAt !== "number" || !Number.isFinite(failure.nextAttemptAt)) {
+    return done(
+      invalid(`Expected \`nextAttemptAt\` to be an epoch-ms number, got \`${String(failure.nextAttemptAt)}\``)
+    )
+  }
+  const live = h.state.live.get(id)
+  if (live === undefined) return done(unknownId(String(id)))
+  if (live.status === "dead") {
+    return done(invalid(`Expected a pending entry, got dead entry \`${id}\`; requeue it before recording an attempt`))
+  }
+  const attempts = live.attempts + 1
+  const lastError = clipError(failure.error)
+  const next = failure.nextAttemptAt
+  const dead = failure.dead === true
+  const no2 = h.frameId(dead ? Kind.attemptDead : Kind.attempt, id, 12, lastError, "the attempt", (b, at) => {
+    b.writeUInt32BE(attempts, at)
+    b.writeDoubleBE(next, at + 4)
+  })
+  if (no2) return done(no2)
+  h.state.applyAttempt(id, attempts, lastError, next)
+  if (dead) h.state.applyDead(id, lastError)
+  // The entry as of this attempt (a later call may change it before this one is durable).
+  h.pushed(live.toEntry(), done)
+}
+
+export const ack = (h: CallHost, id: string, now: number, done: Done<void>): void => {
+  const no = h.refuse()
+  if (no) return done(no)
+  h.touch(now)
+  const live = h.state.live.get(id)
+  if (live?.status === "dead") {
+    return done(
+      notPending(
+        `Expected a pending entry to ack, got dead entry \`${id}\`; it stays in the dead letters (requeue it to deliver it again)`
+      )
+    )
+  }
+  if (live === undefined) {
+    // Acked already (within the window): idempotent, once that ack is durable.
+    if (h.state.acked.has(id)) return h.afterDurable(() => undefined, done)
+    return done(unknownId(String(id)))
+  }
+  const no2 = h.frameId(Kind.ack, id, 8, undefined, "the ack", (b, at) => b.writeDoubleBE(now, at))
+  if (no2) return done(no2)
+  h.state.applyAck(id, now)
+  h.pushed(undefined, done)
+}
+
+export const deadLetter = (h: CallHost, id: string, reason: string, done: Done<void>): void => {
+  const no = h.refuse()
+  if (no) return done(no)
+  if (typeof reason !== "string") {
+    return done(invalid(`Expected \`reason\` to be a string, got \`${typeof reason}\``))
+  }
+  const live = h.state.live.get(id)
+  if (live === undefined) return done(unknownId(String(id)))
+  if (live.status === "dead") return h.afterDurable(() => undefined, done)
+  const clipped = clipError(reason)
+  const no2 = h.frameId(Kind.dead, id, 0, clipped, "the dead-letter reason")
+  if (no2) return done(no2)
+  h.state.applyDead(id, clipped)
+  h.pushed(undefined, done)
+}
+
+export const requeue = (h: CallHost, id: string, done: Done<void>): void => {
+  const no = h.refuse()
+  if (no) return done(no)
+  const live = h.state.live.get(id)
+  if (live === undefined) return done(unknownId(String(id)))
+  if (live.status === "pending") return h.afterDurable(() => undefined, done)
+  const no2 = h.frameId(Kind.requeue, id, 0, undefined, "the requeue")
+  if (no2) return done(no2)
+  h.state.applyRequeue(id)
+  h.pushed(undefined, done)
+}
+
+export const markStarted = (h: CallHost, id: string, done: Done<void>): void => {
+  const no = h.refuse()
+  if (no) return done(no)
+  const live = h.state.live.get(id)
+  if (live === undefined) return done(unknownId(String(id)))
+  if (live.status === "dead") {
+    return done(
+      notPending(`Expected a pending entry to start an attempt of, got dead entry \`${id}\`; requeue it first`)
+    )
+  }
+  // Marked already (a replayed entry whose last attempt has no outcome): the mark holds once durable.
+  if (live.started) return h.afterDurable(() => undefined, done)
+  const no2 = h.frameId(Kind.started, id, 0, undefined, "the attempt-started mark")
+  if (no2) return done(no2)
+  h.state.applyStarted(id)
+  h.pushed(undefined, done)
+}
+
+export const flush = (h: CallHost, done: Done<void>): void => {
+  const no = h.refuse()
+  if (no) return done(no)
+  h.afterDurable(() => undefined, done)
+}
+
+/** Committed entry `id`, if pending or dead (a fresh object: its message parsed from the log's text). */
+export const get = (state: LogState, id: string): DeliveryEntry | undefined => {
+  const l = state.live.get(id)
+  return l !== undefined && l.committed ? l.toEntry() : undefined
+}
+
+/** Committed entries with `status`, in seq order (fresh objects). */
+export const list = (state: LogState, status: "pending" | "dead"): Array<DeliveryEntry> => {
+  const out: Array<DeliveryEntry> = []
+  for (const l of state.live.values()) if (l.committed && l.status === status) out.push(l.toEntry())
+  return out
+}
