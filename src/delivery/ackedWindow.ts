@@ -201,6 +201,18 @@ export class AckedWindow {
     }
   }
 
+  /**
+   * The parts without copying what can be helped (the rings' arrays as views when their ids do not
+   * wrap around): valid until the window next changes, for a capture that serialises them at once.
+   */
+  view(): AckedParts {
+    return {
+      kept: Array.from(this.kept, ([id, k]) => [id, k.at, k.entry, k.bytes] as const),
+      plain: this.plain.view(),
+      keyed: this.keyed.view()
+    }
+  }
+
   /** Fill an empty window from a checkpoint's parts. */
   restore(p: AckedParts): void {
     for (const [id, at, entry, bytes] of p.kept) this.kept.set(id, { at, entry, bytes })

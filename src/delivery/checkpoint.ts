@@ -10,7 +10,7 @@ import { endianness } from "node:os"
 import { join } from "node:path"
 import { crc32 } from "node:zlib"
 import type { AckedParts } from "./ackedWindow.js"
-import type { Runs } from "./idRing.js"
+import { capacityFor, type Runs } from "./idRing.js"
 import type { KeyedColumns } from "./keyedRing.js"
 import { ackedBytes, entryBytes, type EntryData, readAcked, readEntry, writeAcked, writeEntry } from "./payload.js"
 import { FILE_MODE } from "./segment.js"
@@ -217,9 +217,14 @@ class Cursor {
   f64(): number {
     return this.buf.readDoubleLE(this.take(8))
   }
-  array<A extends Uint32Array | Uint8Array | Float64Array | Int32Array>(make: new(n: number) => A, n: number): A {
-    const out = new make(n)
-    const bytes = out.byteLength
+  /** `n` values into a new array with room for `room` (the rest zero). */
+  array<A extends Uint32Array | Uint8Array | Float64Array | Int32Array>(
+    make: new(n: number) => A,
+    n: number,
+    room = n
+  ): A {
+    const out = new make(room)
+    const bytes = out.BYTES_PER_ELEMENT * n
     bytesOf(out).set(this.buf.subarray(this.take(bytes), this.at))
     return out
   }
@@ -263,17 +268,20 @@ export const readCheckpoint = (dir: string): CheckpointState | undefined => {
       if (a.entry !== undefined) a.entry.bytes = bytes
       kept.push([a.id, a.at, a.entry, bytes])
     }
+    // The rings' columns go straight into arrays of the size a restore gives the ring (no second copy).
     const [pn, pr] = h.plain
-    const plain = { count: pn, words: c.array(Uint32Array, 4 * pn), runs: c.runs(pr) }
+    const pc = capacityFor(pn)
+    const plain = { count: pn, words: c.array(Uint32Array, 4 * pn, 4 * pc), runs: c.runs(pr) }
     const [kn, kr] = h.keyed
+    const kc = capacityFor(kn)
     const keyed: KeyedColumns = {
       count: kn,
-      words: c.array(Uint32Array, 4 * kn),
-      digests: c.array(Uint32Array, 2 * kn),
-      files: c.array(Uint32Array, kn),
-      offsets: c.array(Uint32Array, kn),
-      bytes: c.array(Uint32Array, kn),
-      flags: c.array(Uint8Array, kn),
+      words: c.array(Uint32Array, 4 * kn, 4 * kc),
+      digests: c.array(Uint32Array, 2 * kn, 2 * kc),
+      files: c.array(Uint32Array, kn, kc),
+      offsets: c.array(Uint32Array, kn, kc),
+      bytes: c.array(Uint32Array, kn, kc),
+      flags: c.array(Uint8Array, kn, kc),
       runs: c.runs(kr)
     }
     const [pt, kt, dt] = h.tables ?? [0, 0, 0]

@@ -147,8 +147,12 @@ export const capacityFor = (n: number): number => {
   return c
 }
 
-/** `column` (stride values a slot, from slot 0) in a new array with room for `capacity` slots. */
+/**
+ * `column` (stride values a slot, from slot 0) in a new array with room for `capacity` slots, or
+ * `column` itself when it has exactly that room (a restore's: the caller gives it up).
+ */
 export const grown = <C extends Column>(column: C, stride: number, capacity: number): C => {
+  if (column.length === stride * capacity) return column
   const out = new (column.constructor as new(n: number) => C)(stride * capacity)
   out.set(column.subarray(0, Math.min(column.length, stride * capacity)))
   return out
@@ -291,6 +295,16 @@ export class IdRing {
     return out
   }
 
+  /**
+   * `column` in ring order from the oldest id: a view of the ring's own array when its ids do not
+   * wrap around the end (no copy), else a copy. A view is valid until the ring next changes.
+   */
+  protected ordered<C extends Column>(column: C, stride: number): C {
+    const h = this.head
+    if (h + this.count <= this.capacity) return column.subarray(stride * h, stride * (h + this.count)) as C
+    return this.inOrder(column, stride, this.count)
+  }
+
   private resize(capacity: number): void {
     const cols = this.columns().map(([c, stride]) => this.inOrder(c, stride, capacity))
     this.words = this.inOrder(this.words, 4, capacity)
@@ -307,9 +321,11 @@ export class IdRing {
    * that a restore need not insert every id again), if a ring refilled with these ids gets this
    * capacity again; otherwise `undefined`.
    */
-  protected tableInOrder(table: SlotTable): Int32Array | undefined {
+  protected tableInOrder(table: SlotTable, view = false): Int32Array | undefined {
     if (this.capacity !== capacityFor(this.count)) return undefined
     const cells = table.cells
+    // Slot numbers are ack order already: the table as it is (`view`: itself, valid until the ring changes).
+    if (this.head === 0) return view ? cells : cells.slice()
     const out = new Int32Array(cells.length)
     const mask = this.capacity - 1
     const head = this.head
@@ -320,14 +336,15 @@ export class IdRing {
     return out
   }
 
-  /** The id table in ack order (see `tableInOrder`). */
-  idTable(): Int32Array | undefined {
-    return this.tableInOrder(this.ids)
+  /** The id table in ack order (see `tableInOrder`; `view`: no copy if it can be helped, valid until the ring changes). */
+  idTable(view = false): Int32Array | undefined {
+    return this.tableInOrder(this.ids, view)
   }
 
   /**
    * Refill an empty ring from ids in ack order (`words`, 4 a slot) and their runs (what a checkpoint
-   * holds); `columns(capacity)` gives the subclass's columns sized for the capacity chosen.
+   * holds); `columns(capacity)` gives the subclass's columns sized for the capacity chosen. Arrays
+   * sized for that capacity (`capacityFor(count)` slots) are taken as they are, not copied.
    */
   protected load(
     words: Uint32Array,
@@ -338,8 +355,7 @@ export class IdRing {
     table?: Int32Array
   ): void {
     const capacity = capacityFor(count)
-    this.words = new Uint32Array(4 * capacity)
-    this.words.set(words.subarray(0, 4 * count))
+    this.words = grown(words, 4, capacity)
     this.capacity = capacity
     this.head = 0
     this.count = count
@@ -374,6 +390,11 @@ export class PlainRing extends IdRing {
   /** The ids in ack order (a copy, 4 words an id) and their runs. */
   copy(): PlainColumns {
     return { count: this.count, words: this.inOrder(this.words, 4, this.count), runs: this.runs() }
+  }
+
+  /** `copy()` with the id table, as views of the ring's arrays where they can be: valid until the ring changes. */
+  view(): PlainColumns {
+    return { count: this.count, words: this.ordered(this.words, 4), runs: this.runs(), table: this.idTable(true) }
   }
 
   /** Replace an empty ring's content by a copy (a checkpoint's). */

@@ -165,12 +165,30 @@ export class KeyedRing extends IdRing {
     }
   }
 
-  /** Replace an empty ring's content by a copy (a checkpoint's). */
+  /**
+   * `copy()` with the id and digest tables, as views of the ring's arrays where they can be (a
+   * checkpoint's capture, written out at once): valid until the ring changes.
+   */
+  view(): KeyedColumns {
+    return {
+      count: this.count,
+      words: this.ordered(this.words, 4),
+      digests: this.ordered(this.digests, 2),
+      files: this.ordered(this.files, 1),
+      offsets: this.ordered(this.offsets, 1),
+      bytes: this.ordered(this.sizes, 1),
+      flags: this.ordered(this.flagBits, 1),
+      runs: this.runs(),
+      tables: [this.idTable(true), this.tableInOrder(this.byDigest, true)]
+    }
+  }
+
   /** The id and digest tables in ack order, for a checkpoint (see `tableInOrder`). */
   tables(): readonly [Int32Array | undefined, Int32Array | undefined] {
     return [this.idTable(), this.tableInOrder(this.byDigest)]
   }
 
+  /** Replace an empty ring's content by a copy (a checkpoint's). */
   restore(c: KeyedColumns): void {
     this.given = c.tables?.[1]
     this.load(c.words, c.count, c.runs, (capacity) => [

@@ -7,8 +7,10 @@
  *   digest, taken from the bytes too, and its record's place), no entry made;
  * - a "started" record: a flag;
  * - any other record about it (attempt, dead, requeue), an append that is not kept here (another id
- *   shape), the reader about to reuse its window, the end of the file: every kept append still here is
- *   made into its entry then, oldest first, so entries reach the state in append (= seq) order.
+ *   shape), the end of the file, or more than `ARENA_BYTES` of kept payloads: every kept append still
+ *   here is made into its entry then, oldest first, so entries reach the state in append (= seq) order.
+ * When the reader is about to reuse its window, the payloads of the appends still kept are copied
+ * aside into an arena (an append batch straddling two windows stays kept instead of becoming entries).
  * Each append is checked as strictly as before (`checkAppend`), where it is read: corruption is
  * reported at the same record. The state after replay is the same as if every append had been an
  * entry at once.
@@ -21,6 +23,10 @@ import type { LogState } from "./state.js"
 
 const STARTED = 1
 const GONE = 2
+/** The payload is in the arena (copied out of a window the reader reused), not in `buf`. */
+const ARENA = 4
+/** At most this many bytes of kept payloads are copied aside; past that they become entries. */
+const ARENA_BYTES = 4 << 20
 /** Payload bytes of an ack of a canonical id: idLen, id, at. */
 const ACK_BYTES = 1 + 36 + 8
 /** Where an append's key starts, after idLen, a 36-byte id, seq, enqueuedAt and keyLen. */
@@ -43,8 +49,12 @@ export class LazyAppends {
   private flags = new Uint8Array(0)
   /** Open addressing by id: slot + 1, 0 empty; never deleted from (a flush empties it). */
   private cells = new Int32Array(0)
-  /** The window every kept payload is in. */
+  /** The window every kept payload not in the arena is in. */
   private buf: Buffer | undefined
+  /** Kept appends (not acked) whose payload is in `buf`. */
+  private inWindow = 0
+  private arena: Buffer = Buffer.alloc(0)
+  private arenaAt = 0
 
   constructor(private readonly state: LogState) {
     this.grow(4096)
@@ -118,8 +128,10 @@ export class LazyAppends {
   append(buf: Buffer, start: number, end: number, bytes: number, address: number): boolean {
     const keyEnd = checkAppend(buf, start, end)
     if (buf[start] !== 36 || !parseUuidBytes(buf, start + 1, 36, words)) return false
+    // Every kept append was acked: start over (the table stays as small as a batch of appends).
+    if (this.alive === 0 && this.n > 0) this.reset()
     if (this.buf !== buf) {
-      if (this.n > 0) return false
+      if (this.inWindow > 0) return false
       this.buf = buf
     }
     if (this.find() >= 0 || this.state.live.hasUuid(words)) return true
@@ -136,6 +148,7 @@ export class LazyAppends {
     this.flags[s] = 0
     this.insertCell(s)
     this.alive++
+    this.inWindow++
     return true
   }
 
@@ -153,11 +166,12 @@ export class LazyAppends {
     const s = this.find()
     if (s < 0) return false
     const at = buf.readDoubleBE(start + 37)
+    const data = this.data(s)
+    if ((this.flags[s]! & ARENA) === 0) this.inWindow--
     this.flags[s]! |= GONE
     this.alive--
     const state = this.state
     const window = state.acked
-    const data = this.buf!
     const keyAt = this.starts[s]! + KEY_AT
     const keyEnd = this.keyEnds[s]!
     if (keyEnd === keyAt) {
@@ -181,21 +195,69 @@ export class LazyAppends {
     return true
   }
 
+  /** The buffer slot `s`'s payload is in. */
+  private data(s: number): Buffer {
+    return (this.flags[s]! & ARENA) !== 0 ? this.arena : this.buf!
+  }
+
   private entry(s: number) {
-    const e = readAppend(this.buf!, this.starts[s]!, this.ends[s]!)
+    const e = readAppend(this.data(s), this.starts[s]!, this.ends[s]!)
     e.bytes = this.sizes[s]!
     if (e.key !== undefined) e.pos = this.addresses[s]!
     if ((this.flags[s]! & STARTED) !== 0) e.started = true
     return e
   }
 
-  /** Make every kept append still here into its entry, oldest first; then hold nothing (the window may be reused). */
+  /**
+   * The reader is about to reuse its window: copy the payloads of the kept appends still in it into
+   * the arena (or, past `ARENA_BYTES`, make every kept append into its entry).
+   */
+  beforeFill(): void {
+    if (this.alive === 0) {
+      if (this.n > 0) this.reset()
+      return
+    }
+    if (this.inWindow === 0) return
+    let bytes = 0
+    for (let s = 0; s < this.n; s++) {
+      if ((this.flags[s]! & (GONE | ARENA)) === 0) bytes += this.ends[s]! - this.starts[s]!
+    }
+    if (this.arenaAt + bytes > ARENA_BYTES) return this.flush()
+    if (this.arena.length < this.arenaAt + bytes) {
+      const grown = Buffer.allocUnsafe(
+        Math.min(ARENA_BYTES, Math.max(2 * this.arena.length, this.arenaAt + bytes, 1 << 16))
+      )
+      this.arena.copy(grown, 0, 0, this.arenaAt)
+      this.arena = grown
+    }
+    const buf = this.buf!
+    for (let s = 0; s < this.n; s++) {
+      if ((this.flags[s]! & (GONE | ARENA)) !== 0) continue
+      const shift = this.arenaAt - this.starts[s]!
+      this.arenaAt += buf.copy(this.arena, this.arenaAt, this.starts[s]!, this.ends[s]!)
+      this.starts[s]! += shift
+      this.ends[s]! += shift
+      this.keyEnds[s]! += shift
+      this.flags[s]! |= ARENA
+    }
+    this.inWindow = 0
+    this.buf = undefined
+  }
+
+  /** Hold nothing (every kept append was acked or made into its entry). */
+  private reset(): void {
+    this.n = 0
+    this.alive = 0
+    this.inWindow = 0
+    this.arenaAt = 0
+    this.cells.fill(0)
+    this.buf = undefined
+  }
+
+  /** Make every kept append still here into its entry, oldest first; then hold nothing. */
   flush(): void {
     if (this.n === 0) return
     for (let s = 0; s < this.n; s++) if ((this.flags[s]! & GONE) === 0) this.state.insert(this.entry(s))
-    this.n = 0
-    this.alive = 0
-    this.cells.fill(0)
-    this.buf = undefined
+    this.reset()
   }
 }

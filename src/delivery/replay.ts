@@ -215,9 +215,10 @@ export const replayLog = (
 ): LogReplay =>
   withFile(path, (fd, size) => {
     const reader = new SegmentReader(fd, size, maxPayload, from.offset, from.crc)
-    // Appends acked a few records later never become entries (lazyAppends.ts); the rest do before the window moves on.
+    // Appends acked a few records later never become entries (lazyAppends.ts); before the window moves
+    // on, the payloads of those still kept are copied aside.
     const lazy = new LazyAppends(state)
-    reader.beforeFill = () => lazy.flush()
+    reader.beforeFill = () => lazy.beforeFill()
     let expected = from.expected
     for (;;) {
       const at = reader.offset
