@@ -111,15 +111,15 @@ export const make = (
     const sharding = yield* Sharding.Sharding
     // Volatile runs need the fence: its acquisitions and held shards drive their replay (Replay.ts).
     const fence = yield* Effect.serviceOption(Fence)
-    if (Option.isSome(fence)) {
-      yield* Replay.start({
+    const replayStats = Option.isSome(fence)
+      ? yield* Replay.start({
         fence: fence.value,
         answers,
         client: makeClient,
         ...(options.sweepMs === undefined ? {} : { sweepMs: options.sweepMs }),
         ...(options.sweepAgeMs === undefined ? {} : { sweepAgeMs: options.sweepAgeMs })
       })
-    }
+      : () => ({ sweeps: 0, replayed: 0 })
     const resendMs = options.resendMs ?? 2_000
     // The fibers that wait for replies live in a scope that closes only after the drain below: a
     // fiber forked into the queue's own scope would be interrupted first (finalizers run newest first),
@@ -338,7 +338,10 @@ export const make = (
       ),
       ...LocalLanes.controls(local, lanes),
       members: Effect.orDie(generations.members),
-      counters: Effect.sync(() => ({ ...counters, outstanding: outstanding.size }))
+      counters: Effect.sync(() => {
+        const replay = replayStats()
+        return { ...counters, outstanding: outstanding.size, replaySweeps: replay.sweeps, replayed: replay.replayed }
+      })
     }
     return queue
   })

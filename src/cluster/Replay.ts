@@ -78,9 +78,19 @@ const send = (client: ReplayOptions["client"], runs: ReadonlyArray<UnansweredRun
   )
 }
 
-/** Runs the acquisition replay and the sweep for the Scope's lifetime. */
-export const start = (options: ReplayOptions): Effect.Effect<void, never, Scope.Scope> =>
+/** What the replay did so far (for `/status` and `/metrics`). */
+export interface ReplayStats {
+  /** Sweeps that read the unanswered inbox (each one, whether or not it found a run). */
+  readonly sweeps: number
+  /** Runs sent to their keys by an acquisition replay or a sweep. */
+  readonly replayed: number
+}
+
+/** Runs the acquisition replay and the sweep for the Scope's lifetime; returns a reader of its counts. */
+export const start = (options: ReplayOptions): Effect.Effect<() => ReplayStats, never, Scope.Scope> =>
   Effect.gen(function*() {
+    let sweeps = 0
+    let replayed = 0
     const { answers, fence } = options
     const scope = yield* Effect.scope
     const sweepMs = options.sweepMs ?? 2_000
@@ -94,8 +104,11 @@ export const start = (options: ReplayOptions): Effect.Effect<void, never, Scope.
       Effect.flatMap(answers.unanswered(shards, before), (runs) =>
         runs.length === 0 ? Effect.void : Effect.andThen(
           Effect.logInfo(`replay: ${runs.length} unanswered run(s) ${what} sent to their keys`),
-          // Not waited for: the next acquisition or sweep must not wait for these runs' turns.
-          Effect.forkIn(send(options.client, runs), scope)
+          Effect.suspend(() => {
+            replayed += runs.length
+            // Not waited for: the next acquisition or sweep must not wait for these runs' turns.
+            return Effect.forkIn(send(options.client, runs), scope)
+          })
         )).pipe(
           Effect.catchCause((cause) => Effect.logWarning(`replay: could not read the unanswered inbox`, cause))
         )
@@ -107,7 +120,10 @@ export const start = (options: ReplayOptions): Effect.Effect<void, never, Scope.
         Effect.sleep(Duration.millis(sweepMs)),
         Effect.suspend(() =>
           replay(`found by the sweep (older than ${sweepAgeMs} ms)`, fence.held(), Date.now() - sweepAgeMs)
-        )
+        ).pipe(Effect.ensuring(Effect.sync(() => {
+          sweeps++
+        })))
       )
     ).pipe(Effect.forkScoped)
+    return () => ({ sweeps, replayed })
   })

@@ -98,6 +98,18 @@ export const metricsText = (s: Status): string => {
     ),
     one("switchyard_cluster_defects_total", "counter", "Dispatched runs whose handler died.", c.defects),
     one("switchyard_cluster_outstanding", "gauge", "Dispatched runs not answered yet.", c.outstanding),
+    one(
+      "switchyard_cluster_replay_sweeps_total",
+      "counter",
+      "Sweeps of the unanswered inbox of this runner's shards (volatile runs whose send was lost).",
+      c.replaySweeps
+    ),
+    one(
+      "switchyard_cluster_replayed_total",
+      "counter",
+      "Unanswered inbox runs this runner sent to their keys (at a shard's acquisition or by a sweep).",
+      c.replayed
+    ),
     perLane("switchyard_lane_running", "Tasks running on this runner, per lane.", (l) => l.running),
     perLane("switchyard_lane_waiting", "Tasks admitted on this runner and waiting, per lane.", (l) => l.waiting),
     perLane("switchyard_lane_generation", "The lane's cluster generation (restartLane bumps it).", (l) => l.generation),

@@ -210,6 +210,8 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         assert.strictEqual(families.get("switchyard_cluster_dispatched_total")?.type, "counter")
         assert.isAtLeast(families.get("switchyard_cluster_succeeded_total")?.samples.get(`{runner="ingress"}`) ?? 0, 1)
         assert.strictEqual(families.get("switchyard_cluster_shards")?.type, "gauge")
+        assert.strictEqual(families.get("switchyard_cluster_replay_sweeps_total")?.type, "counter")
+        assert.strictEqual(families.get("switchyard_cluster_replayed_total")?.type, "counter")
         for (const [name, f] of families) {
           assert.isAbove(f.help.length, 0, `${name} has a help text`)
           if (f.type === "counter") assert.match(name, /_total$/)

@@ -155,10 +155,17 @@ describe.skipIf(!up)("volatile ingress runs: the inbox row is the durability (tw
       expect(record.turns).toHaveLength(1)
       // Sent by the sweep (its first message older than the sweep's age), not by anything sooner.
       expect(record.turns[0].startedAt - record.receivedAt[0]).toBeGreaterThanOrEqual(SWEEP_AGE_MS)
-      // A later sweep finds it answered: still one turn after one more sweep period (2 s).
-      const later = Date.now() + 2_500
-      await until("one more sweep", 10_000, async () => Date.now() > later)
+      // Later sweeps find it answered: still one turn after two more sweeps of every runner (the first of
+      // them may have read the inbox before the answer was stored; the second one began after it).
+      const sweeps = () => Promise.all(runners.map(async (r) => (await status(r.port)).counters.replaySweeps))
+      const seen = await sweeps()
+      await until(
+        "two more sweeps on every runner",
+        20_000,
+        async () => (await sweeps()).every((n, i) => n >= seen[i] + 2)
+      )
       expect((await recordOf(runId)).turns).toHaveLength(1)
+      expect((await recordOf(runId)).replies).toBe(1)
     },
     60_000
   )

@@ -147,6 +147,7 @@ export const status = async (port: number): Promise<{
     { readonly lane: string; readonly running: number; readonly waiting: number; readonly generation: number }
   >
   readonly members: ReadonlyArray<{ readonly member: string }>
+  readonly counters: Readonly<Record<string, number>>
 }> => (await fetch(`http://127.0.0.1:${port}/status`)).json() as any
 
 /** Waits until every runner holds shards and together they hold all `shards` (the assignment settled). */
