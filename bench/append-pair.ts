@@ -13,6 +13,9 @@
  * `APPEND_PAIR_FLOOR=1` the floor of this design: the same fibers, each append one `Effect.callback`
  * that copies a ready 270-byte record into a staging buffer, one `fs.write` + one `fs.fdatasync` per
  * batch, and nothing else (no check, no encoding, no state, no entry returned).
+ * `APPEND_PAIR_WARM=<n>`: every producer first makes `n` appends that are not measured (CPU, time and
+ * latency are taken from the moment the first producer is past them, to the end): a contender's code is
+ * compiled again after the forced collection before each round (see bench/README.md, "Cold rounds").
  * Not a `.bench.ts` file: `npm run bench` does not run it (it needs a second tree).
  */
 import Database from "better-sqlite3"
@@ -56,6 +59,8 @@ fs.mkdirSync(root, { recursive: true })
 const PRODUCERS = 64
 const PER = Number(process.env.APPEND_PAIR_PER ?? 400)
 const ROUNDS = Number(process.env.APPEND_PAIR_ROUNDS ?? 8)
+const WARM = Number(process.env.APPEND_PAIR_WARM ?? 0)
+const TOTAL = WARM + PER
 const message = (p: number, n: number): OutboundMessage => ({
   channel: "telegram",
   to: `chat-${p}`,
@@ -69,10 +74,20 @@ interface Round {
   readonly p99: number
 }
 
+/** Called by a producer at each append `n`: at the first one past the warm-up, the measurement starts. */
+let passed: (n: number) => void = () => {}
+
 const measure = async (body: (lat: Array<number>) => Promise<void>): Promise<Round> => {
   const lat: Array<number> = []
-  const c0 = process.cpuUsage()
-  const t0 = now()
+  let c0 = process.cpuUsage()
+  let t0 = now()
+  let started = WARM === 0
+  passed = (n) => {
+    if (started || n < WARM) return
+    started = true
+    c0 = process.cpuUsage()
+    t0 = now()
+  }
   await body(lat)
   const c = process.cpuUsage(c0)
   const n = PRODUCERS * PER
@@ -90,10 +105,11 @@ const ours = (DeliveryLog: Opener) => (lat: Array<number>) =>
           Array.from({ length: PRODUCERS }, (_, p) => p),
           (p) =>
             Effect.gen(function*() {
-              for (let n = 0; n < PER; n++) {
+              for (let n = 0; n < TOTAL; n++) {
+                passed(n)
                 const t = now()
                 yield* log.append(message(p, n))
-                lat.push(now() - t)
+                if (n >= WARM) lat.push(now() - t)
               }
             }),
           { concurrency: "unbounded", discard: true }
@@ -113,7 +129,8 @@ const sqlite = async (lat: Array<number>) => {
     for (const r of rows) insert.run(...r.row)
   })
   await Promise.all(Array.from({ length: PRODUCERS }, async (_, p) => {
-    for (let n = 0; n < PER; n++) {
+    for (let n = 0; n < TOTAL; n++) {
+      passed(n)
       const t = now()
       await new Promise<void>((done) => {
         if (batch.length === 0) {
@@ -126,7 +143,7 @@ const sqlite = async (lat: Array<number>) => {
         }
         batch.push({ row: [`${p}-${n}`, Date.now(), JSON.stringify(message(p, n))], done })
       })
-      lat.push(now() - t)
+      if (n >= WARM) lat.push(now() - t)
     }
   }))
   db.close()
@@ -179,10 +196,11 @@ const bare = (lat: Array<number>) => {
       Array.from({ length: PRODUCERS }, (_, p) => p),
       (p) =>
         Effect.gen(function*() {
-          for (let n = 0; n < PER; n++) {
+          for (let n = 0; n < TOTAL; n++) {
+            passed(n)
             const t = now()
             yield* append(message(p, n))
-            lat.push(now() - t)
+            if (n >= WARM) lat.push(now() - t)
           }
         }),
       { concurrency: "unbounded", discard: true }
@@ -203,7 +221,9 @@ for (let r = 0; r < ROUNDS; r++) {
 }
 const med = (xs: ReadonlyArray<number>): number => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!
 console.log(
-  `${PRODUCERS} fibers x ${PER} appends, ${ROUNDS} alternated rounds, I/O ${
+  `${PRODUCERS} fibers x ${PER} appends${
+    WARM > 0 ? ` (after ${WARM} unmeasured ones each)` : ""
+  }, ${ROUNDS} alternated rounds, I/O ${
     process.env.APPEND_PAIR_IO === "stub" ? "stubbed" : "real (fsync always)"
   }, load average ${loadavg().map((l) => l.toFixed(2)).join(" ")}`
 )

@@ -6,7 +6,8 @@
  * `parameters.retry_after`, 403 (the user blocked the bot) and other 4xx are permanent (the entry
  * goes to the dead letters), 5xx and connection errors are retried. A group upgraded to a supergroup
  * answers 400 with `parameters.migrate_to_chat_id`: the part is sent again, at once, to the new chat,
- * and every later reply to the old chat goes to the new one (said once, through `onMigrated`).
+ * and every later reply to the old chat goes to the new one (said once, through `onMigrated`), after
+ * a restart too: the mapping is kept with the bot's state (`migrations.ts`, `migrated.json`).
  *
  * A reply of several parts records how many parts went out (in `parts.json`, after each part), so
  * a retry, or the next start, sends only the parts not sent yet. Telegram has no idempotency key and
@@ -19,6 +20,7 @@ import type { Channel } from "../../src/agent/index.js"
 import { DeliveryFailure } from "../../src/delivery/index.js"
 import type { DeliveryEntry } from "../../src/delivery/index.js"
 import type { BotApi, BotApiError } from "./botApi.js"
+import type { Migrations } from "./migrations.js"
 import { splitMessage } from "./split.js"
 import { readState, writeState } from "./stateFile.js"
 
@@ -39,6 +41,8 @@ export const TelegramChannel = (options: {
   readonly partsFile: string
   /** Called before sending an entry the last process may have sent already (`entry.maybeSent`). */
   readonly onMaybeSent?: (entry: DeliveryEntry, partsSent: number) => void
+  /** The chats upgraded to supergroups, kept across restarts (migrations.ts); a new one is added here. */
+  readonly migrations: Migrations
   /** Called once per chat Telegram says was upgraded to a supergroup (its replies go to `to` from now on). */
   readonly onMigrated?: (from: string, to: string) => void
 }): Effect.Effect<Channel, DeliveryFailure> =>
@@ -51,19 +55,18 @@ export const TelegramChannel = (options: {
     const record = Effect.suspend(() => writeState(options.partsFile, Object.fromEntries(sent))).pipe(
       Effect.mapError((error) => new DeliveryFailure({ message: error.message }))
     )
-    // Groups upgraded to supergroups: the old chat id, the new one (this process's lifetime).
-    const migrated = new Map<string, string>()
+    const { migrations } = options
     const sendMessage = (chat: string, text: string | undefined): Effect.Effect<unknown, BotApiError> =>
-      options.api.call("sendMessage", { chat_id: migrated.get(chat) ?? chat, text }, SEND_TIMEOUT_MS).pipe(
+      options.api.call("sendMessage", { chat_id: migrations.get(chat) ?? chat, text }, SEND_TIMEOUT_MS).pipe(
         Effect.catchIf(
-          (error) => error.status === 400 && error.migrateToChatId !== undefined && !migrated.has(chat),
-          (error) =>
-            Effect.suspend(() => {
-              const to = String(error.migrateToChatId)
-              migrated.set(chat, to)
-              options.onMigrated?.(chat, to)
-              return options.api.call("sendMessage", { chat_id: to, text }, SEND_TIMEOUT_MS)
-            })
+          (error) => error.status === 400 && error.migrateToChatId !== undefined && migrations.get(chat) === undefined,
+          (error) => {
+            const to = String(error.migrateToChatId)
+            return migrations.add(chat, to).pipe(
+              Effect.andThen(Effect.sync(() => options.onMigrated?.(chat, to))),
+              Effect.andThen(options.api.call("sendMessage", { chat_id: to, text }, SEND_TIMEOUT_MS))
+            )
+          }
         )
       )
     const send = (entry: DeliveryEntry): Effect.Effect<void, DeliveryFailure> =>

@@ -14,6 +14,7 @@ import * as path from "node:path"
 import { Agent, AnthropicModel, runMain, ScriptedModel, serve } from "../../src/agent/index.js"
 import type { AgentEvent, MainContext, Model } from "../../src/agent/index.js"
 import { makeBotApi, readApiBase, readToken } from "./botApi.js"
+import { loadMigrations } from "./migrations.js"
 import { poll } from "./poller.js"
 import { TelegramChannel, textOf } from "./TelegramChannel.js"
 
@@ -96,9 +97,11 @@ const run = (options: BotOptions): void => {
             : `cannot reach the Bot API at ${base}: ${error.message}`
         )
       )
+      const migrations = yield* loadMigrations(path.join(stateDir, "telegram", "migrated.json"), complain)
       const channel = yield* TelegramChannel({
         api,
         partsFile: path.join(stateDir, "telegram", "parts.json"),
+        migrations,
         onMaybeSent: (entry, partsSent) =>
           say(
             `the reply ${entry.id} to ${entry.message.to} may have gone out before the restart` +

@@ -7,13 +7,15 @@
  * what `/status` and the multi-process test read.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Clock, Effect } from "effect"
+import { Clock, Effect, Exit } from "effect"
 import { cronSession } from "../agent/CronJobs.js"
 import { HEARTBEAT_SESSION } from "../agent/Heartbeat.js"
 import type { Model as ModelService } from "../agent/Model.js"
 import { Model } from "../agent/Model.js"
+import * as Answers from "./Answers.js"
+import type { AlreadyAnswered } from "./Answers.js"
 import { Fenced } from "./Fencing.js"
-import { marksSlot } from "./KeyRunner.js"
+import { marksSlot, writesAnswer } from "./KeyRunner.js"
 import type { ClusterTask, LaneHandler } from "./KeyRunner.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 import * as Storage from "./Storage.js"
@@ -110,7 +112,7 @@ export const handlers = (
         // recorded for this run in the inbox and the session's history: one statement (Migrations 0005).
         const rows = yield* sql.unsafe<
           {
-            readonly src: "inbox" | "history"
+            readonly src: "inbox" | "history" | "answer"
             readonly id: number
             readonly role: "user" | "assistant"
             readonly content: string
@@ -120,6 +122,11 @@ export const handlers = (
           [task.lane, task.key, task.coalesceSlot ?? null, task.runId, session, historyLimit * 2]
         )
         Timing.mark(task.runId, "turnStarted")
+        // Answered before (a volatile run sent again after its turn committed, Answers.ts): that answer.
+        const answered = rows.find((r) => r.src === "answer")
+        if (answered !== undefined) {
+          return yield* Effect.fail({ _tag: "AlreadyAnswered", answer: answered.content } satisfies AlreadyAnswered)
+        }
         const byId = (a: { id: number }, b: { id: number }) => Number(a.id) - Number(b.id)
         const history = rows.filter((r) => r.src === "history").sort(byId)
         const recorded = rows.filter((r) => r.src === "inbox").sort(byId).map((r) => r.content)
@@ -170,7 +177,9 @@ export const handlers = (
                UNION ALL SELECT 'assistant', $13::text, 0) AS v
              ON CONFLICT (run_id, role, part) DO NOTHING`,
             `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at, shard, epoch)
-             SELECT $10, $14, $11, $15::bigint, $16::bigint, $17::text, $18::bigint FROM locked`
+             SELECT $10, $14, $11, $15::bigint, $16::bigint, $17::text, $18::bigint FROM locked`,
+            // The run's answer in its inbox rows (Answers.ts): a volatile run sent again is answered from it.
+            `UPDATE ${prefix}_inbox SET answer = $19::text FROM locked WHERE run_id = $11`
           ],
           params: [
             session,
@@ -181,15 +190,16 @@ export const handlers = (
             startedAt,
             endedAt,
             fence?.shard ?? null,
-            fence?.epoch ?? null
+            fence?.epoch ?? null,
+            Answers.encode(Exit.succeed(result))
           ]
         })
-        // With the run's reply (Storage.replyWrites: parameters from $19 on), or on its own.
+        // With the run's reply (Storage.replyWrites: parameters from $20 on), or on its own.
         const write = (withReply: Storage.ReplyRow | undefined) =>
           statement(
             withReply === undefined
               ? undefined
-              : { also: Storage.replyWrites(19), params: Storage.replyParams(withReply) }
+              : { also: Storage.replyWrites(20), params: Storage.replyParams(withReply) }
           )
         const commit = (withReply: Storage.ReplyRow | undefined) => Effect.map(write(withReply), (e) => e !== undefined)
         const fenced = () => new Fenced(fence?.shard ?? "?", fence?.epoch ?? 0, task.runId)
@@ -212,19 +222,24 @@ export const handlers = (
           )
           return result
         }
+        Timing.mark(task.runId, "commit0")
         const entry = yield* write(undefined)
+        Timing.mark(task.runId, "commit1")
         if (entry === undefined) return yield* Effect.fail(fenced())
         options.onCommit?.()
         // The entry of a run that committed before (the outbox is idempotent by run id) keeps its id.
         return entry.id === deliveryId ? result : { ...result, deliveryId: entry.id }
-      }).pipe(Effect.mapError((e) => ({ _tag: e._tag, message: e.message })))
+      }).pipe(
+        Effect.mapError((e) => e._tag === "AlreadyAnswered" ? e : { _tag: e._tag, message: e.message })
+      )
 
     // Each marks its run's coalescing slot started in its first statement (KeyRunner.marksSlot).
     return {
-      main: marksSlot((task) => {
+      // Its commit writes the run's answer (KeyRunner.writesAnswer): the ingress's runs are volatile.
+      main: writesAnswer(marksSlot((task) => {
         const c = task.command as MessageCommand
         return turn(task, task.key, String(c.text), task.key, "user", undefined, c.inbox === true)
-      }),
+      })),
       cron: marksSlot((task) => {
         const c = task.command as CronCommand
         const session = cronSession(c.job)

@@ -3,142 +3,47 @@
  *
  * `dispatch(lane, key, command)` persists a `Run` message to the entity `<lane>/<key>` and returns
  * once it is durable; the runner that holds the key's shard runs it in its local `CommandQueue` with
- * the lane's handler. Tasks cannot cross processes, so a dispatch names a command (a JSON value) and
+ * the lane's handler. A dispatch with an inbox message (the ingress's) is durable once its inbox row
+ * committed, and its run goes as a volatile `RunNow` (Replay.ts says who runs it again, and when). Tasks cannot cross processes, so a dispatch names a command (a JSON value) and
  * every runner registers the same handlers per lane. What holds across processes and what does not
  * is written in docs/cluster.md.
  */
 import { PgClient } from "@effect/sql-pg"
 import { Deferred, Duration, Effect, Exit, Option, Schedule, Scope } from "effect"
-import type { Sharding } from "effect/cluster"
+import { EntityId, Sharding } from "effect/cluster"
 import { SqlClient } from "effect/sql"
 import * as CommandQueue from "../queue/CommandQueue.js"
-import type { DrainReport, LaneLimits, LaneSnapshot, TaskReport } from "../queue/CommandQueue.js"
+import type { DrainReport, LaneLimits } from "../queue/CommandQueue.js"
 import { AdmissionError, FutureTimeout, LanesConfigInvalid, QueueFailure, RequestError } from "../queue/errors.js"
 import type { Participation } from "../queue/errors.js"
+import * as Answers from "./Answers.js"
+import type {
+  ClusterDispatchOptions,
+  ClusterFuture,
+  ClusterQueue,
+  ClusterQueueOptions,
+  DrainOptions
+} from "./ClusterQueueTypes.js"
 import * as Coalesce from "./Coalesce.js"
-import type { InboxMessage } from "./Coalesce.js"
+import { Fence } from "./Fencing.js"
 import * as Generations from "./Generations.js"
 import * as KeyRunner from "./KeyRunner.js"
-import type { LaneHandler } from "./KeyRunner.js"
 import * as LocalLanes from "./LocalLanes.js"
 import * as Migrations from "./Migrations.js"
 import { entityId, KeyEntity } from "./protocol.js"
-import { runPayload, sendRun } from "./send.js"
+import * as Replay from "./Replay.js"
+import { runPayload, sendRun, sendVolatile } from "./send.js"
 import * as Storage from "./Storage.js"
 import { checkDispatch, DEFAULT_LANES, fromReply, transient } from "./wire.js"
 
+export type {
+  ClusterDispatchOptions,
+  ClusterFuture,
+  ClusterQueue,
+  ClusterQueueOptions,
+  DrainOptions
+} from "./ClusterQueueTypes.js"
 export type { ClusterTask, LaneHandler } from "./KeyRunner.js"
-
-/** Options of {@link make}. Lane limits apply per runner (each runner's local queue). */
-export interface ClusterQueueOptions {
-  /** Merged over the default lanes `main`, `heartbeat`, `cron`, as for `CommandQueue.make`. Every runner must use the same lanes. */
-  readonly lanes?: Readonly<Record<string, Partial<LaneLimits>>>
-  /** The handler of each lane this runner runs. Every runner must register the same ones. */
-  readonly handlers: Readonly<Record<string, LaneHandler>>
-  /** This runner's name in membership and reports; default a random id. */
-  readonly member?: string
-  /** Table prefix of switchyard's tables (created when missing, see `Migrations`); default `switchyard`. */
-  readonly prefix?: string
-  readonly drainTimeoutMs?: number
-  readonly auditTimeoutMs?: number
-  /** Called on the runner that ran the task, once per task (see `CommandQueue`). */
-  readonly onTaskExit?: (report: TaskReport) => Effect.Effect<void> | void
-  /** How long `restartLane` waits for the other runners to apply the new generation; default 30_000. */
-  readonly restartTimeoutMs?: number
-}
-
-/**
- * The handle of a dispatched command. `admission` is `"queued"` (accepted into the key's durable
- * mailbox) or `"coalesced"` (joined a run of the key that waits and has not started; `runId` is its id).
- */
-export interface ClusterFuture<A, E> {
-  /** Unique in the cluster; re-sending a dispatch with the same `runId` joins this run. */
-  readonly runId: string
-  readonly lane: string
-  readonly key: string
-  /** The lane's cluster generation at admission. */
-  readonly generation: number
-  readonly admission: "queued" | "coalesced"
-  readonly await: Effect.Effect<A, E | QueueFailure>
-  readonly poll: Effect.Effect<Option.Option<Exit.Exit<A, E | QueueFailure>>>
-  readonly awaitTimeout: (timeout: Duration.Input) => Effect.Effect<A, E | QueueFailure | FutureTimeout>
-  /** Drops the run if it waits, interrupts it if it runs, wherever it is; returns once its outcome is known. */
-  readonly cancel: Effect.Effect<void>
-}
-
-/** Options of one cluster dispatch. */
-export interface ClusterDispatchOptions {
-  /** Join the key's run that waits and has not started (across processes), instead of adding one. */
-  readonly coalesce?: boolean
-  readonly queueTimeoutMs?: number
-  readonly turnTimeoutMs?: number
-  /** The run's id; a client's message id makes a retried dispatch join the first one. Default a random UUID. */
-  readonly runId?: string
-  /**
-   * Runs once the run id is known, before the run is sent; with `coalesce`, inside the slot's lock (in
-   * the slot's transaction), so the run has not started yet.
-   */
-  readonly beforeSend?: (runId: string) => Effect.Effect<void, unknown>
-  /**
-   * With `coalesce`: records this message in the inbox (Inbox.ts) for the run the dispatch joins or opens,
-   * in the same statement as the slot; a `messageId` recorded before joins the run it was recorded for.
-   */
-  readonly inbox?: InboxMessage
-}
-
-/** Options of {@link ClusterQueue.drain}. */
-export interface DrainOptions {
-  readonly timeoutMs?: number
-  /** At the deadline, fail the futures `closed` without canceling their runs. Default false. */
-  readonly keepRuns?: boolean
-}
-
-/** The cluster queue of one process (a runner). */
-export interface ClusterQueue {
-  readonly member: string
-  readonly dispatch: <A = unknown, E = unknown>(
-    lane: string,
-    key: string,
-    command: unknown,
-    options?: ClusterDispatchOptions
-  ) => Effect.Effect<ClusterFuture<A, E>, AdmissionError | RequestError>
-  /** Makes every run of `lane` stale in the whole cluster; returns once every live runner applied it (or `restartTimeoutMs`). */
-  readonly restartLane: (lane: string) => Effect.Effect<number, RequestError>
-  readonly restartAll: Effect.Effect<void>
-  readonly generation: (lane: string) => Effect.Effect<number, RequestError>
-  /**
-   * Cancels every run of the key dispatched before the call: those its runner holds (returns once they
-   * ended) and those that reach it later (they fail `canceled` when they arrive).
-   */
-  readonly cancel: (lane: string, key: string) => Effect.Effect<void, RequestError>
-  /**
-   * Closes this process' admission, waits for the futures it dispatched (up to `timeoutMs`, default
-   * `drainTimeoutMs`), then fails the rest `closed` and cancels their runs where they run; with
-   * `keepRuns: true` it only stops waiting: the runs stay durable in the cluster and are answered there.
-   * The same deadline bounds the local lanes' drain when the Scope closes.
-   */
-  readonly drain: (options?: DrainOptions) => Effect.Effect<DrainReport>
-  /** This runner's lanes (running and waiting here), with the cluster generation. */
-  readonly snapshot: Effect.Effect<ReadonlyArray<LaneSnapshot>>
-  /**
-   * Pauses the lane **on this runner only** (`CommandQueue.pause` of its local queue): runs of the
-   * keys whose shards live here wait; other runners go on. Not kept across a restart of the runner.
-   */
-  readonly pause: (lane: string) => Effect.Effect<void, RequestError>
-  /** Resumes the lane on this runner (`CommandQueue.resume`). */
-  readonly resume: (lane: string) => Effect.Effect<void, RequestError>
-  /**
-   * Changes the lane's limits **on this runner only** (`CommandQueue.setLimits` of its local queue,
-   * and the bound of this process' own dispatches). Not kept across a restart of the runner.
-   */
-  readonly setLimits: (lane: string, limits: Partial<LaneLimits>) => Effect.Effect<void, RequestError>
-  /** Live members of the cluster and the generations they applied. */
-  readonly members: Effect.Effect<
-    ReadonlyArray<{ readonly member: string; readonly seenAgoMs: number; readonly applied: Record<string, number> }>
-  >
-  /** Counters of this process: dispatched, settled by outcome, outstanding futures. */
-  readonly counters: Effect.Effect<Readonly<Record<string, number>>>
-}
 
 interface Outstanding {
   readonly id: number
@@ -191,7 +96,9 @@ export const make = (
       apply: (lane) => (lane in lanes ? Effect.asVoid(Effect.ignore(local.restartLane(lane))) : Effect.void)
     }).pipe(Effect.orDie)
     const coalescing = yield* Coalesce.make(options.prefix)
+    const answers = yield* Answers.make(options.prefix)
     yield* KeyRunner.register({
+      answers,
       markStarted: coalescing.markStarted,
       local,
       generations,
@@ -201,6 +108,19 @@ export const make = (
     })
     const makeClient = yield* KeyEntity.client
     const saved = yield* Effect.serviceOption(Storage.Saved)
+    const sharding = yield* Sharding.Sharding
+    // Volatile runs need the fence: its acquisitions and held shards drive their replay (Replay.ts).
+    const fence = yield* Effect.serviceOption(Fence)
+    if (Option.isSome(fence)) {
+      yield* Replay.start({
+        fence: fence.value,
+        answers,
+        client: makeClient,
+        ...(options.sweepMs === undefined ? {} : { sweepMs: options.sweepMs }),
+        ...(options.sweepAgeMs === undefined ? {} : { sweepAgeMs: options.sweepAgeMs })
+      })
+    }
+    const resendMs = options.resendMs ?? 2_000
     // The fibers that wait for replies live in a scope that closes only after the drain below: a
     // fiber forked into the queue's own scope would be interrupted first (finalizers run newest first),
     // and the drain would wait for futures nobody settles.
@@ -246,8 +166,24 @@ export const make = (
         const generation = generations.current(lane)
         const id = entityId(lane, key)
         const client = makeClient(id)
+        // With an inbox message the run is volatile: its inbox row, with the entity's shard, is its durability.
+        const volatile = o?.inbox !== undefined && o.coalesce === true && Option.isSome(fence)
+        const shardId = volatile
+          ? sharding.getShardId(EntityId.make(id), KeyEntity.getShardGroup(EntityId.make(id)))
+          : undefined
+        const withShard: ClusterDispatchOptions | undefined = shardId === undefined || o?.inbox === undefined ? o : {
+          ...o,
+          inbox: { ...o.inbox, shard: `${shardId.group}:${shardId.id}`, generation }
+        }
         // The run's id: joining the key's waiting run (coalesce), the caller's, or a new one.
-        const { joined, payload } = yield* runPayload({ lane, key, generation, command, options: o, coalescing })
+        const { joined, payload } = yield* runPayload({
+          lane,
+          key,
+          generation,
+          command,
+          options: withShard,
+          coalescing
+        })
         const runId = payload.runId
         const deferred = Deferred.makeUnsafe<unknown, unknown>()
         let settled: Exit.Exit<unknown, unknown> | undefined
@@ -265,8 +201,9 @@ export const make = (
           settled = settleFrom(lane, key, runId, exit)
           return settle(entry, settled)
         }
-        // Durable once this returns; the reply settles the future later.
-        yield* sendRun({ client, entityId: id, payload, saved, scope, onReply: settleWith })
+        // Durable once this returns (the inbox row, or the saved Run); the reply settles the future later.
+        if (volatile) yield* sendVolatile({ client, payload, scope, resendMs, onReply: settleWith })
+        else yield* sendRun({ client, entityId: id, payload, saved, scope, onReply: settleWith })
         counters.dispatched++
         const future: ClusterFuture<A, E> = {
           runId,

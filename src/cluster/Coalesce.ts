@@ -22,6 +22,12 @@ export interface InboxMessage {
   /** The client's message id: a message id recorded before joins the run it was recorded for. */
   readonly messageId?: string
   readonly text: string
+  /**
+   * The key entity's shard (`group:id`) and the lane's generation, recorded with the row when the run is
+   * sent as a volatile request: the row is then the run's durability (Replay.ts).
+   */
+  readonly shard?: string
+  readonly generation?: number
 }
 
 /** The run a coalescing dispatch takes. */
@@ -60,9 +66,20 @@ export const make = (prefix = "switchyard"): Effect.Effect<Coalesce, never, PgCl
     const take = (lane: string, key: string, inbox: InboxMessage | undefined) =>
       Effect.map(
         sql.unsafe<{ readonly slot: number | null; readonly joined: boolean; readonly run_id: string }>(
-          `SELECT out_slot::float8 AS slot, out_joined AS joined, out_run_id AS run_id
-           FROM ${prefix}_coalesce_slot($1, $2, $3, $4, $5, $6)`,
-          [lane, key, inbox?.session ?? null, inbox?.messageId ?? null, inbox?.text ?? null, Date.now()]
+          inbox?.shard === undefined
+            ? `SELECT out_slot::float8 AS slot, out_joined AS joined, out_run_id AS run_id
+           FROM ${prefix}_coalesce_slot($1, $2, $3, $4, $5, $6)`
+            : `SELECT out_slot::float8 AS slot, out_joined AS joined, out_run_id AS run_id
+           FROM ${prefix}_coalesce_slot($1, $2, $3, $4, $5, $6, $7::text, $8::bigint)`,
+          [
+            lane,
+            key,
+            inbox?.session ?? null,
+            inbox?.messageId ?? null,
+            inbox?.text ?? null,
+            Date.now(),
+            ...(inbox?.shard === undefined ? [] : [inbox.shard, inbox.generation ?? 0])
+          ]
         ),
         (rows): Slot => ({
           runId: rows[0].run_id,

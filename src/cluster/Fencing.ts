@@ -30,6 +30,13 @@ export interface FenceShape {
   readonly current: (shard: string) => Effect.Effect<number | undefined, SqlError>
   /** Bumps the epochs of `shards` to this runner; returns the shards it now holds the epoch of. */
   readonly claim: (shards: ReadonlyArray<string>) => Effect.Effect<ReadonlyArray<string>, SqlError>
+  /** The shards this runner acquired (epoch bumped) and has not released or lost since. */
+  readonly held: () => ReadonlyArray<string>
+  /**
+   * Calls `listener` with the shards of each acquisition, once their epochs were bumped and before
+   * effect/cluster runs anything of them (Replay.ts runs their unanswered inbox); returns its removal.
+   */
+  readonly onAcquired: (listener: (shards: ReadonlyArray<string>) => void) => () => void
 }
 
 export class Fence extends Context.Service<Fence, FenceShape>()("switchyard/cluster/Fence") {}
@@ -50,12 +57,19 @@ export class Fenced extends Error {
   }
 }
 
+/** The fence with what the wrapped RunnerStorage tells it: shards released or lost. */
+interface FenceState extends FenceShape {
+  readonly released: (shards: ReadonlyArray<string> | "all") => void
+}
+
 /** The fence of this runner, on the schema's `<prefix>_shard_epochs`. */
-export const make = (prefix = "switchyard"): Effect.Effect<FenceShape, never, SqlClient.SqlClient> =>
+export const make = (prefix = "switchyard"): Effect.Effect<FenceState, never, SqlClient.SqlClient> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const token = `${process.pid}-${crypto.randomUUID().slice(0, 12)}`
     const epochs = new Map<string, number>()
+    const held = new Set<string>()
+    const listeners = new Set<(shards: ReadonlyArray<string>) => void>()
     const claim = (shards: ReadonlyArray<string>) =>
       shards.length === 0 ? Effect.succeed([]) : Effect.map(
         sql.unsafe<{ readonly shard: string; readonly epoch: number }>(
@@ -66,8 +80,13 @@ export const make = (prefix = "switchyard"): Effect.Effect<FenceShape, never, Sq
           [shards, token, Date.now()]
         ),
         (rows) => {
-          for (const r of rows) epochs.set(r.shard, Number(r.epoch))
-          return rows.map((r) => r.shard)
+          for (const r of rows) {
+            epochs.set(r.shard, Number(r.epoch))
+            held.add(r.shard)
+          }
+          const claimed = rows.map((r) => r.shard)
+          for (const listener of listeners) listener(claimed)
+          return claimed
         }
       )
     const current = (shard: string) =>
@@ -78,7 +97,21 @@ export const make = (prefix = "switchyard"): Effect.Effect<FenceShape, never, Sq
         ),
         (rows) => rows.length === 0 ? undefined : Number(rows[0].epoch)
       )
-    return { token, epochOf: (shard) => epochs.get(shard), current, claim }
+    return {
+      token,
+      epochOf: (shard) => epochs.get(shard),
+      current,
+      claim,
+      held: () => [...held],
+      onAcquired: (listener) => {
+        listeners.add(listener)
+        return () => listeners.delete(listener)
+      },
+      released: (shards) => {
+        if (shards === "all") held.clear()
+        else for (const sh of shards) held.delete(sh)
+      }
+    }
   })
 
 /**
@@ -122,7 +155,13 @@ export const layer = (prefix = "switchyard", options: { readonly refreshReuseMs?
       refresh: (address, shardIds) =>
         Effect.flatMap(Clock.currentTimeMillis, (startedAt) => {
           const shards = [...shardIds]
-          if (reuseMs <= 0 || shards.length === 0) return inner.refresh(address, shards)
+          if (reuseMs <= 0 || shards.length === 0) {
+            return Effect.tap(inner.refresh(address, shards), (held) =>
+              Effect.sync(() => {
+                const ok = new Set(held.map(ShardId.toString))
+                fence.released(shards.map(ShardId.toString).filter((k) => !ok.has(k)))
+              }))
+          }
           const recent = shards.map((s) => refreshed.get(ShardId.toString(s)))
           if (recent.every((r) => r !== undefined && r.at > startedAt - reuseMs)) {
             return Effect.succeed(shards.filter((_, i) => recent[i]!.held))
@@ -134,18 +173,22 @@ export const layer = (prefix = "switchyard", options: { readonly refreshReuseMs?
                 const k = ShardId.toString(s)
                 refreshed.set(k, { at: startedAt, held: ok.has(k) })
               }
+              fence.released(shards.map(ShardId.toString).filter((k) => !ok.has(k)))
             }))
         }),
       release: (address, shardId) =>
         Effect.suspend(() => {
           refreshed.delete(ShardId.toString(shardId))
+          fence.released([ShardId.toString(shardId)])
           return inner.release(address, shardId)
         }),
       releaseAll: (address) =>
         Effect.suspend(() => {
           refreshed.clear()
+          fence.released("all")
           return inner.releaseAll(address)
         })
     }
-    return Context.make(Fence, fence).pipe(Context.add(RunnerStorage.RunnerStorage, wrapped))
+    const shape: FenceShape = fence
+    return Context.make(Fence, shape).pipe(Context.add(RunnerStorage.RunnerStorage, wrapped))
   })).pipe(Layer.provide(storage))

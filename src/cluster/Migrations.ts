@@ -194,6 +194,78 @@ export const switchyardMigrations = (prefix: string): Migrator.Loader =>
     "0006_cron_run": Effect.gen(function*() {
       const sql = yield* SqlClient.SqlClient
       yield* sql.unsafe(`ALTER TABLE ${prefix}_cron_firings ADD COLUMN run_id text`)
+    }),
+    // The ingress's runs are volatile effect/cluster requests; the inbox row is their durability
+    // (Replay.ts): each row records its run's shard and generation, and its run's answer once it has one.
+    // The slot function gains the two (a new overload; the old one stays for runners of the version
+    // before), and a turn's start also returns its run's answer (a replay of an answered run).
+    "0007_volatile_ingress": Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      yield* sql.unsafe(
+        `ALTER TABLE ${prefix}_inbox ADD COLUMN shard text, ADD COLUMN generation bigint, ADD COLUMN answer text`
+      )
+      yield* sql.unsafe(
+        `CREATE INDEX ${prefix}_inbox_unanswered ON ${prefix}_inbox (shard, id) WHERE answer IS NULL AND shard IS NOT NULL`
+      )
+      yield* sql.unsafe(`CREATE FUNCTION ${prefix}_coalesce_slot(
+          p_lane text, p_key text, p_session text, p_message_id text, p_text text, p_now bigint,
+          p_shard text, p_generation bigint)
+        RETURNS TABLE (out_slot bigint, out_joined boolean, out_run_id text)
+        LANGUAGE plpgsql VOLATILE AS $fn$
+        DECLARE
+          v_slot bigint;
+          v_started boolean;
+          v_known text;
+          v_run text;
+        BEGIN
+          IF p_message_id IS NOT NULL THEN
+            SELECT i.run_id INTO v_known FROM ${prefix}_inbox i WHERE i.session = p_session AND i.message_id = p_message_id;
+            IF v_known IS NOT NULL THEN
+              RETURN QUERY SELECT NULL::bigint, true, v_known;
+              RETURN;
+            END IF;
+          END IF;
+          INSERT INTO ${prefix}_coalesce (lane, key, slot, started) VALUES (p_lane, p_key, 0, true)
+            ON CONFLICT (lane, key) DO NOTHING;
+          SELECT c.slot, c.started INTO v_slot, v_started FROM ${prefix}_coalesce c
+            WHERE c.lane = p_lane AND c.key = p_key FOR UPDATE;
+          IF v_started THEN
+            v_slot := v_slot + 1;
+            UPDATE ${prefix}_coalesce c SET slot = v_slot, started = false WHERE c.lane = p_lane AND c.key = p_key;
+          END IF;
+          v_run := 'coalesce:' || p_lane || ':' || p_key || ':' || v_slot;
+          IF p_text IS NOT NULL THEN
+            INSERT INTO ${prefix}_inbox (session, message_id, text, run_id, received_at, shard, generation)
+              VALUES (p_session, p_message_id, p_text, v_run, p_now, p_shard, p_generation)
+              ON CONFLICT (session, message_id) DO NOTHING;
+            IF NOT FOUND THEN
+              SELECT i.run_id INTO v_known FROM ${prefix}_inbox i WHERE i.session = p_session AND i.message_id = p_message_id;
+              RETURN QUERY SELECT NULL::bigint, true, v_known;
+              RETURN;
+            END IF;
+          END IF;
+          RETURN QUERY SELECT v_slot, NOT v_started, v_run;
+        END
+        $fn$`)
+      yield* sql.unsafe(`CREATE OR REPLACE FUNCTION ${prefix}_turn_start(
+          p_lane text, p_key text, p_slot bigint, p_run_id text, p_session text, p_history integer)
+        RETURNS TABLE (src text, id double precision, role text, content text)
+        LANGUAGE plpgsql VOLATILE AS $fn$
+        BEGIN
+          IF p_slot IS NOT NULL THEN
+            UPDATE ${prefix}_coalesce c SET started = true WHERE c.lane = p_lane AND c.key = p_key AND c.slot = p_slot;
+          END IF;
+          RETURN QUERY
+            SELECT 'inbox'::text, i.id::float8, 'user'::text, i.text FROM ${prefix}_inbox i WHERE i.run_id = p_run_id
+            UNION ALL
+            (SELECT 'answer'::text, a.id::float8, 'user'::text, a.answer FROM ${prefix}_inbox a
+              WHERE a.run_id = p_run_id AND a.answer IS NOT NULL LIMIT 1)
+            UNION ALL
+            SELECT 'history'::text, t.id::float8, t.role, t.content FROM (
+              SELECT h.id, h.role, h.content FROM ${prefix}_transcripts h WHERE h.session = p_session
+              ORDER BY h.id DESC LIMIT p_history) t;
+        END
+        $fn$`)
     })
   })
 

@@ -57,6 +57,26 @@ export const Run = Rpc.make("Run", {
   // A dispatcher that stops waiting (it shuts down) must not cancel the run: canceling is `Cancel`'s job.
   .annotate(ClusterSchema.Uninterruptible, "client")
 
+/**
+ * The same run as {@link Run}, as a volatile request: nothing of effect/cluster's is saved. The ingress
+ * sends its runs this way because their inbox rows, committed before the message is accepted, are
+ * already their durability (Replay.ts): the key's owner runs the unanswered rows of its shards when it
+ * acquires them and on a periodic sweep, a dispatcher sends again while it has no answer, and the
+ * owner recognises a run it runs or answered by its run id. `replay` says who sends it again:
+ * `"dispatcher"` wants the answer; `"owner"` (the acquisition replay, the sweep) only wants the run to
+ * happen, so a run that already runs or was answered is answered at once with nothing.
+ */
+export const RunNow = Rpc.make("RunNow", {
+  payload: {
+    ...Run.payloadSchema.fields,
+    replay: Schema.optional(Schema.Literals(["dispatcher", "owner"]))
+  },
+  success: Schema.Unknown,
+  error: Schema.Union([WireQueueFailure, WireTaskFailed, WireTaskDefect])
+})
+  // A dispatcher that stops waiting must not cancel the run (only `Cancel` does).
+  .annotate(ClusterSchema.Uninterruptible, "client")
+
 /** Cancels one run: drops it if it waits, interrupts it if it runs; replies once it ended. */
 export const Cancel = Rpc.make("Cancel", {
   payload: { runId: Schema.String },
@@ -73,7 +93,7 @@ export const CancelKey = Rpc.make("CancelKey", {
 })
 
 /** The key entity: its id is `<lane>/<key>`. */
-export const KeyEntity = Entity.make("switchyard/Key", [Run, Cancel, CancelKey])
+export const KeyEntity = Entity.make("switchyard/Key", [Run, RunNow, Cancel, CancelKey])
 
 /** The entity id of a lane and key. */
 export const entityId = (lane: string, key: string): string => `${lane}/${key}`

@@ -2,11 +2,11 @@
  * Sending a run to its key's entity: durable before the dispatch returns, its reply awaited in the
  * background (see Storage.ts for why one send does both).
  */
-import { Cause, Effect, Exit, Fiber, Option, Schedule } from "effect"
+import { Cause, Deferred, Duration, Effect, Exit, Fiber, Option, Schedule } from "effect"
 import type { Scope } from "effect"
 import type { Coalesce, InboxMessage } from "./Coalesce.js"
 import { KeyEntity } from "./protocol.js"
-import type { Run } from "./protocol.js"
+import type { Run, RunNow } from "./protocol.js"
 import * as Storage from "./Storage.js"
 import * as Timing from "./Timing.js"
 import { transient } from "./wire.js"
@@ -122,4 +122,60 @@ export const sendRun = (options: {
     if (ended !== undefined && Exit.isFailure(ended)) return yield* Effect.die(Cause.squash(ended.cause))
     durable = true
     Timing.mark(payload.runId, "saved")
+  })
+
+/** What {@link sendVolatile} needs of the key's client. */
+export interface RunNowClient {
+  readonly RunNow: (payload: typeof RunNow.payloadSchema.Type) => Effect.Effect<unknown, unknown>
+}
+
+/** Whether a reply is the run's answer (its outcome), not the transport's failure. */
+const isAnswer = (exit: Exit.Exit<unknown, unknown>): boolean => {
+  if (Exit.isSuccess(exit)) return true
+  const failure = exit.cause.reasons.find((r) => r._tag === "Fail")
+  const tag = failure !== undefined && failure._tag === "Fail" ? (failure.error as { _tag?: string })?._tag : undefined
+  return tag === "QueueFailure" || tag === "TaskFailed" || tag === "TaskDefect"
+}
+
+/**
+ * Sends `payload` as a volatile run (`RunNow`) and keeps sending it until it has its answer; `onReply` gets
+ * it, in a fiber of `scope`. The run is durable before this is called (its inbox row, Replay.ts), so
+ * nothing here waits: a send that ends without an answer (its runner died, or stopped the entity) is sent
+ * again after 100 ms, and while one waits longer than `resendMs` another goes out (its runner may be
+ * stalled, and the shard's new owner answers it; the owner recognises the run by its id and answers the
+ * run it already runs or answered, so a second send never runs it twice).
+ */
+export const sendVolatile = (options: {
+  readonly client: RunNowClient
+  readonly payload: typeof RunNow.payloadSchema.Type
+  readonly scope: Scope.Scope
+  readonly resendMs: number
+  readonly onReply: (exit: Exit.Exit<unknown, unknown>) => Effect.Effect<void>
+}): Effect.Effect<void> =>
+  Effect.gen(function*() {
+    const { client, payload } = options
+    Timing.mark(payload.runId, "slotDone")
+    const answered = Deferred.makeUnsafe<Exit.Exit<unknown, unknown>>()
+    const attempt = (again: boolean) =>
+      client.RunNow(again ? { ...payload, replay: "dispatcher" } : payload).pipe(
+        Effect.exit,
+        Effect.flatMap((exit) => isAnswer(exit) ? Deferred.succeed(answered, exit) : Effect.void)
+      )
+    const resend = Effect.sleep(Duration.millis(options.resendMs))
+    const loop = Effect.gen(function*() {
+      for (let n = 0;; n++) {
+        // Children of this fiber: the sends still waiting are interrupted (here only) once it has the answer.
+        const sent = yield* Effect.forkChild(attempt(n > 0))
+        const done = yield* Effect.raceFirst(
+          Effect.as(Deferred.await(answered), true),
+          Effect.as(Effect.raceFirst(Effect.andThen(Fiber.await(sent), Effect.sleep("100 millis")), resend), false)
+        )
+        if (done) return yield* Deferred.await(answered)
+      }
+    })
+    yield* loop.pipe(
+      Effect.tap(() => Effect.sync(() => Timing.mark(payload.runId, "replied"))),
+      Effect.flatMap(options.onReply),
+      Effect.forkIn(options.scope)
+    )
   })

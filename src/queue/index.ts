@@ -8,14 +8,15 @@
  * - `lanes/`: `types.ts` -> `config.ts` (validation) -> `entry.ts` (a key's entry) ->
  *   `keyTable.ts` (the keys' table: when an entry leaves it), `waiting.ts` (the waiting keys, which
  *   one a freed slot goes to), `starts.ts` (the start list), `activation.ts` (one activation's
- *   fiber) -> `scheduler.ts` (the transitions: one activation per key under a global cap);
- *   `Lanes.ts` (`createLanes`) on top.
- * - `engine/`, the command queue: `options.ts` (resolved limits) -> `metrics.ts` -> `state.ts`
- *   (Task and its two kinds, KeyTasks — a key's tasks and its lanes entry in one —, LaneState, EngineState) -> `end.ts` (how a task ends: finalizer, report,
- *   settle; a waiting one dropped), `ahead.ts` (`queuedAhead`) -> `watch.ts` (`onWait`) -> `run.ts` (an
- *   activation runs one task; turn timers and `keepAlive`, `abortGraceMs`) -> `admit.ts` (how a
- *   task is admitted) -> `control.ts` (await, cancel, restart, drain, snapshot) -> `idle.ts`
- *   (`waitForIdle`, `clear`).
+ *   fiber) -> `stops.ts` (cancel, close) -> `scheduler.ts` (the transitions: one activation per key
+ *   under a global cap); `Lanes.ts` (`createLanes`) on top.
+ * - `engine/`, the command queue: `options.ts` (resolved limits) -> `metrics.ts` -> `taskMore.ts`
+ *   (a task's states, its rare fields) -> `state.ts` (Task and its two kinds, KeyTasks — a key's
+ *   tasks and its lanes entry in one —, LaneState, EngineState) -> `end.ts` (how a task ends:
+ *   finalizer, report, settle; a waiting one dropped), `ahead.ts` (`queuedAhead`) -> `watch.ts`
+ *   (`onWait`) -> `run.ts` (an activation runs one task; turn timers and `keepAlive`,
+ *   `abortGraceMs`) -> `admit.ts` (how a task is admitted) -> `control.ts` (await, cancel, restart,
+ *   drain, snapshot) -> `idle.ts` (`waitForIdle`, `clear`).
  * - `Future.ts` (the handle), `engine/Engine.ts` (wires the engine), then the two skins:
  *   `CommandQueue.ts` (Effect) and `promise.ts` (Promise), whose task is its own future
  *   (`asyncTask.ts`).

@@ -4,10 +4,12 @@
  * inbox rows read, after waiting for the slot's lock), and the turn's writes committed with its run's
  * reply in one statement fenced by the shard's epoch.
  */
-import { Effect, Fiber } from "effect"
+import { PgClient } from "@effect/sql-pg"
+import { Effect, Exit, Fiber } from "effect"
 import { SqlClient } from "effect/sql"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as ScriptedModel from "../../src/agent/ScriptedModel.js"
+import * as Answers from "../../src/cluster/Answers.js"
 import * as ClusterAgent from "../../src/cluster/ClusterAgent.js"
 import type { ClusterTask } from "../../src/cluster/KeyRunner.js"
 import * as Migrations from "../../src/cluster/Migrations.js"
@@ -53,6 +55,35 @@ describe.skipIf(!up)("the statements of a message (Postgres)", () => {
       { text: "two", run_id: "coalesce:main:cs:1" },
       { text: "three", run_id: "coalesce:main:cs:2" }
     ])
+  })
+
+  it("a volatile run's answer: the slot records shard and generation; a failure is stored only at the epoch it arrived at (a newer epoch stores nothing and says so); turn_start returns a stored answer; the unanswered are listed by shard and age", async () => {
+    await query(`INSERT INTO switchyard_shard_epochs VALUES ('default:3', 2, 'test', 0)`)
+    const [{ run_id: runId }] = await query<{ run_id: string }>(
+      `SELECT out_run_id AS run_id FROM switchyard_coalesce_slot('main', 'vs', 'vs', 'v1', 'hello', 1000, 'default:3', 7)`
+    )
+    const run = <A>(f: (answers: Answers.Answers) => Effect.Effect<A, unknown>) =>
+      Effect.runPromise(
+        Postgres.withClient(db!.url, (sql) =>
+          Effect.flatMap(Answers.make().pipe(Effect.provideService(PgClient.PgClient, sql)), f))
+      )
+    expect(await run((a) => a.unanswered(["default:3"], 1001))).toEqual([
+      { runId, session: "vs", text: "hello", receivedAt: 1000, generation: 7, shard: "default:3" }
+    ])
+    expect(await run((a) => a.unanswered(["default:3"], 1000))).toEqual([])
+    expect(await run((a) => a.unanswered(["default:4"], 1001))).toEqual([])
+    const canceled = Exit.fail({ _tag: "QueueFailure", reason: "canceled" })
+    // Arrived at epoch 1: the shard is at 2 now, so another runner answers it.
+    expect(await run((a) => a.mark(runId, canceled, { shard: "default:3", epoch: 1 }))).toBe(false)
+    expect(await run((a) => a.of(runId))).toBeUndefined()
+    expect(await run((a) => a.mark(runId, canceled, { shard: "default:3", epoch: 2 }))).toBe(true)
+    expect(await run((a) => a.of(runId))).toEqual(canceled)
+    expect(await run((a) => a.unanswered(["default:3"], 1001))).toEqual([])
+    const rows = await query<{ src: string; content: string }>(
+      `SELECT src, content FROM switchyard_turn_start('main', 'vs', NULL, $1, 'vs', 10)`,
+      [runId]
+    )
+    expect(rows.filter((r) => r.src === "answer").map((r) => Answers.decode(r.content))).toEqual([canceled])
   })
 
   it("turn_start waits for the slot's lock, then reads the inbox rows committed under it (a fresh snapshot, not the one of its start)", async () => {

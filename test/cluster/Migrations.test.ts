@@ -45,7 +45,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard:0003_inbox",
         "switchyard:0004_turn_epochs",
         "switchyard:0005_message_functions",
-        "switchyard:0006_cron_run"
+        "switchyard:0006_cron_run",
+        "switchyard:0007_volatile_ingress"
       ]])
       const again = await Effect.runPromise(
         Postgres.withClient(url, (sql) => Migrations.migrate().pipe(Effect.provideService(SqlClient.SqlClient, sql)))
@@ -102,7 +103,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard:0003_inbox",
         "switchyard:0004_turn_epochs",
         "switchyard:0005_message_functions",
-        "switchyard:0006_cron_run"
+        "switchyard:0006_cron_run",
+        "switchyard:0007_volatile_ingress"
       ])
       const rows = await Effect.runPromise(
         Postgres.withClient(

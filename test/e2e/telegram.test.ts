@@ -2,7 +2,9 @@
  * `npm run telegram` end to end, against a fake Bot API server the test starts (test/support/fakeTelegram.ts):
  * updates in and replies out, a long reply split in order, a 429 storm, a blocked user, photos and
  * stickers, a SIGKILL in the middle (twice: while a reply is in flight, and right after `send`
- * returned before the offset was stored) with nothing lost or sent twice, and bad tokens.
+ * returned before the offset was stored) with nothing lost or sent twice, a supergroup migration
+ * kept across a SIGKILL and a restart (and a torn or wrong `migrated.json` reported, set aside,
+ * learned again), and bad tokens.
  */
 import * as fs from "node:fs"
 import * as path from "node:path"
@@ -62,6 +64,16 @@ const kill9 = async (bot: Chatbot) => {
   const exit = await bot.exited
   bots.splice(bots.indexOf(bot), 1)
   expect(exit.signal).toBe("SIGKILL")
+}
+
+/** What JSON.parse says of `text` (the bot's child process runs the same Node). */
+const parseError = (text: string): string => {
+  try {
+    JSON.parse(text)
+  } catch (error) {
+    return (error as Error).message
+  }
+  throw new Error(`${text} parses`)
 }
 
 const texts = (f: FakeTelegram, chat: number) => f.sent.filter((m) => m.chat === String(chat)).map((m) => m.text)
@@ -302,6 +314,82 @@ describe("npm run telegram: restarts and bad configuration", () => {
     await f.confirmed()
     expect((await stop(second)).code).toBe(0)
     expect(texts(f, 10)).toEqual(["You said: only once"])
+  })
+
+  it("a supergroup migration survives a SIGKILL and a restart: migrated.json (0600) holds it, the old chat is refused once in all, said once", async () => {
+    const f = await fake()
+    const stateDir = path.join(fresh(), "state")
+    const file = path.join(stateDir, "telegram", "migrated.json")
+    f.migrate(-61, -1_000_000_000_061)
+    const first = await startBot(f, stateDir)
+    const held = f.holdNext(1) // the refused call to -61 is answered; the reply sent again to the new chat is held
+    f.pushText(-61, "before the restart")
+    expect((await held).chat).toBe("-1000000000061")
+    await first.waitForStdout(/^telegram: chat -61 was upgraded to a supergroup \(-1000000000061\); its replies go/)
+    // written before the reply went to the new chat
+    expect(JSON.parse(fs.readFileSync(file, "utf8"))).toEqual({ "-61": "-1000000000061" })
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600)
+    await kill9(first)
+
+    const second = await startBot(f, stateDir)
+    // the reply in flight at the kill is sent again (at least once), straight to the new chat
+    await second.waitForStdout(/^the reply \S+ to -61 may have gone out before the restart; Telegram cannot be asked/)
+    await f.until((sent) => (sent.some((m) => m.chat === "-1000000000061") ? true : undefined), "the reply sent again")
+    f.pushText(-61, "after the restart")
+    await f.until(
+      (sent) => (sent.some((m) => m.chat === "-1000000000061" && m.text.includes("after")) ? true : undefined),
+      "the reply after the restart, in the new chat"
+    )
+    expect((await stop(second)).code).toBe(0)
+    expect(texts(f, -1_000_000_000_061)).toEqual(["You said: before the restart", "You said: after the restart"])
+    // the restarted bot went straight to the new chat: one refused attempt across both processes
+    expect(f.attempts.filter((a) => a.chat === "-61").map((a) => a.answered)).toEqual([400])
+    expect(second.stdout.filter((l) => l.includes("was upgraded to a supergroup"))).toEqual([])
+    expect(second.stderr.filter((l) => l.startsWith("error:"))).toEqual([])
+  })
+
+  it("a torn migrated.json, then one of the wrong shape: one clear line each, set aside, the bot answers and learns the migration again", async () => {
+    const f = await fake()
+    const stateDir = path.join(fresh(), "state")
+    const file = path.join(stateDir, "telegram", "migrated.json")
+    fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 })
+    const whole = JSON.stringify({ "-62": "-1000000000062" })
+    const torn = whole.slice(0, whole.length - 6) // a write cut short
+    fs.writeFileSync(file, torn, { mode: 0o600 })
+    f.migrate(-62, -1_000_000_000_062)
+    const first = await startBot(f, stateDir)
+    const line = await first.waitForStderr(/^error: telegram: the chat migrations in /)
+    expect(line).toBe(
+      `error: telegram: the chat migrations in ${file} cannot be used (cannot read ${file}: ${
+        parseError(torn)
+      }); the file is kept as ${file}.corrupt; the bot goes on without them, and learns each again from Telegram's next refusal`
+    )
+    expect(fs.readFileSync(`${file}.corrupt`, "utf8")).toBe(torn)
+    f.pushText(-62, "after the torn file")
+    f.pushText(64, "another chat")
+    await first.waitForStdout(/^telegram: chat -62 was upgraded to a supergroup/)
+    await f.until(
+      (sent) => (sent.some((m) => m.chat === "-1000000000062") && sent.some((m) => m.chat === "64") ? true : undefined),
+      "both replies"
+    )
+    expect(JSON.parse(fs.readFileSync(file, "utf8"))).toEqual({ "-62": "-1000000000062" })
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600)
+    expect((await stop(first)).code).toBe(0)
+
+    fs.writeFileSync(file, JSON.stringify({ "-62": -1_000_000_000_062 }), { mode: 0o600 })
+    const second = await startBot(f, stateDir)
+    expect(await second.waitForStderr(/^error: telegram: the chat migrations in /)).toContain(
+      `cannot be used (expected chat id -> chat id, got "-62" -> -1000000000062); the file is kept as ${file}.corrupt`
+    )
+    f.pushText(-62, "after the wrong shape")
+    await f.until(
+      (sent) => (sent.filter((m) => m.chat === "-1000000000062").length === 2 ? true : undefined),
+      "the reply after the wrong shape"
+    )
+    expect((await stop(second)).code).toBe(0)
+    // learned again once per start that had no usable file
+    expect(f.attempts.filter((a) => a.chat === "-62").map((a) => a.answered)).toEqual([400, 400])
+    expect(texts(f, 64)).toEqual(["You said: another chat"])
   })
 
   it("a token revoked while running: one line, the agent shuts down, exit 1, the token never printed", async () => {

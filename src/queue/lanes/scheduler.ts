@@ -7,19 +7,19 @@
  * activation is not forked yet (`starts.ts`), and counters. Transitions are synchronous; an
  * activation is a fiber (`activation.ts`, forked from the start list, in a microtask),
  * uninterruptible outside its work so that its end (scope closed, `onExit`, hand-off of the slot)
- * always runs. This file holds the transitions: wake, start, finish, cancel, close.
+ * always runs. This file holds the transitions: wake, start, finish; cancel and close are in
+ * `stops.ts`, on the state this closure hands them.
  */
-import { Context, Deferred, Effect, Exit, Fiber, Scope } from "effect"
+import type { Fiber } from "effect"
+import { Context, Deferred, Effect, Exit, Scope } from "effect"
 import type { LaneQueueFull, LanesClosed, LanesConfigInvalid } from "../errors.js"
 import type { ActivationConfig } from "./activation.js"
-import { activation, awaitInline, callActivate, inlineEnds, runningFibers } from "./activation.js"
+import { activation, callActivate } from "./activation.js"
 import { validateLanesOptions } from "./config.js"
 import type { Entry, InlineWork, InternalOptions, LanesInternal } from "./entry.js"
 import {
   callOnExitOf,
   CLOSED_ERROR,
-  dropped,
-  fiberOf,
   IDLE,
   INLINE,
   isInlineWork,
@@ -33,6 +33,8 @@ import {
 } from "./entry.js"
 import { KeyTable } from "./keyTable.js"
 import { StartList } from "./starts.js"
+import type { StopHost } from "./stops.js"
+import { cancelOf, closeOf } from "./stops.js"
 import type { ActivationExit, LanesOptions, WakeResult } from "./types.js"
 import { WaitingKeys } from "./waiting.js"
 
@@ -312,82 +314,25 @@ const make = <K, E, R>(
     return e.wake ??= makeWake(key)
   }
 
-  const cancel = (key: K): Effect.Effect<void> =>
-    Effect.withFiber((self) => {
-      const e = lookup(key)
-      if (e === undefined) return Effect.void
-      if (e.state === QUEUED) {
-        queue.unlink(e)
-        waiting--
-        deleteEntry(e)
-        return Effect.uninterruptible(report(dropped(key, "cancel")))
-      }
-      const owed = e.owed
-      if (owed) {
-        e.owed = false
-        waiting--
-      }
-      if (e.reason === undefined) e.reason = "cancel"
-      // Given a slot but not forked yet: fork it now; it sees the reason and ends (interrupted) at once.
-      const fiber = e.state === STARTING ? forkNow(e) : fiberOf(e)
-      const dropReport = owed ? Effect.uninterruptible(report(dropped(key, "cancel"))) : Effect.void
-      // inline work that goes on without a fiber: it cannot be interrupted, the caller waits for its end
-      if (e.state === INLINE) return Effect.andThen(dropReport, awaitInline(e))
-      if (fiber === undefined) return dropReport // only from inside activate(key) itself, before its fiber exists
-      if (fiber === self) {
-        // From inside its own activation the caller cannot wait for itself: the report comes
-        // first, then the interruption, which takes effect once the activation is interruptible.
-        return Effect.andThen(dropReport, Effect.sync(() => self.interruptUnsafe(self.id)))
-      }
-      fiber.interruptUnsafe(self.id) // may run the activation's end synchronously, right here
-      return Effect.andThen(dropReport, Effect.asVoid(Fiber.await(fiber)))
-    })
-
-  const close: Effect.Effect<void> = Effect.withFiber((self) => {
-    if (closed) {
-      const fibers = runningFibers(table.values(), self, forkNow)
-      return Effect.andThen(Fiber.awaitAll(fibers), Effect.all(inlineEnds(table.values()), { discard: true }))
+  const stops: StopHost<K, E> = {
+    table,
+    queue,
+    lookup,
+    deleteEntry,
+    forkNow,
+    report,
+    unwait: (n) => {
+      waiting -= n
+    },
+    markClosed: () => {
+      if (closed) return false
+      closed = true
+      if (group !== undefined) group.leave(member)
+      return true
     }
-    closed = true
-    if (group !== undefined) group.leave(member)
-    const drops: Array<K> = []
-    for (const e of queue.takeAll()) {
-      deleteEntry(e)
-      drops.push(e.key)
-    }
-    waiting -= drops.length
-    const fibers: Array<Fiber.Fiber<void>> = []
-    const starting: Array<Entry<K>> = []
-    for (const e of table.values()) {
-      if (e.state === IDLE) continue
-      if (e.owed) {
-        e.owed = false
-        waiting--
-        drops.push(e.key)
-      }
-      if (e.reason === undefined) e.reason = "close"
-      const fiber = fiberOf(e)
-      if (fiber !== undefined) fibers.push(fiber)
-      else if (e.state === STARTING) starting.push(e)
-    }
-    // Given a slot but not forked yet: forked now, each sees the reason and ends (interrupted) at once.
-    for (const e of starting) {
-      const fiber = forkNow(e)
-      if (fiber !== undefined) fibers.push(fiber)
-    }
-    const others = fibers.filter((f) => f !== self)
-    for (const f of others) f.interruptUnsafe(self.id)
-    const reports = Effect.uninterruptible(
-      Effect.forEach(drops, (key) => report(dropped(key, "close")), { discard: true })
-    )
-    // From inside an activation the caller cannot wait for itself: it is interrupted last.
-    const last = others.length === fibers.length ? Effect.void : Effect.sync(() => self.interruptUnsafe(self.id))
-    const inlines = inlineEnds(table.values())
-    const waits = inlines.length === 0
-      ? Fiber.awaitAll(others)
-      : Effect.andThen(Fiber.awaitAll(others), Effect.all(inlines, { discard: true }))
-    return Effect.andThen(reports, Effect.andThen(waits, last))
-  })
+  }
+  const cancel = cancelOf(stops)
+  const close = closeOf(stops)
 
   const stats = Effect.sync(() => ({ running, waiting, keys: table.held }))
 
