@@ -217,6 +217,37 @@ class Cursor {
   f64(): number {
     return this.buf.readDoubleLE(this.take(8))
   }
+}
+
+/**
+ * Reads the checkpoint file front to back, hashing every byte read: small parts into buffers, the
+ * rings' columns straight from the file into arrays of the size a restore gives the ring (no copy of
+ * the whole file in between). Throws `Short` past `end` (the CRC's place).
+ */
+class FileCursor {
+  crc = 0
+  constructor(
+    private readonly fd: number,
+    public at: number,
+    readonly end: number
+  ) {}
+  private fill(into: Uint8Array): void {
+    if (this.at + into.length > this.end) throw new Short()
+    let got = 0
+    while (got < into.length) {
+      const n = fs.readSync(this.fd, into, got, into.length - got, this.at + got)
+      if (n === 0) throw new Short()
+      got += n
+    }
+    this.at += got
+    // Not on no bytes: zlib's crc32 of a NULL buffer (an empty ArrayBuffer's) is 0, not the CRC carried in.
+    if (got > 0) this.crc = crc32(into, this.crc)
+  }
+  bytes(n: number): Buffer {
+    const out = Buffer.allocUnsafe(n)
+    this.fill(out)
+    return out
+  }
   /** `n` values into a new array with room for `room` (the rest zero). */
   array<A extends Uint32Array | Uint8Array | Float64Array | Int32Array>(
     make: new(n: number) => A,
@@ -224,8 +255,7 @@ class Cursor {
     room = n
   ): A {
     const out = new make(room)
-    const bytes = out.BYTES_PER_ELEMENT * n
-    bytesOf(out).set(this.buf.subarray(this.take(bytes), this.at))
+    this.fill(new Uint8Array(out.buffer, 0, out.BYTES_PER_ELEMENT * n))
     return out
   }
   runs(n: number): Runs {
@@ -233,30 +263,62 @@ class Cursor {
   }
 }
 
+const isCount = (n: unknown): n is number => typeof n === "number" && Number.isSafeInteger(n) && n >= 0
+
 /** The checkpoint of `dir`, or `undefined`: none, damaged, or written on a machine of the other byte order. */
 export const readCheckpoint = (dir: string): CheckpointState | undefined => {
-  let buf: Buffer
+  let fd: number
   try {
-    buf = fs.readFileSync(join(dir, CHECKPOINT))
+    fd = fs.openSync(join(dir, CHECKPOINT), "r")
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === "ENOENT") return undefined
     throw e
   }
-  if (buf.length < MAGIC.length + 8 || !buf.subarray(0, MAGIC.length).equals(MAGIC)) return undefined
-  const end = buf.length - 4
-  if (crc32(buf.subarray(0, end)) !== buf.readUInt32LE(end)) return undefined
   try {
-    const c = new Cursor(buf, MAGIC.length, end)
-    const jsonLen = c.u32()
-    const h = JSON.parse(buf.toString("utf8", c.take(jsonLen), c.at)) as Header
+    const size = fs.fstatSync(fd).size
+    const end = size - 4
+    if (end < MAGIC.length + 4) return undefined
+    const f = new FileCursor(fd, 0, end)
+    const pre = f.bytes(MAGIC.length + 4)
+    if (!pre.subarray(0, MAGIC.length).equals(MAGIC)) return undefined
+    const jsonLen = pre.readUInt32LE(MAGIC.length)
+    if (MAGIC.length + 4 + jsonLen > end) return undefined
+    const h = JSON.parse(f.bytes(jsonLen).toString("utf8")) as Header
     if (h.endian !== endianness()) return undefined
+    const [pn, pr] = h.plain
+    const [kn, kr] = h.keyed
+    const [pt, kt, dt] = h.tables ?? [0, 0, 0]
+    if (![h.live, h.kept, pn, pr, kn, kr, pt, kt, dt].every(isCount)) return undefined
+    // The rings' bytes follow the live and kept entries (whose sizes the header does not give): what is left is theirs.
+    const ringBytes = 16 * pn + 12 * pr + 37 * kn + 12 * kr + 4 * (pt + kt + dt)
+    const entries = f.bytes(end - f.at - ringBytes)
+    // The rings' columns go straight into arrays of the size a restore gives the ring (no second copy).
+    const pc = capacityFor(pn)
+    const plain = { count: pn, words: f.array(Uint32Array, 4 * pn, 4 * pc), runs: f.runs(pr) }
+    const kc = capacityFor(kn)
+    const keyed: KeyedColumns = {
+      count: kn,
+      words: f.array(Uint32Array, 4 * kn, 4 * kc),
+      digests: f.array(Uint32Array, 2 * kn, 2 * kc),
+      files: f.array(Uint32Array, kn, kc),
+      offsets: f.array(Uint32Array, kn, kc),
+      bytes: f.array(Uint32Array, kn, kc),
+      flags: f.array(Uint8Array, kn, kc),
+      runs: f.runs(kr)
+    }
+    const table = (n: number): Int32Array | undefined => (n > 0 ? f.array(Int32Array, n) : undefined)
+    const plainTable = table(pt)
+    const keyedTables = [table(kt), table(dt)] as const
+    const tail = Buffer.alloc(4)
+    if (fs.readSync(fd, tail, 0, 4, end) !== 4 || f.crc !== tail.readUInt32LE(0)) return undefined
+    const c = new Cursor(entries, 0, entries.length)
     const live: Array<PlacedEntry> = []
     for (let i = 0; i < h.live; i++) {
       const n = c.u32()
       const code = c.u32()
       const offset = c.u32()
       const bytes = c.f64()
-      const entry = readEntry(buf, c.take(n), c.at)
+      const entry = readEntry(entries, c.take(n), c.at)
       entry.bytes = bytes
       live.push({ entry, code: code === NONE ? -1 : code, offset })
     }
@@ -264,31 +326,11 @@ export const readCheckpoint = (dir: string): CheckpointState | undefined => {
     for (let i = 0; i < h.kept; i++) {
       const n = c.u32()
       const bytes = c.f64()
-      const a = readAcked(buf, c.take(n), c.at)
+      const a = readAcked(entries, c.take(n), c.at)
       if (a.entry !== undefined) a.entry.bytes = bytes
       kept.push([a.id, a.at, a.entry, bytes])
     }
-    // The rings' columns go straight into arrays of the size a restore gives the ring (no second copy).
-    const [pn, pr] = h.plain
-    const pc = capacityFor(pn)
-    const plain = { count: pn, words: c.array(Uint32Array, 4 * pn, 4 * pc), runs: c.runs(pr) }
-    const [kn, kr] = h.keyed
-    const kc = capacityFor(kn)
-    const keyed: KeyedColumns = {
-      count: kn,
-      words: c.array(Uint32Array, 4 * kn, 4 * kc),
-      digests: c.array(Uint32Array, 2 * kn, 2 * kc),
-      files: c.array(Uint32Array, kn, kc),
-      offsets: c.array(Uint32Array, kn, kc),
-      bytes: c.array(Uint32Array, kn, kc),
-      flags: c.array(Uint8Array, kn, kc),
-      runs: c.runs(kr)
-    }
-    const [pt, kt, dt] = h.tables ?? [0, 0, 0]
-    const table = (n: number): Int32Array | undefined => (n > 0 ? c.array(Int32Array, n) : undefined)
-    const plainTable = table(pt)
-    const keyedTables = [table(kt), table(dt)] as const
-    if (c.at !== end) return undefined
+    if (c.at !== c.end) return undefined
     return {
       files: h.files,
       nextLsn: h.nextLsn,
@@ -297,8 +339,13 @@ export const readCheckpoint = (dir: string): CheckpointState | undefined => {
       live,
       acked: { kept, plain: { ...plain, table: plainTable }, keyed: { ...keyed, tables: keyedTables } }
     }
-  } catch {
-    // A CRC-valid checkpoint that does not parse: written by another version. Replay instead.
+  } catch (e) {
+    // A failed read is the I/O error it is; anything else (cut short, a header that does not parse, a
+    // CRC-valid checkpoint written by another version) means: replay instead.
+    if ((e as NodeJS.ErrnoException)?.syscall !== undefined) throw e
+    if (process.env.DBG) console.log(e)
     return undefined
+  } finally {
+    fs.closeSync(fd)
   }
 }
