@@ -6,7 +6,7 @@ import { describe, expect, it } from "@effect/vitest"
 import { Cause, Deferred, Effect, Exit, Fiber, Logger, Scope } from "effect"
 import { TestClock } from "effect/testing"
 import { type ActivationExit, createLanes, LanesClosed } from "../../src/queue/index.js"
-import { idle, lanesWith } from "./Lanes.probe.js"
+import { idle, lanesRecordingExits, lanesWith, soleFailureCause } from "./Lanes.probe.js"
 
 describe("Lanes: timeout", () => {
   it.effect("an activation running longer than turnTimeoutMs is interrupted and reported with reason timeout", () =>
@@ -324,20 +324,10 @@ describe("Lanes: onExit", () => {
 
   it.effect("an activation that interrupts itself is ActivationFailed: ActivationInterrupted means the lanes cut it short", () =>
     Effect.gen(function*() {
-      const exits: Array<ActivationExit<string, never>> = []
-      const lanes = yield* createLanes<string>({
-        maxConcurrent: 1,
-        activate: () => Effect.interrupt,
-        onExit: (exit) => {
-          exits.push(exit)
-        }
-      })
+      const { exits, lanes } = yield* lanesRecordingExits({ maxConcurrent: 1, activate: () => Effect.interrupt })
       yield* lanes.wake("a")
       yield* idle(lanes)
-      expect(exits).toHaveLength(1)
-      const exit = exits[0]!
-      expect(exit._tag).toBe("ActivationFailed")
-      if (exit._tag === "ActivationFailed") expect(Cause.hasInterruptsOnly(exit.cause)).toBe(true)
+      expect(Cause.hasInterruptsOnly(soleFailureCause(exits))).toBe(true)
     }))
 
   it.effect("a defect raised by onExit (a throw or Effect.die) is logged as a warning and changes nothing else", () =>
@@ -488,14 +478,10 @@ describe("Lanes: races", () => {
 
   it.effect("close from inside an activation reports every dropped entry and does not wait for itself", () =>
     Effect.gen(function*() {
-      const exits: Array<ActivationExit<string, never>> = []
       const ref: { close?: Effect.Effect<void> } = {}
-      const lanes = yield* createLanes<string>({
+      const { exits, lanes } = yield* lanesRecordingExits({
         maxConcurrent: 2,
-        activate: (key) => (key === "closer" ? Effect.andThen(ref.close!, Effect.never) : Effect.never),
-        onExit: (exit) => {
-          exits.push(exit)
-        }
+        activate: (key) => (key === "closer" ? Effect.andThen(ref.close!, Effect.never) : Effect.never)
       })
       ref.close = lanes.close
       yield* lanes.wake("other")

@@ -4,8 +4,8 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Cause, Deferred, Effect } from "effect"
-import { type ActivationExit, createLanes, LanesConfigInvalid, MAX_QUEUED } from "../../src/queue/index.js"
-import { idle } from "./Lanes.probe.js"
+import { createLanes, LanesConfigInvalid, MAX_QUEUED } from "../../src/queue/index.js"
+import { idle, lanesRecordingExits, soleFailureCause } from "./Lanes.probe.js"
 
 const activate = () => Effect.void
 const invalid = (options: unknown) => Effect.flip(createLanes(options as never))
@@ -114,15 +114,11 @@ describe("Lanes: keys of any type a Map can hold (SameValueZero)", () => {
 describe("Lanes: bad input never crashes the scheduler", () => {
   it.effect("an activate that throws instead of returning an Effect is reported as ActivationFailed with a defect", () =>
     Effect.gen(function*() {
-      const exits: Array<ActivationExit<string, never>> = []
-      const lanes = yield* createLanes<string>({
+      const { exits, lanes } = yield* lanesRecordingExits({
         maxConcurrent: 1,
         activate: (key) => {
           if (key === "bad") throw new Error("activate threw")
           return Effect.void
-        },
-        onExit: (exit) => {
-          exits.push(exit)
         }
       })
       yield* lanes.wake("bad")
@@ -135,20 +131,13 @@ describe("Lanes: bad input never crashes the scheduler", () => {
 
   it.effect("an activate that returns something other than an Effect is reported as ActivationFailed with a defect", () =>
     Effect.gen(function*() {
-      const exits: Array<ActivationExit<string, never>> = []
-      const lanes = yield* createLanes<string>({
+      const { exits, lanes } = yield* lanesRecordingExits({
         maxConcurrent: 1,
-        activate: (() => Promise.resolve(1)) as never,
-        onExit: (exit) => {
-          exits.push(exit)
-        }
+        activate: (() => Promise.resolve(1)) as never
       })
       yield* lanes.wake("a")
       yield* idle(lanes)
-      expect(exits).toHaveLength(1)
-      const exit = exits[0]!
-      expect(exit._tag).toBe("ActivationFailed")
-      if (exit._tag === "ActivationFailed") expect(Cause.hasDies(exit.cause)).toBe(true)
+      expect(Cause.hasDies(soleFailureCause(exits))).toBe(true)
       expect(yield* lanes.wake("a")).toBe("started")
     }))
 

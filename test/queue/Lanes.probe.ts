@@ -3,7 +3,8 @@
  * a gate per key until the test opens it, and lets a test wait for a condition over the events
  * (re-checked at every event: no polling, no sleeps).
  */
-import type { Scope } from "effect"
+import { expect } from "@effect/vitest"
+import type { Cause, Scope } from "effect"
 import { Deferred, Effect } from "effect"
 import { type ActivationExit, createLanes, type LanesOptions } from "../../src/queue/index.js"
 
@@ -134,3 +135,24 @@ export const lanesWith = <K = string>(
     const lanes = yield* createLanes<K, string>({ ...options, activate: probe.activate, onExit: probe.onExit })
     return { probe, lanes }
   })
+
+/** Lanes whose `onExit` records every exit in `exits`, in order (for activations the probe does not make). */
+export const lanesRecordingExits = (options: Omit<LanesOptions<string>, "onExit">) =>
+  Effect.gen(function*() {
+    const exits: Array<ActivationExit<string, never>> = []
+    const lanes = yield* createLanes<string>({
+      ...options,
+      onExit: (exit) => {
+        exits.push(exit)
+      }
+    })
+    return { lanes, exits }
+  })
+
+/** The cause of the one exit in `exits`, which must be `ActivationFailed` (else the test fails here). */
+export const soleFailureCause = <K, E>(exits: ReadonlyArray<ActivationExit<K, E>>): Cause.Cause<E> => {
+  expect(exits).toHaveLength(1)
+  const exit = exits[0]!
+  if (exit._tag !== "ActivationFailed") throw new Error(`expected ActivationFailed, got ${exit._tag}`)
+  return exit.cause
+}
