@@ -80,7 +80,7 @@ const send = (client: ReplayOptions["client"], runs: ReadonlyArray<UnansweredRun
 
 /** What the replay did so far (for `/status` and `/metrics`). */
 export interface ReplayStats {
-  /** Sweeps that read the unanswered inbox (each one, whether or not it found a run). */
+  /** Sweeps that read the unanswered inbox (each read that succeeded, whether or not it found a run). */
   readonly sweeps: number
   /** Runs sent to their keys by an acquisition replay or a sweep. */
   readonly replayed: number
@@ -100,18 +100,20 @@ export const start = (options: ReplayOptions): Effect.Effect<() => ReplayStats, 
       if (shards.length > 0) Queue.offerUnsafe(acquired, shards)
     })
     yield* Effect.addFinalizer(() => Effect.sync(off))
-    const replay = (what: string, shards: ReadonlyArray<string>, before: number) =>
-      Effect.flatMap(answers.unanswered(shards, before), (runs) =>
-        runs.length === 0 ? Effect.void : Effect.andThen(
+    const replay = (what: string, shards: ReadonlyArray<string>, before: number, sweep = false) =>
+      Effect.flatMap(answers.unanswered(shards, before), (runs) => {
+        if (sweep) sweeps++
+        return runs.length === 0 ? Effect.void : Effect.andThen(
           Effect.logInfo(`replay: ${runs.length} unanswered run(s) ${what} sent to their keys`),
           Effect.suspend(() => {
             replayed += runs.length
             // Not waited for: the next acquisition or sweep must not wait for these runs' turns.
             return Effect.forkIn(send(options.client, runs), scope)
           })
-        )).pipe(
-          Effect.catchCause((cause) => Effect.logWarning(`replay: could not read the unanswered inbox`, cause))
         )
+      }).pipe(
+        Effect.catchCause((cause) => Effect.logWarning(`replay: could not read the unanswered inbox`, cause))
+      )
     yield* Effect.forever(
       Effect.flatMap(Queue.take(acquired), (shards) => replay("of acquired shards", shards, Number.MAX_SAFE_INTEGER))
     ).pipe(Effect.forkScoped)
@@ -119,10 +121,8 @@ export const start = (options: ReplayOptions): Effect.Effect<() => ReplayStats, 
       Effect.andThen(
         Effect.sleep(Duration.millis(sweepMs)),
         Effect.suspend(() =>
-          replay(`found by the sweep (older than ${sweepAgeMs} ms)`, fence.held(), Date.now() - sweepAgeMs)
-        ).pipe(Effect.ensuring(Effect.sync(() => {
-          sweeps++
-        })))
+          replay(`found by the sweep (older than ${sweepAgeMs} ms)`, fence.held(), Date.now() - sweepAgeMs, true)
+        )
       )
     ).pipe(Effect.forkScoped)
     return () => ({ sweeps, replayed })

@@ -157,13 +157,15 @@ describe.skipIf(!up)("volatile ingress runs: the inbox row is the durability (tw
       expect(record.turns[0].startedAt - record.receivedAt[0]).toBeGreaterThanOrEqual(SWEEP_AGE_MS)
       // Later sweeps find it answered: still one turn after two more sweeps of every runner (the first of
       // them may have read the inbox before the answer was stored; the second one began after it).
-      const sweeps = () => Promise.all(runners.map(async (r) => (await status(r.port)).counters.replaySweeps))
-      const seen = await sweeps()
+      const counters = () => Promise.all(runners.map(async (r) => (await status(r.port)).counters))
+      const seen = await counters()
       await until(
         "two more sweeps on every runner",
         20_000,
-        async () => (await sweeps()).every((n, i) => n >= seen[i] + 2)
+        async () => (await counters()).every((c, i) => c.replaySweeps >= seen[i].replaySweeps + 2)
       )
+      // Those sweeps sent nothing (the run is answered, and nothing else is unanswered), and ran nothing.
+      expect((await counters()).map((c) => c.replayed)).toEqual(seen.map((c) => c.replayed))
       expect((await recordOf(runId)).turns).toHaveLength(1)
       expect((await recordOf(runId)).replies).toBe(1)
     },
