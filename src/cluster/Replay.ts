@@ -102,14 +102,13 @@ export const start = (options: ReplayOptions): Effect.Effect<() => ReplayStats, 
     yield* Effect.addFinalizer(() => Effect.sync(off))
     const replay = (what: string, shards: ReadonlyArray<string>, before: number, sweep = false) =>
       Effect.flatMap(answers.unanswered(shards, before), (runs) => {
+        // Both counts move together, in one step, so a reader never sees a sweep without its sends.
         if (sweep) sweeps++
+        replayed += runs.length
         return runs.length === 0 ? Effect.void : Effect.andThen(
           Effect.logInfo(`replay: ${runs.length} unanswered run(s) ${what} sent to their keys`),
-          Effect.suspend(() => {
-            replayed += runs.length
-            // Not waited for: the next acquisition or sweep must not wait for these runs' turns.
-            return Effect.forkIn(send(options.client, runs), scope)
-          })
+          // Not waited for: the next acquisition or sweep must not wait for these runs' turns.
+          Effect.forkIn(send(options.client, runs), scope)
         )
       }).pipe(
         Effect.catchCause((cause) => Effect.logWarning(`replay: could not read the unanswered inbox`, cause))

@@ -155,17 +155,21 @@ describe.skipIf(!up)("volatile ingress runs: the inbox row is the durability (tw
       expect(record.turns).toHaveLength(1)
       // Sent by the sweep (its first message older than the sweep's age), not by anything sooner.
       expect(record.turns[0].startedAt - record.receivedAt[0]).toBeGreaterThanOrEqual(SWEEP_AGE_MS)
-      // Later sweeps find it answered: still one turn after two more sweeps of every runner (the first of
-      // them may have read the inbox before the answer was stored; the second one began after it).
+      // Later sweeps find it answered. A sweep in flight when the turn was seen may have read the inbox
+      // before the answer committed, so: one more sweep of every runner (`mid`: every sweep counted after
+      // it began after the answer), then two more, which must have sent nothing (`replayed` unchanged; the
+      // run is answered and nothing else is unanswered) and run nothing (still one turn, one reply).
       const counters = () => Promise.all(runners.map(async (r) => (await status(r.port)).counters))
-      const seen = await counters()
-      await until(
-        "two more sweeps on every runner",
-        20_000,
-        async () => (await counters()).every((c, i) => c.replaySweeps >= seen[i].replaySweeps + 2)
-      )
-      // Those sweeps sent nothing (the run is answered, and nothing else is unanswered), and ran nothing.
-      expect((await counters()).map((c) => c.replayed)).toEqual(seen.map((c) => c.replayed))
+      const sweptSince = (since: ReadonlyArray<Readonly<Record<string, number>>>, n: number) =>
+        until(
+          `${n} more sweep(s) on every runner`,
+          20_000,
+          async () => (await counters()).every((c, i) => c.replaySweeps >= since[i].replaySweeps + n)
+        )
+      await sweptSince(await counters(), 1)
+      const mid = await counters()
+      await sweptSince(mid, 2)
+      expect((await counters()).map((c) => c.replayed)).toEqual(mid.map((c) => c.replayed))
       expect((await recordOf(runId)).turns).toHaveLength(1)
       expect((await recordOf(runId)).replies).toBe(1)
     },
