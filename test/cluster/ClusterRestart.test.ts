@@ -12,7 +12,7 @@ import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
-import { killRunners, postMessage, shardsSettled, startRunner, status, terminate, until } from "./support.js"
+import { postMessage, shardsSettled, startRunner, status, tearDown, terminate, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterRestart.test.ts")
@@ -64,9 +64,7 @@ describe.skipIf(!up)("restartLane and SIGTERM across runner processes", () => {
   }, 90_000)
 
   afterAll(async () => {
-    await killRunners(runners)
-    await db?.drop()
-    fs.rmSync(dir, { recursive: true, force: true })
+    await tearDown(runners, db, dir)
   }, 60_000)
 
   it(

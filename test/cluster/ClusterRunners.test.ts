@@ -6,14 +6,12 @@
  *
  * `npm test` runs 300 messages; `npm run test:cluster` runs the full 1000.
  */
-import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import * as Postgres from "../../src/cluster/Postgres.js"
-import { freshDatabase, postgresAvailable } from "./pg.js"
-import { killRunners, postMessage, shardsSettled, startRunner, until } from "./support.js"
+import { freshDatabase, postgresAvailable, query } from "./pg.js"
+import { postMessage, shardsSettled, startRunner, tearDown, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterRunners.test.ts")
@@ -30,9 +28,6 @@ const prng = (seed: number) => () => {
   t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t
   return ((t ^ (t >>> 14)) >>> 0) / 4294967296
 }
-
-const query = <A extends object>(url: string, text: string, params: ReadonlyArray<unknown> = []) =>
-  Effect.runPromise(Postgres.withClient(url, (sql) => sql.unsafe<A>(text, params)))
 
 describe.skipIf(!up)("three runner processes on one Postgres", () => {
   let db: { url: string; drop: () => Promise<void> } | undefined
@@ -72,9 +67,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
   }, 120_000)
 
   afterAll(async () => {
-    await killRunners(runners)
-    await db?.drop()
-    fs.rmSync(dir, { recursive: true, force: true })
+    await tearDown(runners, db, dir)
   }, 60_000)
 
   it(

@@ -19,17 +19,14 @@ import * as ClusterAgent from "../../src/cluster/ClusterAgent.js"
 import * as Migrations from "../../src/cluster/Migrations.js"
 import * as PgDeliveryLog from "../../src/cluster/PgDeliveryLog.js"
 import * as Postgres from "../../src/cluster/Postgres.js"
-import { freshDatabase, postgresAvailable } from "./pg.js"
-import { killRunners, postMessage, runningOn, shardsSettled, startRunner, status, until } from "./support.js"
+import { freshDatabase, postgresAvailable, query } from "./pg.js"
+import { postMessage, runningOn, shardsSettled, startRunner, status, tearDown, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/Fencing.test.ts")
 const LATENCY_MS = 1_500
 const LEASE_MS = 3_000
 const SHARDS = 8
-
-const query = <A extends object>(url: string, text: string, params: ReadonlyArray<unknown> = []) =>
-  Effect.runPromise(Postgres.withClient(url, (sql) => sql.unsafe<A>(text, params)))
 
 /** Whether the heartbeat singleton runs on `r` now, by its log: its last heartbeat line says it started. */
 const runsHeartbeat = (r: RunnerProcess): boolean => {
@@ -68,9 +65,7 @@ describe.skipIf(!up)(
     }, 90_000)
 
     afterAll(async () => {
-      await killRunners(runners)
-      await db?.drop()
-      fs.rmSync(dir, { recursive: true, force: true })
+      await tearDown(runners, db, dir)
     }, 60_000)
 
     it(

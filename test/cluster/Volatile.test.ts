@@ -10,14 +10,12 @@
  * - the owner SIGKILLed after the accept and before the turn started: the next owner runs it when it
  *   acquires the shard, the waiting client gets that answer, and the message is answered exactly once.
  */
-import { Effect } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
-import * as Postgres from "../../src/cluster/Postgres.js"
-import { freshDatabase, postgresAvailable } from "./pg.js"
-import { killRunners, shardsSettled, startRunner, status, until } from "./support.js"
+import { freshDatabase, postgresAvailable, query } from "./pg.js"
+import { shardsSettled, startRunner, status, tearDown, until } from "./support.js"
 import type { RunnerProcess } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/Volatile.test.ts")
@@ -27,9 +25,6 @@ const LEASE_MS = 3_000
 const SHARDS = 8
 /** Replay.ts's default sweep: unanswered runs whose first message is this old are sent again. */
 const SWEEP_AGE_MS = 5_000
-
-const query = <A extends object>(url: string, text: string, params: ReadonlyArray<unknown> = []) =>
-  Effect.runPromise(Postgres.withClient(url, (sql) => sql.unsafe<A>(text, params)))
 
 interface Answer {
   readonly status: number
@@ -126,9 +121,7 @@ describe.skipIf(!up)("volatile ingress runs: the inbox row is the durability (tw
   }, 90_000)
 
   afterAll(async () => {
-    await killRunners(runners)
-    await db?.drop()
-    fs.rmSync(dir, { recursive: true, force: true })
+    await tearDown(runners, db, dir)
   }, 60_000)
 
   it(

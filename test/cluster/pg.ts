@@ -75,3 +75,7 @@ export const freshDatabase = async (
     }
   }
 }
+
+/** Runs one SQL statement on `url` (a connection of its own) and returns its rows. */
+export const query = <A extends object>(url: string, text: string, params: ReadonlyArray<unknown> = []) =>
+  Effect.runPromise(Postgres.withClient(url, (sql) => sql.unsafe<A>(text, params)))

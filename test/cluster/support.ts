@@ -2,6 +2,7 @@
 import { Layer } from "effect"
 import type { Effect, Scope } from "effect"
 import type { ChildProcess } from "node:child_process"
+import * as fs from "node:fs"
 import * as net from "node:net"
 import * as ClusterLayer from "../../src/cluster/ClusterLayer.js"
 
@@ -166,6 +167,17 @@ export const killRunners = async (runners: ReadonlyArray<RunnerProcess>): Promis
     }
   }
   await Promise.all(runners.map((r) => r.exited))
+}
+
+/** The end of a file of runner processes: every runner killed, its database dropped, its directory removed. */
+export const tearDown = async (
+  runners: ReadonlyArray<RunnerProcess>,
+  db: { readonly drop: () => Promise<void> } | undefined,
+  dir: string
+): Promise<void> => {
+  await killRunners(runners)
+  await db?.drop()
+  fs.rmSync(dir, { recursive: true, force: true })
 }
 
 /** Waits until one of `runners` runs a turn on `lane` and returns it. */
