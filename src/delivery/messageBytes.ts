@@ -112,18 +112,6 @@ export class MessageBytes {
     }
   }
 
-  /**
-   * The encoded text as a string, also written at `target[at]` (copied natively through the string,
-   * which the entry keeps anyway: `Buffer.copy` of part of a buffer makes a view per call).
-   */
-  copyText(target: Buffer, at: number): string {
-    const text = textOf(this.buf, 0, this.bytes, this.ascii)
-    const raw = target as unknown as RawBuffer
-    if (this.ascii) raw.latin1Write(text, at, this.bytes)
-    else raw.utf8Write(text, at, this.bytes)
-    return text
-  }
-
   /** Make room for `n` more bytes at `pos`. */
   private room(n: number): void {
     const need = this.pos + n
