@@ -67,6 +67,30 @@ export class TextArena {
     return true
   }
 
+  /** The chunk being filled: an encoder may write a text at `buf[freeAt…]`, then `adopt` it. */
+  get buf(): Buffer {
+    return this.current.buf
+  }
+
+  /** Where the free space of `buf` starts. */
+  get freeAt(): number {
+    return this.current.used
+  }
+
+  /**
+   * The text `owner` needs is `src[start, start + n)`: kept where it is when that is `buf` at
+   * `freeAt` (an encoder wrote it there), else copied (`put`). False when too long for the arena.
+   */
+  adopt(src: Buffer, start: number, n: number, ascii: boolean, owner: EntryData): boolean {
+    const c = this.current
+    if (src !== c.buf || start !== c.used || n > ARENA_TEXT_MAX) return this.put(src, start, start + n, ascii, owner)
+    owner.holdText(c, start, n, ascii)
+    c.used += n
+    c.live += n
+    c.owners.push(owner)
+    return true
+  }
+
   /** `owner` left the log (acked, not kept): its text no longer counts as live in its chunk. */
   release(owner: EntryData): void {
     const c = owner.releaseText()
