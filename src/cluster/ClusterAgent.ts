@@ -15,8 +15,8 @@ import { Model } from "../agent/Model.js"
 import * as Answers from "./Answers.js"
 import type { AlreadyAnswered } from "./Answers.js"
 import { Fenced } from "./Fencing.js"
-import { marksSlot, writesAnswer } from "./KeyRunner.js"
-import type { ClusterTask, LaneHandler } from "./KeyRunner.js"
+import { marksSlot, writesAnswer } from "./LaneHandler.js"
+import type { ClusterTask, LaneHandler } from "./LaneHandler.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 import * as Storage from "./Storage.js"
 import * as Timing from "./Timing.js"
@@ -233,9 +233,9 @@ export const handlers = (
         Effect.mapError((e) => e._tag === "AlreadyAnswered" ? e : { _tag: e._tag, message: e.message })
       )
 
-    // Each marks its run's coalescing slot started in its first statement (KeyRunner.marksSlot).
+    // Each marks its run's coalescing slot started in its first statement (LaneHandler.ts marksSlot).
     return {
-      // Its commit writes the run's answer (KeyRunner.writesAnswer): the ingress's runs are volatile.
+      // Its commit writes the run's answer (LaneHandler.ts writesAnswer): the ingress's runs are volatile.
       main: writesAnswer(marksSlot((task) => {
         const c = task.command as MessageCommand
         return turn(task, task.key, String(c.text), task.key, "user", undefined, c.inbox === true)

@@ -43,7 +43,7 @@ export type {
   ClusterQueueOptions,
   DrainOptions
 } from "./ClusterQueueTypes.js"
-export type { ClusterTask, LaneHandler } from "./KeyRunner.js"
+export type { ClusterTask, LaneHandler } from "./LaneHandler.js"
 
 interface Outstanding {
   readonly id: number

@@ -6,7 +6,7 @@ import type { Duration, Effect, Exit, Option } from "effect"
 import type { DrainReport, LaneLimits, LaneSnapshot, TaskReport } from "../queue/CommandQueue.js"
 import type { AdmissionError, FutureTimeout, QueueFailure, RequestError } from "../queue/errors.js"
 import type { InboxMessage } from "./Coalesce.js"
-import type { LaneHandler } from "./KeyRunner.js"
+import type { LaneHandler } from "./LaneHandler.js"
 
 /** Options of `ClusterQueue.make`. Lane limits apply per runner (each runner's local queue). */
 export interface ClusterQueueOptions {

@@ -28,17 +28,16 @@
  * waiting for a reply keep their connection until they are answered.
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import { ByteSize, Cause, Deferred, Effect, Exit, Layer, Redacted } from "effect"
+import { ByteSize, Deferred, Effect, Exit, Layer, Redacted } from "effect"
 import type { Scope } from "effect"
-import { HttpIncomingMessage, HttpRouter, HttpServerRequest, HttpServerResponse } from "effect/http"
-import { HttpApiBuilder, HttpApiError } from "effect/http-api"
-import * as nodeCrypto from "node:crypto"
+import { HttpIncomingMessage, HttpRouter } from "effect/http"
+import { HttpApiBuilder } from "effect/http-api"
 import * as http from "node:http"
-import { reservedSession } from "./ClusterAgent.js"
 import type { ClusterDelivery } from "./ClusterDelivery.js"
 import type { ClusterQueue } from "./ClusterQueue.js"
 import type * as Inbox from "./Inbox.js"
 import * as IngressApi from "./IngressApi.js"
+import { errorsAsJson, failureOf, isLoopback, sameToken } from "./IngressChecks.js"
 import * as IngressLanes from "./IngressLanes.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 import { metricsText, status } from "./RunnerStatus.js"
@@ -81,126 +80,7 @@ export interface Ingress {
   readonly close: (timeoutMs: number) => Effect.Effect<void>
 }
 
-type Reply = readonly [status: number, body: unknown]
-
-const NOT_FOUND =
-  "Expected one of POST /sessions/:id/messages, POST /sessions/:id/cancel, POST /lanes/:lane/restart, GET /lanes, POST /lanes/:lane/pause, POST /lanes/:lane/resume, PUT /lanes/:lane/limits, GET /status, GET /metrics, GET /openapi.json, GET /healthz"
-
-/** `?wait=` as milliseconds, or the 400 it earns. */
-export const parseWait = (raw: string | null, maxWaitMs: number): number | Reply => {
-  if (raw === null) return 0
-  if (/^\d{1,9}$/.test(raw) && Number(raw) <= maxWaitMs) return Number(raw)
-  return [400, {
-    error: `Expected \`wait\` to be an integer of milliseconds from 0 to ${maxWaitMs}, got \`${raw}\``,
-    reason: "invalid"
-  }]
-}
-
-/** The session of `/sessions/:id/messages`, or the 400 it earns. */
-export const parseSession = (raw: string): string | Reply => {
-  let session: string
-  try {
-    session = decodeURIComponent(raw)
-  } catch {
-    return [400, { error: `Expected a URL-encoded session name, got \`${raw}\``, reason: "invalid" }]
-  }
-  const reserved = reservedSession(session)
-  if (reserved !== undefined) {
-    return [400, { error: `Expected a session name of your own, got \`${session}\`: ${reserved}`, reason: "reserved" }]
-  }
-  return session
-}
-
-const failureOf = (exit: Exit.Exit<unknown, unknown>) => {
-  if (Exit.isSuccess(exit)) return undefined
-  const f = exit.cause.reasons.find((r) => r._tag === "Fail")
-  return f !== undefined && f._tag === "Fail"
-    ? (f.error as { _tag?: string; message?: string; reason?: string })
-    : undefined
-}
-
-/** `a === b` in time that does not depend on where they differ (equal-length SHA-256 digests). */
-export const sameToken = (a: string, b: string): boolean =>
-  nodeCrypto.timingSafeEqual(
-    nodeCrypto.createHash("sha256").update(a).digest(),
-    nodeCrypto.createHash("sha256").update(b).digest()
-  )
-
-/** True for a host only this machine can reach (`127.0.0.0/8`, `::1`, `localhost`). */
-export const isLoopback = (host: string): boolean =>
-  host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)
-
-const TAGS: Record<string, string> = {
-  invalid: "RequestInvalid",
-  reserved: "RequestInvalid",
-  "too-large": "TooLarge",
-  "not-found": "NotFound",
-  internal: "Internal"
-}
-const errorBody = (status: number, error: string, reason: string) =>
-  HttpServerResponse.jsonUnsafe({ _tag: TAGS[reason] ?? "RequestInvalid", error, reason }, { status })
-const replyBody = (reply: Reply) => {
-  const body = reply[1] as { error: string; reason: string }
-  return errorBody(reply[0], body.error, body.reason)
-}
-
-/**
- * Turns what the API's decoding refused (and unknown routes) into JSON errors `{ error, reason }`,
- * with the same messages as the checks of {@link parseSession} and {@link parseWait}.
- */
-const errorsAsJson =
-  (maxWaitMs: number, maxBody: number) => <E, R>(app: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
-    Effect.catchCause(app, (cause) =>
-      Effect.gen(function*() {
-        const request = yield* HttpServerRequest.HttpServerRequest
-        const url = new URL(request.url, "http://ingress")
-        const failure = cause.reasons.find((r) => r._tag === "Fail" || r._tag === "Die")
-        const e = (failure === undefined ? undefined : failure._tag === "Fail" ? failure.error : failure.defect) as {
-          _tag?: string
-          kind?: string
-        } | undefined
-        const reason = e?._tag === "HttpServerError" ? (e as { reason?: { _tag?: string } }).reason?._tag : e?._tag
-        const route = url.pathname.match(/^\/sessions\/([^/]+)\/(?:messages|cancel)$/)
-        if (
-          (HttpApiError.HttpApiSchemaError.is(e) && e.kind === "Params") ||
-          (reason === "RouteNotFound" && route !== null)
-        ) {
-          const parsed = route === null ? undefined : parseSession(route[1])
-          if (parsed !== undefined && typeof parsed !== "string") return replyBody(parsed)
-          return errorBody(400, `Expected a URL-encoded path, got \`${url.pathname}\``, "invalid")
-        }
-        if (HttpApiError.HttpApiSchemaError.is(e)) {
-          if (e.kind === "Query") {
-            const waitMs = parseWait(url.searchParams.get("wait"), maxWaitMs)
-            if (typeof waitMs !== "number") return replyBody(waitMs)
-          }
-          const shape = /^\/lanes\/[^/]+\/limits$/.test(url.pathname)
-            ? `{ "concurrent"?: <integer from 1>, "queued"?: <integer from 0> }`
-            : `{ "text": <non-empty string>, "id"?: <string> }`
-          return errorBody(
-            400,
-            // The schema's message with its path on the same line (`... at ["bogus"]`).
-            `Expected a JSON body \`${shape}\` (${e.kind}: ${
-              e.cause.message.split("\n").slice(0, 2).join(" ").replace(/\s+/g, " ")
-            })`,
-            "invalid"
-          )
-        }
-        if (HttpApiError.HttpApiPayloadTooLarge.is(e)) {
-          return errorBody(413, `Expected a body of at most ${maxBody} bytes, got more`, "too-large")
-        }
-        if (reason === "RouteNotFound") {
-          return errorBody(404, `${NOT_FOUND}, got ${request.method} ${url.pathname}`, "not-found")
-        }
-        if (reason === "RequestParseError") {
-          return errorBody(400, "Expected a JSON body, got text that does not parse", "invalid")
-        }
-        if (Cause.hasInterruptsOnly(cause)) {
-          return yield* Effect.failCause(cause)
-        }
-        yield* Effect.logWarning("Ingress request failed", cause)
-        return errorBody(500, "internal error", "internal")
-      }))
+export { isLoopback, parseSession, parseWait, sameToken } from "./IngressChecks.js"
 
 /** Serves the ingress for the Scope's lifetime; closing the Scope closes it (see {@link Ingress.close}). */
 export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Scope.Scope> =>

@@ -6,10 +6,10 @@
  *
  * Reading order, bottom-up (every file imports only files before it, and the other parts):
  * - `protocol.ts`, `json.ts`, `Coalesce.ts`, `Generations.ts`, `Postgres.ts`, `Migrations.ts`.
- * - The queue: `wire.ts` -> `KeyRunner.ts` (one key entity) -> `ClusterQueue.ts` ->
+ * - The queue: `wire.ts`, `LaneHandler.ts` -> `KeyRunner.ts` (one key entity) -> `ClusterQueue.ts` ->
  *   `ClusterCronJobs.ts`. Delivery: `PgDeliveryLog.ts` -> `ClusterDelivery.ts`, `Retention.ts`.
  *   `ClusterAgent.ts` (turns as lane handlers), `ClusterLayer.ts`.
- * - `RunnerStatus.ts`, `Ingress.ts` (HTTP) -> `Runner.ts` (all of it in one Scope) -> `runner-main.ts`.
+ * - `RunnerStatus.ts`, `IngressChecks.ts` -> `Ingress.ts` (HTTP) -> `Runner.ts` (all of it in one Scope) -> `runner-main.ts`.
  */
 export * as ClusterAgent from "./ClusterAgent.js"
 export type { CronCommand, MessageCommand, TurnResult } from "./ClusterAgent.js"
