@@ -20,7 +20,7 @@ import { loadavg } from "node:os"
 import { join } from "node:path"
 import { DeliveryLog } from "../src/delivery/index.js"
 import { encode, Kind } from "../src/delivery/record.js"
-import { gc, now, ratio, table } from "./lib.js"
+import { gc, now, ratio, table, tickBatcher } from "./lib.js"
 
 const root = join(process.cwd(), ".bench-tmp", "delivery-log")
 fs.rmSync(root, { recursive: true, force: true })
@@ -204,27 +204,9 @@ const sqliteEach = async (perProducer: number): Promise<Result> => {
 
 /** better-sqlite3, every append of one tick in one transaction (group commit by hand), on an open database. */
 const batchedOn = (db: Database.Database) => {
-  const insert = db.prepare("INSERT INTO outbox (id, enqueued_at, message) VALUES (?, ?, ?)")
-  let batch: Array<{ row: [string, number, string]; done: () => void }> = []
-  const many = db.transaction((rows: typeof batch) => {
-    for (const r of rows) insert.run(...r.row)
-  })
+  const add = tickBatcher(db)
   return (perProducer: number): Promise<Result> =>
-    drive(
-      perProducer,
-      (p, n) =>
-        new Promise<void>((resolve) => {
-          if (batch.length === 0) {
-            setImmediate(() => {
-              const rows = batch
-              batch = []
-              many(rows)
-              for (const x of rows) x.done()
-            })
-          }
-          batch.push({ row: [`${p}-${n}`, Date.now(), JSON.stringify(message(p, n))], done: resolve })
-        })
-    )
+    drive(perProducer, (p, n) => add([`${p}-${n}`, Date.now(), JSON.stringify(message(p, n))]))
 }
 
 /** better-sqlite3, a transaction per tick, on a fresh database. */
