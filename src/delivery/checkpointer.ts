@@ -32,7 +32,7 @@ import {
 } from "./checkpoint.js"
 import type { KeptSegment } from "./recovery.js"
 import { withFile } from "./replay.js"
-import { checksumFile, codeNumber, FILE_MODE, segmentName, SNAP_BIT } from "./segment.js"
+import { checksumFile, codeNumber, FILE_MODE, ReadWindow, segmentName, SNAP_BIT } from "./segment.js"
 import type { LogState } from "./state.js"
 
 /** The log when a checkpoint is due: `state` is exactly the records staged before address `end`. */
@@ -236,11 +236,12 @@ export class Checkpointer {
   atClose(state: LogState, nextLsn: number): void {
     if (!pays(state)) return
     const covered: Array<Covered> = []
+    const window = new ReadWindow()
     for (const s of [...this.segments.values()].sort((a, b) => a.number - b.number)) {
       if (s.crcTo < s.bytes) {
         const crc = withFile(
           join(this.dir, segmentName(s.number, s.kind)),
-          (fd) => checksumFile(fd, s.bytes, s.crcTo, s.crc)
+          (fd) => checksumFile(fd, s.bytes, s.crcTo, s.crc, window)
         )
         if (crc < 0) return
         s.crc = crc

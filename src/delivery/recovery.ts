@@ -10,7 +10,7 @@ import { CorruptLog } from "./corrupt.js"
 import type { KeyDigest } from "./keyDigest.js"
 import { MANIFEST, readManifest } from "./manifest.js"
 import { replayLog, replaySnapshot, type Truncate, withFile } from "./replay.js"
-import { checksumFile, fileCode, fsyncDir, listSegments, type SegmentFile, segmentName } from "./segment.js"
+import { checksumFile, fileCode, fsyncDir, listSegments, ReadWindow, type SegmentFile, segmentName } from "./segment.js"
 import { LogState } from "./state.js"
 
 export { CorruptLog } from "./corrupt.js"
@@ -114,7 +114,8 @@ const fromCheckpoint = (
   dir: string,
   order: ReadonlyArray<SegmentFile>,
   sizes: ReadonlyArray<number>,
-  state: LogState
+  state: LogState,
+  window: ReadWindow
 ): Resumed | undefined => {
   const ck = readCheckpoint(dir)
   if (ck === undefined) return undefined
@@ -129,7 +130,7 @@ const fromCheckpoint = (
   }
   for (let i = 0; i < n; i++) {
     const f = ck.files[i]!
-    if (withFile(join(dir, order[i]!.name), (fd) => checksumFile(fd, f.size)) !== f.crc) return undefined
+    if (withFile(join(dir, order[i]!.name), (fd) => checksumFile(fd, f.size, 0, 0, window)) !== f.crc) return undefined
   }
   state.acked.restore(ck.acked)
   for (const [id, , entry] of ck.acked.kept) {
@@ -177,7 +178,9 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
     state.addresses.add(fileCode(f.number, f.kind), base)
     base += sizes[i]!
   })
-  const resumed = below === undefined ? fromCheckpoint(dir, order, sizes, state) : undefined
+  // One read buffer for every file of this pass (segment.ts, `ReadWindow`).
+  const window = new ReadWindow()
+  const resumed = below === undefined ? fromCheckpoint(dir, order, sizes, state, window) : undefined
   const kept: Array<KeptSegment> = []
   let expected = 1
   let truncate: Recovered["truncate"] = undefined
@@ -192,7 +195,7 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
       if (i < resumed.files - 1 || f.kind === "snap") return keep(sizes[i]!, resumed.crcs[i]!)
     }
     if (f.kind === "snap") {
-      const r = replaySnapshot(state, path, fileCode(f.number, "snap"), bases[i]!, maxPayload)
+      const r = replaySnapshot(state, path, fileCode(f.number, "snap"), bases[i]!, maxPayload, window)
       replayed += r.size
       expected = r.nextLsn
       return keep(r.size, r.crc)
@@ -200,7 +203,8 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
     const from = resumed !== undefined && i === resumed.files - 1
       ? { offset: resumed.lastSize, crc: resumed.crcs[i]!, expected }
       : { offset: 0, crc: 0, expected }
-    const r = replayLog(state, path, bases[i]!, from, i === order.length - 1 && below === undefined, maxPayload)
+    const last = i === order.length - 1 && below === undefined
+    const r = replayLog(state, path, bases[i]!, from, last, maxPayload, window)
     expected = r.expected
     replayed += r.size - from.offset
     if (r.truncate?.zeros === true && r.size === 0 && (recorded.get(f.number) ?? 0) > 0) {

@@ -20,7 +20,7 @@ import {
   readRequeue
 } from "./payload.js"
 import { type Decoded, describeInvalid, Kind } from "./record.js"
-import { SegmentReader } from "./segment.js"
+import { type ReadWindow, SegmentReader } from "./segment.js"
 import type { LogState, SnapshotBeginPayload, SnapshotEndPayload } from "./state.js"
 
 /** The JSON payload of a snapshot's begin or end record. */
@@ -124,17 +124,19 @@ const applyAckedRecord = (state: LogState, r: Decoded, code: number, at: number)
 
 /**
  * Replay snapshot `path` (file code `code`, its records at addresses from `base`): strict, it was
- * complete and synced before it got its name. Returns the next lsn, its size and CRC-32.
+ * complete and synced before it got its name. Returns the next lsn, its size and CRC-32. `window`:
+ * the read buffer of the pass (segment.ts).
  */
 export const replaySnapshot = (
   state: LogState,
   path: string,
   code: number,
   base: number,
-  maxPayload: number
+  maxPayload: number,
+  window?: ReadWindow
 ): { nextLsn: number; size: number; crc: number } =>
   withFile(path, (fd, size) => {
-    const reader = new SegmentReader(fd, size, maxPayload)
+    const reader = new SegmentReader(fd, size, maxPayload, 0, 0, window)
     let lsn = 0
     let begin: SnapshotBeginPayload | undefined
     for (;;) {
@@ -203,7 +205,8 @@ export interface Truncate {
 /**
  * Replay log segment `path` from `from` (a record boundary: 0, or where a checkpoint's bytes end,
  * which hash to `crc`), its records at addresses from `base`, the first one numbered `expected`.
- * `last`: the last segment, where a torn tail is cut rather than corrupt.
+ * `last`: the last segment, where a torn tail is cut rather than corrupt. `window`: the read buffer
+ * of the pass (segment.ts).
  */
 export const replayLog = (
   state: LogState,
@@ -211,10 +214,11 @@ export const replayLog = (
   base: number,
   from: { readonly offset: number; readonly crc: number; readonly expected: number },
   last: boolean,
-  maxPayload: number
+  maxPayload: number,
+  window?: ReadWindow
 ): LogReplay =>
   withFile(path, (fd, size) => {
-    const reader = new SegmentReader(fd, size, maxPayload, from.offset, from.crc)
+    const reader = new SegmentReader(fd, size, maxPayload, from.offset, from.crc, window)
     // Appends acked a few records later never become entries (lazyAppends.ts); before the window moves
     // on, the payloads of those still kept are copied aside.
     const lazy = new LazyAppends(state)
