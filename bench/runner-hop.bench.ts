@@ -25,7 +25,8 @@ import * as net from "node:net"
 import * as os from "node:os"
 import * as ClusterLayer from "../src/cluster/ClusterLayer.js"
 import * as Postgres from "../src/cluster/Postgres.js"
-import { table } from "./lib.js"
+import { Run } from "../src/cluster/protocol.js"
+import { freePort, table } from "./lib.js"
 
 const ADMIN = process.env.SWITCHYARD_TEST_PG ?? "postgres://postgres@127.0.0.1:5432/test"
 const HOT_ROUNDS = Number(process.env.HOP_ROUNDS ?? 2000)
@@ -42,29 +43,13 @@ const payload = {
   admittedAt: 1_764_650_000_000,
   coalesceSlot: 1
 }
-const fields = {
-  runId: Schema.String,
-  lane: Schema.String,
-  key: Schema.String,
-  generation: Schema.Number,
-  command: Schema.Unknown,
-  admittedAt: Schema.Number,
-  coalesceSlot: Schema.optional(Schema.Number)
-}
+const fields = Run.payloadSchema.fields
 class EchoRpcs extends RpcGroup.make(Rpc.make("Echo", { payload: fields, success: Schema.Unknown })) {}
 const EchoEntity = Entity.make("hop/Echo", [Rpc.make("Echo", { payload: fields, success: Schema.Unknown })])
 const entityHandlers = EchoEntity.toLayer(Effect.succeed({ Echo: () => Effect.succeed({ pid: process.pid }) }))
 const clusterRuntime = (url: string, port: number) =>
   Layer.provideMerge(entityHandlers, ClusterLayer.layer({ postgres: url, port, shardsPerGroup: KEYS }))
 
-const freePort = (): Promise<number> =>
-  new Promise((resolve) => {
-    const s = net.createServer()
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port
-      s.close(() => resolve(port))
-    })
-  })
 const cpuMsOf = (pid: number) => {
   const f = fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
   return (Number(f[11]) + Number(f[12])) * 10 // utime + stime, 100 ticks per second
