@@ -5,16 +5,17 @@
  *
  * A running checkpoint is captured in one synchronous step between calls: the state then is exactly
  * what replaying every record staged so far gives (each call stages its record and changes the state
- * in one step), so it stands for the log's bytes up to the address where the staged records end. It
- * is written only once a marker queued behind those records completes (they are durable), off the
- * append path: the CRC-32 of the covered bytes not hashed yet is read back, and the file written to
- * `CHECKPOINT.tmp`, synced, renamed and the directory synced, all through the thread pool. One runs at
+ * in one step), so it stands for the log's bytes up to the address where the staged records end. The
+ * capture writes the rings' arrays to `CHECKPOINT.tmp` as they are (no copy; into the page cache, not
+ * synced) and serialises the entries. The rest waits for a marker queued behind those records (they
+ * are durable), off the append path: the CRC-32 of the covered bytes not hashed yet is read back, the
+ * entries and the header written, the file synced, renamed and the directory synced, all through the
+ * thread pool. One runs at
  * a time, never during a compaction (which replaces the files it covers), and only when it pays: the
  * log has grown by a segment and by half the size of the last checkpoint since that one was captured
  * (so checkpoints write at most about twice the bytes the log writes itself, and an open after a crash
  * replays at most that much more than one from the newest checkpoint), and it spares replaying at
- * least as many acked ids as the live entries it copies. Its capture copies the state's arrays once,
- * from views of them, into the checkpoint's buffer.
+ * least as many acked ids as the live entries it copies.
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
@@ -26,13 +27,14 @@ import {
   CHECKPOINT,
   type CheckpointStep,
   type Covered,
+  dropCheckpoint,
   frameCheckpoint,
   type LiveAt,
   writeCheckpoint
 } from "./checkpoint.js"
 import type { KeptSegment } from "./recovery.js"
 import { withFile } from "./replay.js"
-import { checksumFile, codeNumber, FILE_MODE, ReadWindow, segmentName, SNAP_BIT } from "./segment.js"
+import { checksumFile, codeNumber, ReadWindow, segmentName, SNAP_BIT } from "./segment.js"
 import type { LogState } from "./state.js"
 
 /** The log when a checkpoint is due: `state` is exactly the records staged before address `end`. */
@@ -45,16 +47,27 @@ export interface CaptureAt {
 /** Queue a marker behind everything staged: `done` once it is durable (or with the writer's failure). */
 export type Mark = (done: (error: Error | undefined) => void) => void
 
-const capture = (at: CaptureAt): CapturedCheckpoint => {
+/** Capture the log now into `CHECKPOINT.tmp` of `dir` (checkpoint.ts). Throws the I/O error. */
+const capture = (dir: string, at: CaptureAt): CapturedCheckpoint => {
   const live: Array<LiveAt> = []
   for (const entry of at.state.live.values()) live.push({ entry, address: entry.key !== undefined ? entry.pos : -1 })
   return captureCheckpoint(
+    dir,
     { nextLsn: at.nextLsn, nextSeq: at.state.nextSeq, liveBytes: at.state.liveBytes },
     live,
-    // Views of the rings' arrays where they can be: serialised in this same step, before anything changes.
+    // Views of the rings' arrays: written out in this same step, before anything changes.
     at.state.acked.view()
   )
 }
+
+const writeAt = (fd: number, buf: Buffer, position: number): Promise<number> =>
+  new Promise((resolve, reject) =>
+    fs.write(fd, buf, 0, buf.length, position, (e, n) => (e === null ? resolve(n) : reject(e)))
+  )
+const fsyncFd = (fd: number): Promise<void> =>
+  new Promise((resolve, reject) => fs.fsync(fd, (e) => (e === null ? resolve() : reject(e))))
+const closeFd = (fd: number): Promise<void> =>
+  new Promise((resolve, reject) => fs.close(fd, (e) => (e === null ? resolve() : reject(e))))
 
 /** Does a checkpoint of `state` pay: it spares replaying acked ids, at least as many as the live entries it copies. */
 const pays = (state: LogState): boolean => state.acked.size >= state.live.size
@@ -118,16 +131,25 @@ export class Checkpointer {
     if (paused || this.running !== undefined || this.since < this.due()) return
     const now = at()
     if (now.state.acked.size === 0 || !pays(now.state)) return
-    const captured = capture(now)
+    let captured: CapturedCheckpoint
+    try {
+      captured = capture(this.dir, now)
+    } catch {
+      // No checkpoint this time (a full disk, say; the temporary file is gone): the last one still stands,
+      // and the next try waits as long as after a checkpoint.
+      this.since = 0
+      return
+    }
+    this.open.add(captured)
     this.since = 0
     const epoch = this.epoch
     this.step?.("checkpoint-captured")
     this.running = new Promise<void>((resolve) =>
-      mark((e) => resolve(e === undefined ? this.write(captured, now.end, epoch) : undefined))
+      mark((e) => resolve(e === undefined ? this.write(captured, now.end, epoch) : this.drop(captured)))
     )
       .catch(() => {
         // No checkpoint this time (a full disk, say): the last one still stands for a prefix of the files.
-        fs.rm(join(this.dir, `${CHECKPOINT}.tmp`), { force: true }, () => {})
+        this.drop(captured)
       })
       .finally(() => {
         this.running = undefined
@@ -171,7 +193,24 @@ export class Checkpointer {
       .map((s) => ({ s, size: s.number === last ? place[1]! : s.bytes }))
   }
 
+  /** Give a captured checkpoint up: its file closed (if open) and removed. */
+  private drop(c: CapturedCheckpoint): void {
+    if (this.open.delete(c)) dropCheckpoint(this.dir, c.fd)
+  }
+
+  /** Captured checkpoints whose file is still open. */
+  private readonly open = new Set<CapturedCheckpoint>()
+
   private async write(c: CapturedCheckpoint, end: number, epoch: number): Promise<void> {
+    try {
+      await this.finish(c, end, epoch)
+    } finally {
+      this.drop(c)
+    }
+  }
+
+  /** Name the files `c` covers, write the rest of its file, sync it and rename it over CHECKPOINT (if all still holds). */
+  private async finish(c: CapturedCheckpoint, end: number, epoch: number): Promise<void> {
     const files = this.covering(end)
     if (files === undefined) return
     const covered: Array<Covered> = []
@@ -188,26 +227,16 @@ export class Checkpointer {
       }
       covered.push({ number: s.number, kind: s.kind, size, crc: s.crc })
     }
-    const bufs = frameCheckpoint(c, covered, (address, out) => this.addresses.locate(address, out))
+    const rest = frameCheckpoint(c, covered, (address, out) => this.addresses.locate(address, out))
+    for (let off = 0; off < rest.length;) off += await writeAt(c.fd, rest.subarray(off), c.at + off)
+    if (this.sync) await fsyncFd(c.fd)
     const temp = join(this.dir, `${CHECKPOINT}.tmp`)
-    const fh = await fs.promises.open(
-      temp,
-      fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_WRONLY,
-      FILE_MODE
-    )
+    this.open.delete(c)
     try {
-      let position = 0
-      for (const buf of bufs) {
-        let off = 0
-        while (off < buf.length) {
-          const { bytesWritten } = await fh.write(buf, off, buf.length - off, position)
-          off += bytesWritten
-          position += bytesWritten
-        }
-      }
-      if (this.sync) await fh.sync()
-    } finally {
-      await fh.close()
+      await closeFd(c.fd)
+    } catch (e) {
+      await fs.promises.rm(temp, { force: true })
+      throw e
     }
     this.step?.("checkpoint-temp-written")
     if (epoch !== this.epoch) {
@@ -224,7 +253,7 @@ export class Checkpointer {
         await dh.close()
       }
     }
-    this.lastBytes = bufs.reduce((n, b) => n + b.length, 0)
+    this.lastBytes = c.at + rest.length
   }
 
   /**
@@ -249,7 +278,14 @@ export class Checkpointer {
       }
       covered.push({ number: s.number, kind: s.kind, size: s.bytes, crc: s.crc })
     }
-    const c = capture({ state, nextLsn, end: -1 })
-    writeCheckpoint(this.dir, frameCheckpoint(c, covered, (address, out) => this.addresses.locate(address, out)))
+    const c = capture(this.dir, { state, nextLsn, end: -1 })
+    let rest: Buffer
+    try {
+      rest = frameCheckpoint(c, covered, (address, out) => this.addresses.locate(address, out))
+    } catch (e) {
+      dropCheckpoint(this.dir, c.fd)
+      throw e
+    }
+    writeCheckpoint(this.dir, c, rest)
   }
 }
