@@ -12,9 +12,10 @@
  * entries and the header written, the file synced, renamed and the directory synced, all through the
  * thread pool. One runs at
  * a time, never during a compaction (which replaces the files it covers), and only when it pays: the
- * log has grown by a segment and by half the size of the last checkpoint since that one was captured
- * (so checkpoints write at most about twice the bytes the log writes itself, and an open after a crash
- * replays at most that much more than one from the newest checkpoint), and it spares replaying at
+ * log has grown by a quarter of the size of the last checkpoint, and at least 4 MiB (or a segment, if
+ * smaller), since that one was captured (so checkpoints write at most about four times the bytes the
+ * log writes itself, and an open after a crash replays at most that much more than one from the
+ * newest checkpoint), and it spares replaying at
  * least as many acked ids as the live entries it copies.
  */
 import * as fs from "node:fs"
@@ -76,11 +77,14 @@ const CHUNK = 1 << 20
 
 /**
  * A running checkpoint is due once the log has written `1 / SHARE` of the last one's size since it was
- * captured. A quarter (4) halves what an open after a crash replays at 1M keyed ids (~13 MB instead of
- * ~27) but writes twice the checkpoint bytes: the fill's CPU per append + ack went up ~14 % (medians
- * of 6-7 alternated runs, bench/README.md "Reopen after a crash, round 2"), so it stays at a half.
+ * captured: a quarter halves what an open after a crash replays at 1M keyed ids (~13 MB instead of
+ * ~27). With format 1 (a capture copied the rings into a fresh buffer) that cost the fill ~14 % CPU and
+ * it stayed at a half; the capture now writes the rings as they are (bench/README.md "Reopen after a
+ * crash, round 3").
  */
-const SHARE = 2
+const SHARE = 4
+/** ... and not before the log has written this much (or a segment, if smaller) since the last one. */
+const MIN_SINCE = 4 << 20
 
 /** CRC-32 of bytes [from, to) of `path` carried on from `crc`, read through the thread pool; -1 if the file is shorter. */
 const checksumAsync = async (path: string, from: number, to: number, crc: number): Promise<number> => {
@@ -158,12 +162,12 @@ export class Checkpointer {
 
   /**
    * Log bytes after which the next running checkpoint is due: `1 / SHARE` of the last one's size (so
-   * checkpoints write at most about `SHARE` times the bytes the log writes), and at least a segment.
-   * What an open after a crash replays is bounded by this, plus what was written while the newest
-   * checkpoint was being written.
+   * checkpoints write at most about `SHARE` times the bytes the log writes), and at least a segment or
+   * `MIN_SINCE`, whichever is less. What an open after a crash replays is bounded by this, plus what
+   * was written while the newest checkpoint was being written.
    */
   private due(): number {
-    return Math.max(this.segmentBytes, this.lastBytes / SHARE)
+    return Math.max(Math.min(this.segmentBytes, MIN_SINCE), this.lastBytes / SHARE)
   }
 
   /** Files were replaced (a compaction): the checkpoint that covered them is gone; the next write may start one. */
