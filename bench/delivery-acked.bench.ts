@@ -13,6 +13,10 @@
  * memory (typed arrays live outside the V8 heap) is shown beside it and counted in the total that is
  * held against the goal. The child's reading right after its last ack is shown too: it includes the
  * buffer of a checkpoint being written, if one was (up to the checkpoint's size, until it is written).
+ *
+ * Page faults: the minor faults of the crash reopen (`process.resourceUsage`). On the machine of
+ * bench/README.md a first touch of a fresh page costs ~13 µs of CPU, so they are a large and variable
+ * part of the reopen (the warm process reuses some memory freed by the reopens before it).
  */
 import { Effect } from "effect"
 import { spawn } from "node:child_process"
@@ -114,8 +118,12 @@ const uncovered = (dir: string): number => {
   const total = files.reduce((n, f) => n + fs.statSync(join(dir, f)).size, 0)
   let covered = 0
   try {
+    // Format 2 (docs/delivery-log-format.md): the header JSON, its length and the CRC-32 at the end.
     const buf = fs.readFileSync(join(dir, "CHECKPOINT"))
-    const h = JSON.parse(buf.toString("utf8", 12, 12 + buf.readUInt32LE(8))) as { files: Array<{ size: number }> }
+    const len = buf.readUInt32LE(buf.length - 8)
+    const h = JSON.parse(buf.toString("utf8", buf.length - 8 - len, buf.length - 8)) as {
+      files: Array<{ size: number }>
+    }
     covered = h.files.reduce((n, f) => n + f.size, 0)
   } catch {
     // none
@@ -128,6 +136,7 @@ const reopen = (dir: string, keyed: boolean) => {
   gc()
   const reopenBase = memory()
   const c0 = process.cpuUsage()
+  const f0 = process.resourceUsage().minorPageFault
   const t = now()
   let closeFrom = process.cpuUsage()
   return Effect.runPromise(
@@ -136,6 +145,7 @@ const reopen = (dir: string, keyed: boolean) => {
         const log = yield* DeliveryLog.open({ dir, fsync: "never" })
         const ms = now() - t
         const c = process.cpuUsage(c0)
+        const faults = process.resourceUsage().minorPageFault - f0
         const mem = memory()
         // Still deduplicated after the reopen: a key (or id) from the middle of the run.
         const mid = Math.floor(N / 2)
@@ -148,6 +158,7 @@ const reopen = (dir: string, keyed: boolean) => {
         closeFrom = process.cpuUsage()
         return {
           ms,
+          faults,
           cpu: (c.user + c.system) / 1000,
           heap: mem.heap - reopenBase.heap,
           buffers: mem.buffers - reopenBase.buffers
@@ -191,6 +202,7 @@ const run = async (keyed: boolean) => {
     reopenCpuMs: bestCpu,
     crashCpuMs: crashed.cpu,
     crashMs: crashed.ms,
+    crashFaults: crashed.faults,
     tail,
     replayCpuMs: none.cpu,
     closeCpuMs: crashed.closeCpu
@@ -216,6 +228,7 @@ const main = async () => {
       "MB right after the fill (a checkpoint may be running)": (r.held.heap + r.held.buffers) / MB,
       "reopen after SIGKILL: CPU ms (goal <= 500)": r.crashCpuMs,
       "wall ms": r.crashMs,
+      "its page faults": r.crashFaults,
       "MB after its checkpoint": r.tail / 1e6,
       "reopen after close: CPU ms": r.reopenCpuMs,
       "wall ms ": r.reopenMs,

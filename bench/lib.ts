@@ -1,5 +1,6 @@
-/** Small helpers shared by the benchmarks: timing, heap readings and side-by-side tables. */
+/** Small helpers shared by the benchmarks: timing, heap readings, side-by-side tables, a free port, the sqlite peer. */
 import type Database from "better-sqlite3"
+import * as net from "node:net"
 
 export const now = (): number => performance.now()
 
@@ -84,3 +85,13 @@ export const tickBatcher = (db: Database.Database) => {
       batch.push({ row, done })
     })
 }
+
+/** A TCP port free on 127.0.0.1 right now (for a child process to listen on). */
+export const freePort = (): Promise<number> =>
+  new Promise((resolve) => {
+    const s = net.createServer()
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port
+      s.close(() => resolve(port))
+    })
+  })

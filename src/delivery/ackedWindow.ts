@@ -9,10 +9,11 @@
  * - `kept`: anything else (an entry acked after failed attempts, an id of another shape), with its
  *   whole entry in a `Map`, as before.
  */
-import { formatUuid, parseUuid, type PlainColumns, PlainRing, scratch } from "./idRing.js"
+import { type PlainColumns, PlainRing, type PlainView } from "./idRing.js"
 import { digestKey, type KeyDigest } from "./keyDigest.js"
-import { type KeyedColumns, KeyedFlag, KeyedRing } from "./keyedRing.js"
+import { type KeyedColumns, KeyedFlag, KeyedRing, type KeyedView } from "./keyedRing.js"
 import { EntryData } from "./payload.js"
+import { formatUuid, parseUuid, scratch } from "./uuidWords.js"
 
 /** An id acked within the window, as a snapshot writes it: its entry (as acked) when it had a key. */
 export type AckedItem = readonly [id: string, at: number, entry: EntryData | undefined]
@@ -32,6 +33,13 @@ export interface AckedParts {
   readonly kept: ReadonlyArray<readonly [id: string, at: number, entry: EntryData | undefined, bytes: number]>
   readonly plain: PlainColumns
   readonly keyed: KeyedColumns
+}
+
+/** The window's parts as a checkpoint's capture writes them at once: the rings as views of their arrays. */
+export interface AckedView {
+  readonly kept: AckedParts["kept"]
+  readonly plain: PlainView
+  readonly keyed: KeyedView
 }
 
 /** Reads the record at `file` (a file code, segment.ts) and `offset` as an entry; throws when it cannot. */
@@ -201,11 +209,8 @@ export class AckedWindow {
     }
   }
 
-  /**
-   * The parts without copying what can be helped (the rings' arrays as views when their ids do not
-   * wrap around): valid until the window next changes, for a capture that serialises them at once.
-   */
-  view(): AckedParts {
+  /** The parts without copying the rings' arrays: valid until the window next changes (a checkpoint's capture). */
+  view(): AckedView {
     return {
       kept: Array.from(this.kept, ([id, k]) => [id, k.at, k.entry, k.bytes] as const),
       plain: this.plain.view(),

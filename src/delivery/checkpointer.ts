@@ -5,16 +5,18 @@
  *
  * A running checkpoint is captured in one synchronous step between calls: the state then is exactly
  * what replaying every record staged so far gives (each call stages its record and changes the state
- * in one step), so it stands for the log's bytes up to the address where the staged records end. It
- * is written only once a marker queued behind those records completes (they are durable), off the
- * append path: the CRC-32 of the covered bytes not hashed yet is read back, and the file written to
- * `CHECKPOINT.tmp`, synced, renamed and the directory synced, all through the thread pool. One runs at
+ * in one step), so it stands for the log's bytes up to the address where the staged records end. The
+ * capture writes the rings' arrays to `CHECKPOINT.tmp` as they are (no copy; into the page cache, not
+ * synced) and serialises the entries. The rest waits for a marker queued behind those records (they
+ * are durable), off the append path: the CRC-32 of the covered bytes not hashed yet is read back, the
+ * entries and the header written, the file synced, renamed and the directory synced, all through the
+ * thread pool. One runs at
  * a time, never during a compaction (which replaces the files it covers), and only when it pays: the
- * log has grown by a segment and by half the size of the last checkpoint since that one was captured
- * (so checkpoints write at most about twice the bytes the log writes itself, and an open after a crash
- * replays at most that much more than one from the newest checkpoint), and it spares replaying at
- * least as many acked ids as the live entries it copies. Its capture copies the state's arrays once,
- * from views of them, into the checkpoint's buffer.
+ * log has grown by a quarter of the size of the last checkpoint, and at least 4 MiB (or a segment, if
+ * smaller), since that one was captured (so checkpoints write at most about four times the bytes the
+ * log writes itself, and an open after a crash replays at most that much more than one from the
+ * newest checkpoint), and it spares replaying at
+ * least as many acked ids as the live entries it copies.
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
@@ -26,13 +28,14 @@ import {
   CHECKPOINT,
   type CheckpointStep,
   type Covered,
+  dropCheckpoint,
   frameCheckpoint,
   type LiveAt,
   writeCheckpoint
 } from "./checkpoint.js"
 import type { KeptSegment } from "./recovery.js"
 import { withFile } from "./replay.js"
-import { checksumFile, codeNumber, FILE_MODE, ReadWindow, segmentName, SNAP_BIT } from "./segment.js"
+import { checksumFile, codeNumber, ReadWindow, segmentName, SNAP_BIT } from "./segment.js"
 import type { LogState } from "./state.js"
 
 /** The log when a checkpoint is due: `state` is exactly the records staged before address `end`. */
@@ -45,35 +48,52 @@ export interface CaptureAt {
 /** Queue a marker behind everything staged: `done` once it is durable (or with the writer's failure). */
 export type Mark = (done: (error: Error | undefined) => void) => void
 
-const capture = (at: CaptureAt): CapturedCheckpoint => {
+/** Capture the log now into `CHECKPOINT.tmp` of `dir` (checkpoint.ts). Throws the I/O error. */
+const capture = (dir: string, at: CaptureAt): CapturedCheckpoint => {
   const live: Array<LiveAt> = []
   for (const entry of at.state.live.values()) live.push({ entry, address: entry.key !== undefined ? entry.pos : -1 })
   return captureCheckpoint(
+    dir,
     { nextLsn: at.nextLsn, nextSeq: at.state.nextSeq, liveBytes: at.state.liveBytes },
     live,
-    // Views of the rings' arrays where they can be: serialised in this same step, before anything changes.
+    // Views of the rings' arrays: written out in this same step, before anything changes.
     at.state.acked.view()
   )
 }
 
+const writeAt = (fd: number, buf: Buffer, position: number): Promise<number> =>
+  new Promise((resolve, reject) =>
+    fs.write(fd, buf, 0, buf.length, position, (e, n) => (e === null ? resolve(n) : reject(e)))
+  )
+const fsyncFd = (fd: number): Promise<void> =>
+  new Promise((resolve, reject) => fs.fsync(fd, (e) => (e === null ? resolve() : reject(e))))
+const closeFd = (fd: number): Promise<void> =>
+  new Promise((resolve, reject) => fs.close(fd, (e) => (e === null ? resolve() : reject(e))))
+
 /** Does a checkpoint of `state` pay: it spares replaying acked ids, at least as many as the live entries it copies. */
 const pays = (state: LogState): boolean => state.acked.size >= state.live.size
 
-const CHUNK = 1 << 20
+/**
+ * The read buffer of the running checkpoints' CRC-32s, kept by the log (one checkpoint runs at a
+ * time): a new one each time was fresh pages to fault in, ~13 µs each on the bench machine.
+ */
+const CHUNK = 256 << 10
 
 /**
  * A running checkpoint is due once the log has written `1 / SHARE` of the last one's size since it was
- * captured. A quarter (4) halves what an open after a crash replays at 1M keyed ids (~13 MB instead of
- * ~27) but writes twice the checkpoint bytes: the fill's CPU per append + ack went up ~14 % (medians
- * of 6-7 alternated runs, bench/README.md "Reopen after a crash, round 2"), so it stays at a half.
+ * captured: a quarter halves what an open after a crash replays at 1M keyed ids (~13 MB instead of
+ * ~27). With format 1 (a capture copied the rings into a fresh buffer) that cost the fill ~14 % CPU and
+ * it stayed at a half; the capture now writes the rings as they are (bench/README.md "Reopen after a
+ * crash, round 3").
  */
-const SHARE = 2
+const SHARE = 4
+/** ... and not before the log has written this much (or a segment, if smaller) since the last one. */
+const MIN_SINCE = 4 << 20
 
 /** CRC-32 of bytes [from, to) of `path` carried on from `crc`, read through the thread pool; -1 if the file is shorter. */
-const checksumAsync = async (path: string, from: number, to: number, crc: number): Promise<number> => {
+const checksumAsync = async (path: string, from: number, to: number, crc: number, buf: Buffer): Promise<number> => {
   const fh = await fs.promises.open(path, "r")
   try {
-    const buf = Buffer.allocUnsafe(Math.min(CHUNK, Math.max(to - from, 1)))
     let at = from
     while (at < to) {
       const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, to - at), at)
@@ -95,6 +115,8 @@ export class Checkpointer {
   private running: Promise<void> | undefined
   /** Bumped when files are replaced (a compaction installed a snapshot): a checkpoint captured before is dropped. */
   private epoch = 0
+  /** The running checkpoints' read buffer (`CHUNK`). */
+  private chunk: Buffer | undefined
 
   constructor(
     private readonly dir: string,
@@ -118,16 +140,25 @@ export class Checkpointer {
     if (paused || this.running !== undefined || this.since < this.due()) return
     const now = at()
     if (now.state.acked.size === 0 || !pays(now.state)) return
-    const captured = capture(now)
+    let captured: CapturedCheckpoint
+    try {
+      captured = capture(this.dir, now)
+    } catch {
+      // No checkpoint this time (a full disk, say; the temporary file is gone): the last one still stands,
+      // and the next try waits as long as after a checkpoint.
+      this.since = 0
+      return
+    }
+    this.open.add(captured)
     this.since = 0
     const epoch = this.epoch
     this.step?.("checkpoint-captured")
     this.running = new Promise<void>((resolve) =>
-      mark((e) => resolve(e === undefined ? this.write(captured, now.end, epoch) : undefined))
+      mark((e) => resolve(e === undefined ? this.write(captured, now.end, epoch) : this.drop(captured)))
     )
       .catch(() => {
         // No checkpoint this time (a full disk, say): the last one still stands for a prefix of the files.
-        fs.rm(join(this.dir, `${CHECKPOINT}.tmp`), { force: true }, () => {})
+        this.drop(captured)
       })
       .finally(() => {
         this.running = undefined
@@ -136,12 +167,12 @@ export class Checkpointer {
 
   /**
    * Log bytes after which the next running checkpoint is due: `1 / SHARE` of the last one's size (so
-   * checkpoints write at most about `SHARE` times the bytes the log writes), and at least a segment.
-   * What an open after a crash replays is bounded by this, plus what was written while the newest
-   * checkpoint was being written.
+   * checkpoints write at most about `SHARE` times the bytes the log writes), and at least a segment or
+   * `MIN_SINCE`, whichever is less. What an open after a crash replays is bounded by this, plus what
+   * was written while the newest checkpoint was being written.
    */
   private due(): number {
-    return Math.max(this.segmentBytes, this.lastBytes / SHARE)
+    return Math.max(Math.min(this.segmentBytes, MIN_SINCE), this.lastBytes / SHARE)
   }
 
   /** Files were replaced (a compaction): the checkpoint that covered them is gone; the next write may start one. */
@@ -171,14 +202,33 @@ export class Checkpointer {
       .map((s) => ({ s, size: s.number === last ? place[1]! : s.bytes }))
   }
 
+  /** Give a captured checkpoint up: its file closed (if open) and removed. */
+  private drop(c: CapturedCheckpoint): void {
+    if (this.open.delete(c)) dropCheckpoint(this.dir, c.fd)
+  }
+
+  /** Captured checkpoints whose file is still open. */
+  private readonly open = new Set<CapturedCheckpoint>()
+
   private async write(c: CapturedCheckpoint, end: number, epoch: number): Promise<void> {
+    try {
+      await this.finish(c, end, epoch)
+    } finally {
+      this.drop(c)
+    }
+  }
+
+  /** Name the files `c` covers, write the rest of its file, sync it and rename it over CHECKPOINT (if all still holds). */
+  private async finish(c: CapturedCheckpoint, end: number, epoch: number): Promise<void> {
     const files = this.covering(end)
     if (files === undefined) return
     const covered: Array<Covered> = []
     for (const { s, size } of files) {
       if (s.crcTo > size) return
       if (s.crcTo < size) {
-        const crc = await checksumAsync(join(this.dir, segmentName(s.number, s.kind)), s.crcTo, size, s.crc)
+        this.chunk ??= Buffer.allocUnsafe(CHUNK)
+        const path = join(this.dir, segmentName(s.number, s.kind))
+        const crc = await checksumAsync(path, s.crcTo, size, s.crc, this.chunk)
         if (crc < 0 || epoch !== this.epoch) return
         // The CRC of a prefix only grows: the close (and the next checkpoint) carry it on from here.
         if (s.crcTo < size) {
@@ -188,26 +238,16 @@ export class Checkpointer {
       }
       covered.push({ number: s.number, kind: s.kind, size, crc: s.crc })
     }
-    const bufs = frameCheckpoint(c, covered, (address, out) => this.addresses.locate(address, out))
+    const rest = frameCheckpoint(c, covered, (address, out) => this.addresses.locate(address, out))
+    for (let off = 0; off < rest.length;) off += await writeAt(c.fd, rest.subarray(off), c.at + off)
+    if (this.sync) await fsyncFd(c.fd)
     const temp = join(this.dir, `${CHECKPOINT}.tmp`)
-    const fh = await fs.promises.open(
-      temp,
-      fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_WRONLY,
-      FILE_MODE
-    )
+    this.open.delete(c)
     try {
-      let position = 0
-      for (const buf of bufs) {
-        let off = 0
-        while (off < buf.length) {
-          const { bytesWritten } = await fh.write(buf, off, buf.length - off, position)
-          off += bytesWritten
-          position += bytesWritten
-        }
-      }
-      if (this.sync) await fh.sync()
-    } finally {
-      await fh.close()
+      await closeFd(c.fd)
+    } catch (e) {
+      await fs.promises.rm(temp, { force: true })
+      throw e
     }
     this.step?.("checkpoint-temp-written")
     if (epoch !== this.epoch) {
@@ -224,7 +264,7 @@ export class Checkpointer {
         await dh.close()
       }
     }
-    this.lastBytes = bufs.reduce((n, b) => n + b.length, 0)
+    this.lastBytes = c.at + rest.length
   }
 
   /**
@@ -249,7 +289,14 @@ export class Checkpointer {
       }
       covered.push({ number: s.number, kind: s.kind, size: s.bytes, crc: s.crc })
     }
-    const c = capture({ state, nextLsn, end: -1 })
-    writeCheckpoint(this.dir, frameCheckpoint(c, covered, (address, out) => this.addresses.locate(address, out)))
+    const c = capture(this.dir, { state, nextLsn, end: -1 })
+    let rest: Buffer
+    try {
+      rest = frameCheckpoint(c, covered, (address, out) => this.addresses.locate(address, out))
+    } catch (e) {
+      dropCheckpoint(this.dir, c.fd)
+      throw e
+    }
+    writeCheckpoint(this.dir, c, rest)
   }
 }

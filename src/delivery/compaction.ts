@@ -13,12 +13,12 @@ import { join } from "node:path"
 import { crc32 } from "node:zlib"
 import { acked, type AckedCopy, WrongRecord } from "./ackedWindow.js"
 import type { CheckpointStep } from "./checkpoint.js"
-import { formatUuid } from "./idRing.js"
 import type { KeyDigest } from "./keyDigest.js"
 import { ackedBytes, entryBytes, type EntryData, writeAcked, writeEntry } from "./payload.js"
 import { encode, HEADER_BYTES, Kind, seal } from "./record.js"
 import { RecordReader } from "./recordReader.js"
 import { FILE_MODE, fsyncDir, segmentName } from "./segment.js"
+import { formatUuid } from "./uuidWords.js"
 
 /** Points where a test may crash the process (`hooks.step`). */
 export type CompactionStep =

@@ -3,92 +3,11 @@
  * open-addressing table of ring slots, with ack times as runs (acks of one millisecond share one).
  * The base of the dedupe window (ackedWindow.ts): `KeyedRing` adds columns per slot.
  *
- * Ids the log makes are lowercase `randomUUID`s: a canonical UUID and its 128 bits are one-to-one,
- * so a lookup never confuses two ids.
+ * Ids the log makes are lowercase `randomUUID`s: a canonical UUID and its 128 bits are one-to-one
+ * (uuidWords.ts), so a lookup never confuses two ids.
  */
 
-const HEX = "0123456789abcdef"
-
-/** The value of a lowercase hex digit's char code, or -1. */
-const hexValue = (c: number): number => (c >= 48 && c <= 57 ? c - 48 : c >= 97 && c <= 102 ? c - 87 : -1)
-
-/** Dashes of a canonical UUID: 8-4-4-4-12. */
-const isDash = (i: number): boolean => i === 8 || i === 13 || i === 18 || i === 23
-
-/** Parse a canonical lowercase UUID into `out[0..4)`; false (out unchanged in meaning) for anything else. */
-export const parseUuid = (id: string, out: Uint32Array): boolean => {
-  if (id.length !== 36) return false
-  let w = 0
-  let word = 0
-  let digits = 0
-  for (let i = 0; i < 36; i++) {
-    const c = id.charCodeAt(i)
-    if (isDash(i)) {
-      if (c !== 45) return false
-      continue
-    }
-    const v = hexValue(c)
-    if (v < 0) return false
-    word = (word << 4) | v
-    if (++digits === 8) {
-      out[w++] = word >>> 0
-      word = 0
-      digits = 0
-    }
-  }
-  return true
-}
-
-/** Byte -> its value as a lowercase hex digit, -1 for any other byte; -2 for the dash. */
-const HEX_BYTES = (() => {
-  const t = new Int8Array(256).fill(-1)
-  for (let c = 0; c < 16; c++) t[HEX.charCodeAt(c)] = c
-  t[45] = -2
-  return t
-})()
-
-/** Offsets of the 32 hex digits of a canonical UUID. */
-const DIGITS = Uint8Array.from({ length: 36 }, (_, i) => i).filter((i) => !isDash(i))
-
-/**
- * `parseUuid` of the `len` bytes at `buf[at]` (an id as a record holds it), without making a string:
- * replay reads a snapshot's acked ids this way.
- */
-export const parseUuidBytes = (buf: Uint8Array, at: number, len: number, out: Uint32Array): boolean => {
-  if (len !== 36) return false
-  if (buf[at + 8] !== 45 || buf[at + 13] !== 45 || buf[at + 18] !== 45 || buf[at + 23] !== 45) return false
-  for (let w = 0; w < 4; w++) {
-    let word = 0
-    for (let k = 0; k < 8; k++) {
-      const v = HEX_BYTES[buf[at + DIGITS[8 * w + k]!]!]!
-      if (v < 0) return false
-      word = (word << 4) | v
-    }
-    out[w] = word >>> 0
-  }
-  return true
-}
-
-/** The canonical text of 128 bits. */
-export const formatUuid = (w0: number, w1: number, w2: number, w3: number): string => {
-  let s = ""
-  for (const w of [w0, w1, w2, w3]) {
-    for (let shift = 28; shift >= 0; shift -= 4) {
-      if (isDash(s.length)) s += "-"
-      s += HEX[(w >>> shift) & 15]!
-    }
-  }
-  return s
-}
-
-/** A 32-bit mix of four words (the table's home cell). */
-export const hashWords = (a: number, b: number, c: number, d: number): number => {
-  let h = Math.imul(a ^ 0x9e3779b9, 0x85ebca6b)
-  h = Math.imul(h ^ b ^ (h >>> 15), 0xc2b2ae35)
-  h = Math.imul(h ^ c ^ (h >>> 13), 0x85ebca6b)
-  h = Math.imul(h ^ d ^ (h >>> 16), 0xc2b2ae35)
-  return (h ^ (h >>> 15)) >>> 0
-}
+import { hashWords, parseUuid, scratch } from "./uuidWords.js"
 
 /**
  * Open addressing over ring slots: a cell holds slot + 1 (0: empty), linear probing, backward-shift
@@ -135,6 +54,24 @@ export class SlotTable {
   }
 }
 
+/**
+ * A table's `cells` (slot + 1, 0: empty) of a ring whose oldest id is at slot `head`, renumbered as if
+ * it were at slot 0 (ack order), into `into` (may be `cells`: in place). The ring's capacity is half
+ * the cell count.
+ */
+export const inAckOrder = (cells: Int32Array, head: number, into: Int32Array): Int32Array => {
+  if (head === 0) {
+    if (into !== cells) into.set(cells)
+    return into
+  }
+  const mask = cells.length / 2 - 1
+  for (let i = 0; i < cells.length; i++) {
+    const v = cells[i]!
+    into[i] = v === 0 ? 0 : ((v - 1 - head) & mask) + 1
+  }
+  return into
+}
+
 /** A column of per-slot values: `stride` values a slot. */
 export type Column = Uint32Array | Uint8Array | Int32Array | Float64Array
 
@@ -157,9 +94,6 @@ export const grown = <C extends Column>(column: C, stride: number, capacity: num
   out.set(column.subarray(0, Math.min(column.length, stride * capacity)))
   return out
 }
-
-/** Scratch for parsing a looked-up id. */
-export const scratch = new Uint32Array(4)
 
 /** Ack times in ack order as runs: `count[i]` ids acked at `at[i]`, oldest first from `head`. */
 export interface Runs {
@@ -296,13 +230,15 @@ export class IdRing {
   }
 
   /**
-   * `column` in ring order from the oldest id: a view of the ring's own array when its ids do not
-   * wrap around the end (no copy), else a copy. A view is valid until the ring next changes.
+   * `column` in ring order from the oldest id as one view of the ring's own array, or two when its ids
+   * wrap around the end (no copy): valid until the ring next changes.
    */
-  protected ordered<C extends Column>(column: C, stride: number): C {
+  protected pieces<C extends Column>(column: C, stride: number): Array<C> {
     const h = this.head
-    if (h + this.count <= this.capacity) return column.subarray(stride * h, stride * (h + this.count)) as C
-    return this.inOrder(column, stride, this.count)
+    const first = Math.min(this.count, this.capacity - h)
+    const out = [column.subarray(stride * h, stride * (h + first)) as C]
+    if (first < this.count) out.push(column.subarray(0, stride * (this.count - first)) as C)
+    return out
   }
 
   private resize(capacity: number): void {
@@ -321,24 +257,24 @@ export class IdRing {
    * that a restore need not insert every id again), if a ring refilled with these ids gets this
    * capacity again; otherwise `undefined`.
    */
-  protected tableInOrder(table: SlotTable, view = false): Int32Array | undefined {
-    if (this.capacity !== capacityFor(this.count)) return undefined
-    const cells = table.cells
-    // Slot numbers are ack order already: the table as it is (`view`: itself, valid until the ring changes).
-    if (this.head === 0) return view ? cells : cells.slice()
-    const out = new Int32Array(cells.length)
-    const mask = this.capacity - 1
-    const head = this.head
-    for (let i = 0; i < cells.length; i++) {
-      const v = cells[i]!
-      if (v !== 0) out[i] = ((v - 1 - head) & mask) + 1
-    }
-    return out
+  protected tableInOrder(table: SlotTable): Int32Array | undefined {
+    const cells = this.tableAsIs(table)
+    if (cells === undefined) return undefined
+    return inAckOrder(cells, this.head, new Int32Array(cells.length))
   }
 
-  /** The id table in ack order (see `tableInOrder`; `view`: no copy if it can be helped, valid until the ring changes). */
-  idTable(view = false): Int32Array | undefined {
-    return this.tableInOrder(this.ids, view)
+  /**
+   * `table` itself (no copy, valid until the ring changes), its slot numbers counted from slot 0 while
+   * the oldest id is at `head` (`inAckOrder` renumbers it), if a ring refilled with these ids gets this
+   * capacity again; otherwise `undefined`.
+   */
+  protected tableAsIs(table: SlotTable): Int32Array | undefined {
+    return this.capacity === capacityFor(this.count) ? table.cells : undefined
+  }
+
+  /** The id table in ack order (see `tableInOrder`). */
+  idTable(): Int32Array | undefined {
+    return this.tableInOrder(this.ids)
   }
 
   /**
@@ -380,6 +316,17 @@ export interface PlainColumns {
   readonly table?: Int32Array | undefined
 }
 
+/** A plain ring as a checkpoint's capture writes it at once: views of its arrays, valid until it changes. */
+export interface PlainView {
+  readonly count: number
+  /** The ids in ack order: one view, or two when they wrap around the ring's end. */
+  readonly words: ReadonlyArray<Uint32Array>
+  readonly runs: Runs
+  /** The id table as it is (`tableAsIs`), its slot numbers from slot 0 while the oldest id is at `head`. */
+  readonly table: Int32Array | undefined
+  readonly head: number
+}
+
 /** Ids acked within the window whose entry had no key: just the ids and their ack times (~24 bytes an id). */
 export class PlainRing extends IdRing {
   /** Remember an id acked at `at` (unless held already). */
@@ -392,9 +339,10 @@ export class PlainRing extends IdRing {
     return { count: this.count, words: this.inOrder(this.words, 4, this.count), runs: this.runs() }
   }
 
-  /** `copy()` with the id table, as views of the ring's arrays where they can be: valid until the ring changes. */
-  view(): PlainColumns {
-    return { count: this.count, words: this.ordered(this.words, 4), runs: this.runs(), table: this.idTable(true) }
+  /** The ring as views of its arrays (no copy): valid until it changes. */
+  view(): PlainView {
+    const table = this.tableAsIs(this.ids)
+    return { count: this.count, words: this.pieces(this.words, 4), runs: this.runs(), table, head: this.head }
   }
 
   /** Replace an empty ring's content by a copy (a checkpoint's). */

@@ -11,12 +11,12 @@ import type { Captured, WrittenSnapshot } from "./compaction.js"
 import { CorruptLog } from "./corrupt.js"
 import { DeliveryLogError } from "./errors.js"
 import { fsErrorPath } from "./fsError.js"
-import { parseUuid } from "./idRing.js"
 import type { EntryData } from "./payload.js"
 import { RecordReader } from "./recordReader.js"
 import type { KeptSegment } from "./recovery.js"
 import { codeNumber, fileCode } from "./segment.js"
 import type { LogState } from "./state.js"
+import { parseUuid } from "./uuidWords.js"
 
 /** Scratch: a located record (file code, offset), and an id's 128 bits. */
 const place = new Uint32Array(2)

@@ -27,6 +27,22 @@ export interface KeyedColumns {
   readonly tables?: readonly [ids: Int32Array | undefined, digests: Int32Array | undefined] | undefined
 }
 
+/** A keyed ring as a checkpoint's capture writes it at once: views of its arrays (see `PlainView`). */
+export interface KeyedView {
+  readonly count: number
+  /** Each column in ack order: one view, or two when the ids wrap around the ring's end. */
+  readonly words: ReadonlyArray<Uint32Array>
+  readonly digests: ReadonlyArray<Uint32Array>
+  readonly files: ReadonlyArray<Uint32Array>
+  readonly offsets: ReadonlyArray<Uint32Array>
+  readonly bytes: ReadonlyArray<Uint32Array>
+  readonly flags: ReadonlyArray<Uint8Array>
+  readonly runs: Runs
+  /** The id and digest tables as they are, their slot numbers from slot 0 while the oldest id is at `head`. */
+  readonly tables: readonly [ids: Int32Array | undefined, digests: Int32Array | undefined]
+  readonly head: number
+}
+
 export class KeyedRing extends IdRing {
   private digests: Uint32Array
   private files: Uint32Array
@@ -165,21 +181,19 @@ export class KeyedRing extends IdRing {
     }
   }
 
-  /**
-   * `copy()` with the id and digest tables, as views of the ring's arrays where they can be (a
-   * checkpoint's capture, written out at once): valid until the ring changes.
-   */
-  view(): KeyedColumns {
+  /** The ring as views of its arrays (no copy): valid until it changes. */
+  view(): KeyedView {
     return {
       count: this.count,
-      words: this.ordered(this.words, 4),
-      digests: this.ordered(this.digests, 2),
-      files: this.ordered(this.files, 1),
-      offsets: this.ordered(this.offsets, 1),
-      bytes: this.ordered(this.sizes, 1),
-      flags: this.ordered(this.flagBits, 1),
+      words: this.pieces(this.words, 4),
+      digests: this.pieces(this.digests, 2),
+      files: this.pieces(this.files, 1),
+      offsets: this.pieces(this.offsets, 1),
+      bytes: this.pieces(this.sizes, 1),
+      flags: this.pieces(this.flagBits, 1),
       runs: this.runs(),
-      tables: [this.idTable(true), this.tableInOrder(this.byDigest, true)]
+      tables: [this.tableAsIs(this.ids), this.tableAsIs(this.byDigest)],
+      head: this.head
     }
   }
 

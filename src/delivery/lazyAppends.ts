@@ -16,10 +16,10 @@
  * entry at once.
  */
 import { AckedWindow } from "./ackedWindow.js"
-import { hashWords, parseUuidBytes } from "./idRing.js"
 import { digestAsciiKey, digestKey } from "./keyDigest.js"
 import { checkAppend, readAppend } from "./payload.js"
 import type { LogState } from "./state.js"
+import { hashWords, parseUuidBytes } from "./uuidWords.js"
 
 const STARTED = 1
 const GONE = 2

@@ -76,6 +76,13 @@ export interface Decoded {
 /** Why bytes at an offset are not a record. */
 export type Invalid = "short-header" | "too-long" | "cut-short" | "bad-kind" | "bad-crc"
 
+/** Below this many bytes the table-driven CRC-32 is cheaper than a call of `zlib.crc32` (and its view). */
+const SHORT_RECORD = 256
+
+/** CRC-32 of `buf[start, end)`: the same value either way (a record's check is exactly as strict). */
+const checkCrc = (buf: Buffer, start: number, end: number): number =>
+  end - start < SHORT_RECORD ? crc32Range(buf, start, end) : crc32(buf.subarray(start, end))
+
 /**
  * Decode the record at `buf[at]`, where `available` bytes from `at` are in `buf` and `fileRemaining`
  * bytes remain in the file from `at`. The length is checked against `maxPayload` before anything is
@@ -95,7 +102,7 @@ export const decodeAt = (
   if (HEADER_BYTES + len > available) return "cut-short"
   const kind = buf[at + 16]!
   const end = at + HEADER_BYTES + len
-  if (crc32(buf.subarray(at + 4, end)) !== buf.readUInt32BE(at)) return "bad-crc"
+  if (checkCrc(buf, at + 4, end) !== buf.readUInt32BE(at)) return "bad-crc"
   if (!isKind(kind)) return "bad-kind"
   const lsn = buf.readUInt32BE(at + 8) * TWO_32 + buf.readUInt32BE(at + 12)
   return { lsn, kind, buf, start: at + HEADER_BYTES, end, bytes: HEADER_BYTES + len }

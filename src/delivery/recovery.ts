@@ -5,7 +5,7 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
-import { readCheckpoint } from "./checkpoint.js"
+import { readCheckpoint } from "./checkpointRead.js"
 import { CorruptLog } from "./corrupt.js"
 import type { KeyDigest } from "./keyDigest.js"
 import { MANIFEST, readManifest } from "./manifest.js"

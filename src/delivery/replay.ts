@@ -6,7 +6,6 @@
  */
 import * as fs from "node:fs"
 import { CorruptLog } from "./corrupt.js"
-import { parseUuidBytes } from "./idRing.js"
 import { LazyAppends } from "./lazyAppends.js"
 import {
   BadPayload,
@@ -22,6 +21,7 @@ import {
 import { type Decoded, describeInvalid, Kind } from "./record.js"
 import { type ReadWindow, SegmentReader } from "./segment.js"
 import type { LogState, SnapshotBeginPayload, SnapshotEndPayload } from "./state.js"
+import { parseUuidBytes } from "./uuidWords.js"
 
 /** The JSON payload of a snapshot's begin or end record. */
 const parseJson = (d: Decoded, path: string, offset: number): any => {

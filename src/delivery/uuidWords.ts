@@ -1,0 +1,90 @@
+/**
+ * Ids as 128 bits: the log's ids are lowercase `randomUUID`s, and a canonical UUID and its 128 bits are
+ * one-to-one, so the rings (idRing.ts) and replay keep and compare the bits, never the text.
+ */
+
+const HEX = "0123456789abcdef"
+
+/** The value of a lowercase hex digit's char code, or -1. */
+const hexValue = (c: number): number => (c >= 48 && c <= 57 ? c - 48 : c >= 97 && c <= 102 ? c - 87 : -1)
+
+/** Dashes of a canonical UUID: 8-4-4-4-12. */
+const isDash = (i: number): boolean => i === 8 || i === 13 || i === 18 || i === 23
+
+/** Parse a canonical lowercase UUID into `out[0..4)`; false (out unchanged in meaning) for anything else. */
+export const parseUuid = (id: string, out: Uint32Array): boolean => {
+  if (id.length !== 36) return false
+  let w = 0
+  let word = 0
+  let digits = 0
+  for (let i = 0; i < 36; i++) {
+    const c = id.charCodeAt(i)
+    if (isDash(i)) {
+      if (c !== 45) return false
+      continue
+    }
+    const v = hexValue(c)
+    if (v < 0) return false
+    word = (word << 4) | v
+    if (++digits === 8) {
+      out[w++] = word >>> 0
+      word = 0
+      digits = 0
+    }
+  }
+  return true
+}
+
+/** Byte -> its value as a lowercase hex digit, -1 for any other byte; -2 for the dash. */
+const HEX_BYTES = (() => {
+  const t = new Int8Array(256).fill(-1)
+  for (let c = 0; c < 16; c++) t[HEX.charCodeAt(c)] = c
+  t[45] = -2
+  return t
+})()
+
+/** Offsets of the 32 hex digits of a canonical UUID. */
+const DIGITS = Uint8Array.from({ length: 36 }, (_, i) => i).filter((i) => !isDash(i))
+
+/**
+ * `parseUuid` of the `len` bytes at `buf[at]` (an id as a record holds it), without making a string:
+ * replay reads a snapshot's acked ids this way.
+ */
+export const parseUuidBytes = (buf: Uint8Array, at: number, len: number, out: Uint32Array): boolean => {
+  if (len !== 36) return false
+  if (buf[at + 8] !== 45 || buf[at + 13] !== 45 || buf[at + 18] !== 45 || buf[at + 23] !== 45) return false
+  for (let w = 0; w < 4; w++) {
+    let word = 0
+    for (let k = 0; k < 8; k++) {
+      const v = HEX_BYTES[buf[at + DIGITS[8 * w + k]!]!]!
+      if (v < 0) return false
+      word = (word << 4) | v
+    }
+    out[w] = word >>> 0
+  }
+  return true
+}
+
+/** The canonical text of 128 bits. */
+export const formatUuid = (w0: number, w1: number, w2: number, w3: number): string => {
+  let s = ""
+  for (const w of [w0, w1, w2, w3]) {
+    for (let shift = 28; shift >= 0; shift -= 4) {
+      if (isDash(s.length)) s += "-"
+      s += HEX[(w >>> shift) & 15]!
+    }
+  }
+  return s
+}
+
+/** A 32-bit mix of four words (the table's home cell). */
+export const hashWords = (a: number, b: number, c: number, d: number): number => {
+  let h = Math.imul(a ^ 0x9e3779b9, 0x85ebca6b)
+  h = Math.imul(h ^ b ^ (h >>> 15), 0xc2b2ae35)
+  h = Math.imul(h ^ c ^ (h >>> 13), 0x85ebca6b)
+  h = Math.imul(h ^ d ^ (h >>> 16), 0xc2b2ae35)
+  return (h ^ (h >>> 15)) >>> 0
+}
+
+/** Scratch for parsing a looked-up id. */
+export const scratch = new Uint32Array(4)

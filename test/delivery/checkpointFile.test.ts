@@ -1,0 +1,131 @@
+/**
+ * The CHECKPOINT file's dedupe window (checkpoint.ts writes the rings straight from their arrays,
+ * checkpointRead.ts reads them back): after random acks and evictions (the rings' oldest id anywhere,
+ * their ids wrapping around the arrays' end), the window read back is the one written, tables
+ * included (they are written as they are and renumbered on read); a flipped or missing byte anywhere
+ * means no checkpoint.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import fc from "fast-check"
+import { randomUUID } from "node:crypto"
+import * as fs from "node:fs"
+import { join } from "node:path"
+import { afterAll } from "vitest"
+import { AckedWindow } from "../../src/delivery/ackedWindow.js"
+import { captureCheckpoint, CHECKPOINT, frameCheckpoint, writeCheckpoint } from "../../src/delivery/checkpoint.js"
+import { readCheckpoint } from "../../src/delivery/checkpointRead.js"
+import { EntryData } from "../../src/delivery/payload.js"
+import { tempRoot } from "./fixtures/files.js"
+
+const tmp = tempRoot("checkpoint-file")
+afterAll(tmp.rm)
+
+const keyedEntry = (seq: number) =>
+  new EntryData(
+    randomUUID(),
+    seq,
+    1000 + seq,
+    `reply:session-${seq % 7}:turn-${seq}`,
+    JSON.stringify({ channel: "c", to: "t", body: seq }),
+    0,
+    undefined,
+    undefined,
+    "pending",
+    true,
+    200 + (seq % 50),
+    seq % 3 === 0
+  )
+
+/** Write `w` as a checkpoint of `dir` covering one made-up file; its bytes. */
+const write = (dir: string, w: AckedWindow): Buffer => {
+  const c = captureCheckpoint(dir, { nextLsn: 7, nextSeq: 9, liveBytes: 123 }, [], w.view())
+  const rest = frameCheckpoint(c, [{ number: 1, kind: "log", size: 10, crc: 5 }], () => false)
+  writeCheckpoint(dir, c, rest)
+  assert.isFalse(fs.existsSync(join(dir, `${CHECKPOINT}.tmp`)))
+  return fs.readFileSync(join(dir, CHECKPOINT))
+}
+
+/** The window's parts, a ring's tables left out unless asked for (a ring not at its refilled capacity has none). */
+const partsOf = (w: AckedWindow, plainTable: boolean, keyedTables: boolean) => {
+  const p = w.parts()
+  return {
+    ...p,
+    plain: plainTable ? p.plain : { ...p.plain, table: undefined },
+    keyed: keyedTables ? p.keyed : { ...p.keyed, tables: undefined }
+  }
+}
+
+const op = fc.oneof(
+  fc.record({ add: fc.integer({ min: 1, max: 700 }), keyedShare: fc.integer({ min: 0, max: 4 }) }),
+  fc.record({ evict: fc.integer({ min: 0, max: 100 }) })
+)
+
+describe("CHECKPOINT file: the dedupe window", () => {
+  it("reads back the window written, its rings anywhere in their arrays, tables renumbered", () => {
+    fc.assert(
+      fc.property(fc.array(op, { minLength: 1, maxLength: 12 }), (ops) => {
+        const w = new AckedWindow()
+        let seq = 1
+        let t = 0
+        for (const o of ops) {
+          if ("add" in o) {
+            for (let i = 0; i < o.add; i++, seq++) {
+              // A millisecond every 3 acks (runs), a share keyed, a few kept (an id of another shape).
+              const at = t + Math.floor(i / 3)
+              if (seq % 97 === 0) w.add(`other-${seq}`, at, undefined, 80)
+              else if (seq % 5 < o.keyedShare) w.addKeyed(keyedEntry(seq), at, 3, 64 * seq)
+              else w.add(randomUUID(), at, undefined, 80)
+            }
+            t += Math.ceil(o.add / 3) + 1
+          } else w.evict(t, Math.max(1, t - Math.floor((o.evict / 100) * t)), () => {})
+        }
+        const dir = tmp.next()
+        fs.mkdirSync(dir)
+        write(dir, w)
+        const read = readCheckpoint(dir)
+        assert.isDefined(read)
+        assert.strictEqual(read!.nextLsn, 7)
+        assert.strictEqual(read!.nextSeq, 9)
+        assert.strictEqual(read!.liveBytes, 123)
+        assert.deepStrictEqual(read!.files, [{ number: 1, kind: "log", size: 10, crc: 5 }])
+        const again = new AckedWindow()
+        again.restore(read!.acked)
+        const written = w.parts()
+        const plainTable = written.plain.table !== undefined
+        const keyedTables = written.keyed.tables?.[0] !== undefined
+        // The tables read are the written ones in ack order, and the restored rings keep them as they are.
+        if (keyedTables) assert.deepStrictEqual(read!.acked.keyed.tables, written.keyed.tables)
+        if (plainTable) assert.deepStrictEqual(read!.acked.plain.table, written.plain.table)
+        assert.deepStrictEqual(partsOf(again, plainTable, keyedTables), partsOf(w, plainTable, keyedTables))
+        assert.strictEqual(again.size, w.size)
+      }),
+      { numRuns: 60 }
+    )
+  })
+
+  it("a flipped byte anywhere, or the file cut anywhere, means no checkpoint", () => {
+    const w = new AckedWindow()
+    for (let i = 1; i <= 300; i++) {
+      if (i % 2 === 0) w.addKeyed(keyedEntry(i), 1000 + i, 3, 64 * i)
+      else w.add(randomUUID(), 1000 + i, undefined, 80)
+    }
+    w.add("kept-id", 2000, keyedEntry(999), 300)
+    const dir = tmp.next()
+    fs.mkdirSync(dir)
+    const bytes = write(dir, w)
+    assert.isDefined(readCheckpoint(dir))
+    const path = join(dir, CHECKPOINT)
+    for (let at = 0; at < bytes.length; at += 1 + (at % 61)) {
+      const flipped = Buffer.from(bytes)
+      flipped[at]! ^= 0x10
+      fs.writeFileSync(path, flipped)
+      assert.isUndefined(readCheckpoint(dir), `byte ${at} flipped`)
+    }
+    for (const cut of [0, 4, 8, 16, bytes.length / 2, bytes.length - 9, bytes.length - 4, bytes.length - 1]) {
+      fs.writeFileSync(path, bytes.subarray(0, Math.floor(cut)))
+      assert.isUndefined(readCheckpoint(dir), `cut at ${cut}`)
+    }
+    fs.writeFileSync(path, bytes)
+    assert.isDefined(readCheckpoint(dir))
+  })
+})
