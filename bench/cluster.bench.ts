@@ -13,7 +13,6 @@ import type { Context } from "effect"
 import { spawn } from "node:child_process"
 import type { ChildProcess } from "node:child_process"
 import * as fs from "node:fs"
-import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
 import * as ScriptedModel from "../src/agent/ScriptedModel.js"
@@ -21,7 +20,7 @@ import * as ClusterLayer from "../src/cluster/ClusterLayer.js"
 import * as ClusterQueue from "../src/cluster/ClusterQueue.js"
 import * as Postgres from "../src/cluster/Postgres.js"
 import { CommandQueue } from "../src/queue/index.js"
-import { ratio, table } from "./lib.js"
+import { freePort, ratio, table } from "./lib.js"
 import { attribute, readStatements } from "./pglog.js"
 import { breakdown } from "./timing.js"
 
@@ -61,15 +60,6 @@ const ONLY = process.env.CLUSTER_BENCH_ONLY
  * take the other figures from a run without it.
  */
 const TIMING = process.env.CLUSTER_BENCH_TIMING === "1"
-
-const freePort = (): Promise<number> =>
-  new Promise((resolve) => {
-    const s = net.createServer()
-    s.listen(0, "127.0.0.1", () => {
-      const port = (s.address() as net.AddressInfo).port
-      s.close(() => resolve(port))
-    })
-  })
 
 const admin = <A>(f: (sql: any) => Effect.Effect<A, any>) => Effect.runPromise(Postgres.withClient(ADMIN, f))
 

@@ -1,4 +1,5 @@
-/** Small helpers shared by the benchmarks: timing, heap readings and side-by-side tables. */
+/** Small helpers shared by the benchmarks: timing, heap readings, side-by-side tables, a free port. */
+import * as net from "node:net"
 
 export const now = (): number => performance.now()
 
@@ -59,3 +60,13 @@ export const opsPerSecond = async (ops: number, fn: () => Promise<void> | void, 
   } while (elapsed < minMs)
   return (ops * runs * 1000) / elapsed
 }
+
+/** A TCP port free on 127.0.0.1 right now (for a child process to listen on). */
+export const freePort = (): Promise<number> =>
+  new Promise((resolve) => {
+    const s = net.createServer()
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as net.AddressInfo).port
+      s.close(() => resolve(port))
+    })
+  })

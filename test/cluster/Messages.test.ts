@@ -119,6 +119,30 @@ describe.skipIf(!up)("the statements of a message (Postgres)", () => {
     expect(await query(`SELECT started FROM switchyard_coalesce WHERE key = 'snap'`)).toEqual([{ started: true }])
   })
 
+  it("only a turn's start commits without waiting for its WAL flush: its transaction ends at synchronous_commit off when it marked a slot, on without a slot; the slot statement (a message's acceptance) stays on", async () => {
+    await query(`SELECT * FROM switchyard_coalesce_slot('main', 'async', 'async', NULL, 'hello', 0)`)
+    const settingAfter = (statement: string) =>
+      Effect.runPromise(
+        Postgres.withClient(db!.url, (sql) =>
+          sql.withTransaction(Effect.gen(function*() {
+            yield* sql.unsafe(statement)
+            return (yield* sql.unsafe<{ s: string }>(`SELECT current_setting('synchronous_commit') AS s`))[0].s
+          })))
+      )
+    expect(
+      await settingAfter(
+        `SELECT * FROM switchyard_turn_start('main', 'async', 1, 'coalesce:main:async:1', 'async', 10)`
+      )
+    )
+      .toBe("off")
+    expect(await settingAfter(`SELECT * FROM switchyard_turn_start('main', 'async', NULL, 'r', 'async', 10)`)).toBe(
+      "on"
+    )
+    expect(await settingAfter(`SELECT * FROM switchyard_coalesce_slot('main', 'async2', 'async2', NULL, 'hi', 0)`))
+      .toBe("on")
+    expect(await query(`SELECT started FROM switchyard_coalesce WHERE key = 'async'`)).toEqual([{ started: true }])
+  })
+
   it("a turn's writes and its run's reply are one fenced statement: at a newer epoch nothing is written (no reply, the run left unprocessed); at the current epoch all of it", async () => {
     await query(`INSERT INTO switchyard_shard_epochs VALUES ('default:5', 4, 'other', 0)`)
     const message = (id: number) =>

@@ -46,7 +46,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard:0004_turn_epochs",
         "switchyard:0005_message_functions",
         "switchyard:0006_cron_run",
-        "switchyard:0007_volatile_ingress"
+        "switchyard:0007_volatile_ingress",
+        "switchyard:0008_turn_start_async"
       ]])
       const again = await Effect.runPromise(
         Postgres.withClient(url, (sql) => Migrations.migrate().pipe(Effect.provideService(SqlClient.SqlClient, sql)))
@@ -104,7 +105,8 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard:0004_turn_epochs",
         "switchyard:0005_message_functions",
         "switchyard:0006_cron_run",
-        "switchyard:0007_volatile_ingress"
+        "switchyard:0007_volatile_ingress",
+        "switchyard:0008_turn_start_async"
       ])
       const rows = await Effect.runPromise(
         Postgres.withClient(
