@@ -15,7 +15,18 @@
  * entries' texts made into strings (the old representation) and is let go. So the chunks held
  * through the arena are at most four times their live texts, plus the one being filled.
  */
-import type { EntryData } from "./payload.js"
+
+/** What the arena needs of an entry (`EntryData` in payload.ts, which imports this file). */
+export interface TextOwner {
+  /** Bytes of its text in a chunk. */
+  readonly textBytes: number
+  /** Its text is `chunk.buf[at, at + bytes)` from now on. */
+  holdText(chunk: TextChunk, at: number, bytes: number, ascii: boolean): void
+  /** Mark its text released; its chunk if it held one not released yet. */
+  releaseText(): TextChunk | undefined
+  /** If its (unreleased) text is in `chunk`, make it a string and let go of the chunk. */
+  ownText(chunk: TextChunk): void
+}
 
 /** Bytes of one chunk. */
 export const CHUNK_BYTES = 256 * 1024
@@ -35,7 +46,7 @@ export class TextChunk {
   /** Bytes of the texts here whose entries have not been released. */
   live = 0
   /** Every entry whose text was put here (until the chunk is let go). */
-  owners: Array<EntryData> = []
+  owners: Array<TextOwner> = []
 
   /** The text at `at` (`length` bytes; `ascii`: every byte below 0x80). */
   text(at: number, length: number, ascii: boolean): string {
@@ -54,7 +65,7 @@ export class TextArena {
    * Copy `src[start, end)` (a message's JSON text) into the arena for `owner`, which must not hold a
    * text yet; false (nothing done) when the text is too long for the arena.
    */
-  put(src: Buffer, start: number, end: number, ascii: boolean, owner: EntryData): boolean {
+  put(src: Buffer, start: number, end: number, ascii: boolean, owner: TextOwner): boolean {
     const n = end - start
     if (n > ARENA_TEXT_MAX) return false
     let c = this.current
@@ -81,7 +92,7 @@ export class TextArena {
    * The text `owner` needs is `src[start, start + n)`: kept where it is when that is `buf` at
    * `freeAt` (an encoder wrote it there), else copied (`put`). False when too long for the arena.
    */
-  adopt(src: Buffer, start: number, n: number, ascii: boolean, owner: EntryData): boolean {
+  adopt(src: Buffer, start: number, n: number, ascii: boolean, owner: TextOwner): boolean {
     const c = this.current
     if (src !== c.buf || start !== c.used || n > ARENA_TEXT_MAX) return this.put(src, start, start + n, ascii, owner)
     owner.holdText(c, start, n, ascii)
@@ -92,7 +103,7 @@ export class TextArena {
   }
 
   /** `owner` left the log (acked, not kept): its text no longer counts as live in its chunk. */
-  release(owner: EntryData): void {
+  release(owner: TextOwner): void {
     const c = owner.releaseText()
     if (c !== undefined) c.live -= owner.textBytes
   }
