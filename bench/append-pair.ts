@@ -26,7 +26,7 @@ import { syncBuiltinESMExports } from "node:module"
 import { loadavg } from "node:os"
 import { join, resolve } from "node:path"
 import type { DeliveryLog as Log, OutboundMessage } from "../src/delivery/types.js"
-import { gc, now } from "./lib.js"
+import { gc, now, tickBatcher } from "./lib.js"
 
 if (process.env.APPEND_PAIR_IO === "stub") {
   fsModule.write = ((...args: Array<unknown>) => {
@@ -123,26 +123,12 @@ const sqlite = async (lat: Array<number>) => {
   db.pragma("journal_mode = WAL")
   db.pragma("synchronous = FULL")
   db.exec("CREATE TABLE outbox (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, enqueued_at INTEGER, message TEXT NOT NULL)")
-  const insert = db.prepare("INSERT INTO outbox (id, enqueued_at, message) VALUES (?, ?, ?)")
-  let batch: Array<{ row: [string, number, string]; done: () => void }> = []
-  const many = db.transaction((rows: typeof batch) => {
-    for (const r of rows) insert.run(...r.row)
-  })
+  const add = tickBatcher(db)
   await Promise.all(Array.from({ length: PRODUCERS }, async (_, p) => {
     for (let n = 0; n < TOTAL; n++) {
       passed(n)
       const t = now()
-      await new Promise<void>((done) => {
-        if (batch.length === 0) {
-          setImmediate(() => {
-            const rows = batch
-            batch = []
-            many(rows)
-            for (const x of rows) x.done()
-          })
-        }
-        batch.push({ row: [`${p}-${n}`, Date.now(), JSON.stringify(message(p, n))], done })
-      })
+      await add([`${p}-${n}`, Date.now(), JSON.stringify(message(p, n))])
       if (n >= WARM) lat.push(now() - t)
     }
   }))

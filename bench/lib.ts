@@ -1,4 +1,5 @@
-/** Small helpers shared by the benchmarks: timing, heap readings, side-by-side tables, a free port. */
+/** Small helpers shared by the benchmarks: timing, heap readings, side-by-side tables, a free port, the sqlite peer. */
+import type Database from "better-sqlite3"
 import * as net from "node:net"
 
 export const now = (): number => performance.now()
@@ -59,6 +60,30 @@ export const opsPerSecond = async (ops: number, fn: () => Promise<void> | void, 
     elapsed = now() - start
   } while (elapsed < minMs)
   return (ops * runs * 1000) / elapsed
+}
+
+/**
+ * better-sqlite3 with group commit by hand (the delivery log's peer): every outbox row inserted in one
+ * tick goes in one transaction, run on the next macrotask; the row's promise resolves once it committed.
+ */
+export const tickBatcher = (db: Database.Database) => {
+  const insert = db.prepare("INSERT INTO outbox (id, enqueued_at, message) VALUES (?, ?, ?)")
+  let batch: Array<{ row: [string, number, string]; done: () => void }> = []
+  const many = db.transaction((rows: typeof batch) => {
+    for (const r of rows) insert.run(...r.row)
+  })
+  return (row: [string, number, string]): Promise<void> =>
+    new Promise<void>((done) => {
+      if (batch.length === 0) {
+        setImmediate(() => {
+          const rows = batch
+          batch = []
+          many(rows)
+          for (const x of rows) x.done()
+        })
+      }
+      batch.push({ row, done })
+    })
 }
 
 /** A TCP port free on 127.0.0.1 right now (for a child process to listen on). */

@@ -99,6 +99,10 @@ const isCount = (n: unknown): n is number => typeof n === "number" && Number.isS
 /** The header at the end of the file of `size` bytes: it, where it starts, and its bytes and the trailer (hashed last). */
 const readHeader = (fd: number, size: number) => {
   if (size < MAGIC.length + TRAILER_BYTES) return undefined
+  // Another format (format 1's header is at the front) is dropped before its end is read as a header.
+  const magic = Buffer.allocUnsafe(MAGIC.length)
+  readFully(fd, magic, 0)
+  if (!magic.equals(MAGIC)) return undefined
   const trailer = Buffer.allocUnsafe(TRAILER_BYTES)
   readFully(fd, trailer, size - TRAILER_BYTES)
   const jsonLen = trailer.readUInt32LE(0)

@@ -23,6 +23,7 @@ import { appendBytes, EntryData, utf8Bytes, writeAppendFields } from "./payload.
 import { HEADER_BYTES, Kind, seal } from "./record.js"
 import type { KeptSegment } from "./recovery.js"
 import type { LogState } from "./state.js"
+import { ARENA_TEXT_MAX } from "./textArena.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { UUID_CHARS, writeUuid } from "./uuid.js"
 import { checkMessage, type ResolvedOptions } from "./validate.js"
@@ -236,7 +237,9 @@ export class LogCore implements CallHost {
     // The plain path checks, copies and encodes in one walk; anything else (and every error) goes
     // through `checkMessage`, which encodes with JSON.stringify (the same bytes) or says what is wrong.
     const enc = this.messageBytes
-    let copy = enc.encode(m, this.o.maxRecordBytes)
+    const texts = this.state.texts
+    // Encoded straight into the texts' arena, where an appended entry's text stays (no copy to keep it).
+    let copy = enc.encode(m, this.o.maxRecordBytes, texts.buf, texts.freeAt)
     let json: string | undefined
     let key: string | undefined
     if (copy !== undefined) key = copy.idempotencyKey
@@ -281,12 +284,12 @@ export class LogCore implements CallHost {
     writeUuid(buf, idAt)
     const id = textOf(buf, idAt, idAt + UUID_CHARS, true)
     const textAt = writeAppendFields(buf, idAt + UUID_CHARS, seq, now, key, keyBytes)
-    let text: string
-    if (json === undefined) text = enc.copyText(buf, textAt)
-    else {
-      buf.write(json, textAt, textBytes, "utf8")
-      text = json
-    }
+    // A plain message's text stays in the arena (off the heap), not in a string the entry keeps.
+    let text: string | undefined = json
+    if (json === undefined) {
+      enc.buf.copy(buf, textAt, enc.start, enc.start + textBytes)
+      if (textBytes > ARENA_TEXT_MAX) text = textOf(buf, textAt, textAt + textBytes, enc.ascii)
+    } else buf.write(json, textAt, textBytes, "utf8")
     seal(buf, at, this.nextLsn++, Kind.append, payloadBytes)
     const data = new EntryData(
       id,
@@ -302,6 +305,7 @@ export class LogCore implements CallHost {
       HEADER_BYTES + payloadBytes
     )
     if (key !== undefined) data.pos = pos
+    if (text === undefined) texts.adopt(enc.buf, enc.start, textBytes, enc.ascii, data)
     state.insertNew(data)
     this.uncommitted++
     // Nobody knows the id before this call returns, so the entry cannot change before it is durable: it is

@@ -59,10 +59,16 @@ export const textOf = (buf: Buffer, start: number, end: number, isAscii: boolean
     ? (buf as unknown as RawBuffer).latin1Slice(start, end)
     : (buf as unknown as RawBuffer).utf8Slice(start, end)
 
-/** Checks and encodes messages into its own scratch buffer; one per log (calls do not overlap). */
+/**
+ * Checks and encodes messages into a buffer the caller gives (where the text is to stay) or its own
+ * scratch buffer; one per log (calls do not overlap).
+ */
 export class MessageBytes {
-  /** The encoded text is `buf[0, bytes)` after a successful `encode`. */
-  buf: Buffer = Buffer.allocUnsafeSlow(16 * 1024)
+  /** Its own buffer, for texts with nowhere else to go (or past the end of the caller's). */
+  private scratch: Buffer = Buffer.allocUnsafeSlow(16 * 1024)
+  /** The encoded text is `buf[start, start + bytes)` after a successful `encode`. */
+  buf: Buffer = this.scratch
+  start = 0
   bytes = 0
   /** Every byte of the text is below 0x80. */
   ascii = true
@@ -73,17 +79,20 @@ export class MessageBytes {
   private readonly stack: Array<object | undefined> = []
 
   /**
-   * Check and encode `m`, refusing texts over `limit` bytes. Returns the copy of the message (as
-   * `JSON.parse` of the text gives it back), or `undefined`: take `checkMessage` instead.
+   * Check and encode `m`, refusing texts over `limit` bytes, into `into[at…]` (its bytes from `at` on
+   * are free to write) or, past its end or without it, the scratch buffer: see `buf` and `start`.
+   * Returns the copy of the message (as `JSON.parse` of the text gives it back), or `undefined`:
+   * take `checkMessage` instead.
    */
-  encode(m: OutboundMessage, limit: number): OutboundMessage | undefined {
+  encode(m: OutboundMessage, limit: number, into?: Buffer, at = 0): OutboundMessage | undefined {
     if (this.busy || m === null || typeof m !== "object") return undefined
     const channel = m.channel
     const to = m.to
     const key = m.idempotencyKey
     if (!goodField(channel) || !goodField(to) || (key !== undefined && !goodField(key))) return undefined
     this.busy = true
-    this.pos = 0
+    this.buf = into ?? this.scratch
+    this.pos = this.start = into === undefined ? 0 : at
     this.ascii = true
     this.limit = limit
     try {
@@ -99,8 +108,8 @@ export class MessageBytes {
       }
       this.room(1)
       this.buf[this.pos++] = 0x7d
-      if (this.pos > limit) return undefined
-      this.bytes = this.pos
+      if (this.pos - this.start > limit) return undefined
+      this.bytes = this.pos - this.start
       return key === undefined ? { channel, to, body } : { channel, to, body, idempotencyKey: key }
     } catch {
       // SLOW, or a getter's exception: `checkMessage` meets it again and reports it.
@@ -108,32 +117,26 @@ export class MessageBytes {
       return undefined
     } finally {
       this.busy = false
-      if (this.buf.length > 4 * 1024 * 1024) this.buf = Buffer.allocUnsafeSlow(16 * 1024)
+      if (this.scratch.length > 4 * 1024 * 1024) this.scratch = Buffer.allocUnsafeSlow(16 * 1024)
     }
-  }
-
-  /**
-   * The encoded text as a string, also written at `target[at]` (copied natively through the string,
-   * which the entry keeps anyway: `Buffer.copy` of part of a buffer makes a view per call).
-   */
-  copyText(target: Buffer, at: number): string {
-    const text = textOf(this.buf, 0, this.bytes, this.ascii)
-    const raw = target as unknown as RawBuffer
-    if (this.ascii) raw.latin1Write(text, at, this.bytes)
-    else raw.utf8Write(text, at, this.bytes)
-    return text
   }
 
   /** Make room for `n` more bytes at `pos`. */
   private room(n: number): void {
-    const need = this.pos + n
-    if (need <= this.buf.length) return
-    if (this.pos > this.limit) throw SLOW
-    let size = this.buf.length * 2
-    while (size < need) size *= 2
-    const bigger = Buffer.allocUnsafeSlow(size)
-    this.buf.copy(bigger, 0, 0, this.pos)
-    this.buf = bigger
+    if (this.pos + n <= this.buf.length) return
+    const used = this.pos - this.start
+    if (used > this.limit) throw SLOW
+    // The text so far moves to the start of the scratch buffer (grown if it is too small or in use).
+    let target = this.scratch
+    if (this.buf === target || used + n > target.length) {
+      let size = target.length * 2
+      while (size < used + n) size *= 2
+      target = this.scratch = Buffer.allocUnsafeSlow(size)
+    }
+    this.buf.copy(target, 0, this.start, this.pos)
+    this.buf = target
+    this.start = 0
+    this.pos = used
   }
 
   private lit(bytes: Uint8Array): void {
@@ -172,7 +175,7 @@ export class MessageBytes {
     if (depth >= MAX_BODY_DEPTH || typeof (v as { toJSON?: unknown }).toJSON === "function") throw SLOW
     const stack = this.stack
     for (let i = 0; i < depth; i++) if (stack[i] === v) throw SLOW
-    if (this.pos > this.limit) throw SLOW
+    if (this.pos - this.start > this.limit) throw SLOW
     stack[depth] = v
     let out: unknown
     if (Array.isArray(v)) {

@@ -7,6 +7,7 @@
  * Writers compute the payload size first (`*Bytes`), then fill a buffer at an offset (`write*`), so a
  * record is framed with one allocation. Readers throw `BadPayload` when the bytes do not add up.
  */
+import type { TextChunk } from "./textArena.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 
 /** The payload's fields do not fit its length, or a flag is out of range: the record is corrupt. */
@@ -22,14 +23,26 @@ const NONE_U32 = 0xffff_ffff
  * read), the delivery state as plain fields. One shape for every entry (fast property access).
  */
 export class EntryData {
+  /** The message's JSON text as a string, or `undefined` while its bytes are in `arena`. */
+  private textString: string | undefined
+  /** The arena chunk holding the text's bytes (an appended entry; textArena.ts). */
+  private arena: TextChunk | undefined = undefined
+  /** Where the text is in `arena`: its offset × 4, + 1 when it is ASCII, + 2 once released. */
+  private textAt = 0
+  /** Bytes of the text in `arena`. */
+  textBytes = 0
+
   constructor(
     readonly id: string,
     readonly seq: number,
     readonly enqueuedAt: number,
     /** `message.idempotencyKey`, kept apart so that replay need not parse the message. */
     readonly key: string | undefined,
-    /** The message as JSON, exactly as written: `{"channel":…,"to":…,"body":…[,"idempotencyKey":…]}`. */
-    readonly text: string,
+    /**
+     * The message as JSON, exactly as written: `{"channel":…,"to":…,"body":…[,"idempotencyKey":…]}`;
+     * `undefined` only for an entry whose text goes into an arena (`TextArena.put`) next.
+     */
+    text: string | undefined,
     public attempts: number,
     public lastError: string | undefined,
     public nextAttemptAt: number | undefined,
@@ -42,16 +55,64 @@ export class EntryData {
     public started = false,
     /** Where its record is (addresses.ts), for a keyed entry: the dedupe window keeps that once it is acked. -1: not known. */
     public pos = -1
-  ) {}
+  ) {
+    this.textString = text
+  }
+
+  /** The message as JSON, exactly as written (made from the arena's bytes when it is there). */
+  get text(): string {
+    const s = this.textString
+    if (s !== undefined) return s
+    return this.arena!.text(this.textAt >>> 2, this.textBytes, (this.textAt & 1) !== 0)
+  }
+
+  /** The text is in an arena chunk (not a string of its own). */
+  get inArena(): boolean {
+    return this.arena !== undefined
+  }
+
+  /** UTF-8 bytes of `text`. */
+  get textLength(): number {
+    return this.textString === undefined ? this.textBytes : utf8Bytes(this.textString)
+  }
+
+  /** Write `text` as UTF-8 at `buf[at]` (from the arena's bytes when it is there); returns its end. */
+  writeText(buf: Buffer, at: number): number {
+    const s = this.textString
+    if (s !== undefined) return at + buf.write(s, at, "utf8")
+    const from = this.textAt >>> 2
+    return at + this.arena!.buf.copy(buf, at, from, from + this.textBytes)
+  }
+
+  /** The text is `chunk.buf[at, at + bytes)` from now on (`TextArena.put`). */
+  holdText(chunk: TextChunk, at: number, bytes: number, ascii: boolean): void {
+    this.arena = chunk
+    this.textAt = at * 4 + (ascii ? 1 : 0)
+    this.textBytes = bytes
+  }
+
+  /** Mark the text released (the entry left the log); returns its chunk if it held one and was not released yet. */
+  releaseText(): TextChunk | undefined {
+    if (this.arena === undefined || (this.textAt & 2) !== 0) return undefined
+    this.textAt |= 2
+    return this.arena
+  }
+
+  /** If the text is (unreleased) in `chunk`, make it a string and let go of the chunk. */
+  ownText(chunk: TextChunk): void {
+    if (this.arena !== chunk || (this.textAt & 2) !== 0) return
+    this.textString = chunk.text(this.textAt >>> 2, this.textBytes, (this.textAt & 1) !== 0)
+    this.arena = undefined
+  }
 
   /** A copy of the current state (compaction writes copies while the live ones go on changing). */
   clone(): EntryData {
-    return new EntryData(
+    const c = new EntryData(
       this.id,
       this.seq,
       this.enqueuedAt,
       this.key,
-      this.text,
+      this.textString,
       this.attempts,
       this.lastError,
       this.nextAttemptAt,
@@ -61,6 +122,11 @@ export class EntryData {
       this.started,
       this.pos
     )
+    // The chunk's bytes never change: the copy reads them for as long as it lives (not an owner of the chunk).
+    c.arena = this.arena
+    c.textAt = this.textAt & ~2
+    c.textBytes = this.textBytes
+    return c
   }
 
   /** A fresh `DeliveryEntry`: its message parsed from `text`, or `message` when the caller has that copy already. */
@@ -235,7 +301,7 @@ export const readAppend = (buf: Buffer, start: number, end: number): EntryData =
 /** Payload bytes of a snapshot entry (also the `entry` of a snapshot acked record). */
 export const entryBytes = (e: EntryData): number =>
   headBytes(utf8Bytes(e.id), e.key === undefined ? 0 : utf8Bytes(e.key)) +
-  1 + 4 + 8 + 4 + (e.lastError === undefined ? 0 : utf8Bytes(e.lastError)) + utf8Bytes(e.text)
+  1 + 4 + 8 + 4 + (e.lastError === undefined ? 0 : utf8Bytes(e.lastError)) + e.textLength
 
 /** Write a whole entry at `at`; returns its end. */
 export const writeEntry = (buf: Buffer, at: number, e: EntryData): number => {
@@ -252,7 +318,7 @@ export const writeEntry = (buf: Buffer, at: number, e: EntryData): number => {
     buf.writeUInt32BE(n, at)
     at += 4 + buf.write(e.lastError, at + 4, n, "utf8")
   }
-  return at + buf.write(e.text, at, "utf8")
+  return e.writeText(buf, at)
 }
 
 const readEntryAt = (c: Cursor): EntryData => {

@@ -8,6 +8,7 @@ import { Addresses } from "./addresses.js"
 import type { KeyDigest } from "./keyDigest.js"
 import { LiveEntries } from "./liveEntries.js"
 import type { EntryData } from "./payload.js"
+import { TextArena } from "./textArena.js"
 
 /** First record of a snapshot: where the log goes on after it. */
 export interface SnapshotBeginPayload {
@@ -34,6 +35,8 @@ export class LogState {
   readonly keys = new Map<string, string>()
   /** Ids acked within the window, in ack order (keyed ones by their key's digest and record's place). */
   readonly acked: AckedWindow
+  /** The texts of appended entries (textArena.ts). */
+  readonly texts = new TextArena()
   /** Where the records of `EntryData.pos` are. */
   addresses = new Addresses()
   nextSeq = 1
@@ -112,10 +115,12 @@ export class LogState {
     if (l.key !== undefined) {
       if (this.addresses.locate(l.pos, place) && this.acked.addKeyed(l, at, place[0]!, place[1]!)) {
         if (this.keys.get(l.key) === id) this.keys.delete(l.key)
+        this.texts.release(l)
       } else this.acked.add(id, at, l, l.bytes)
       this.liveBytes += l.bytes
     } else {
       this.acked.add(id, at, undefined, AckedWindow.ID_BYTES)
+      this.texts.release(l)
       this.liveBytes += AckedWindow.ID_BYTES
     }
   }

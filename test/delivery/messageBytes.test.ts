@@ -58,7 +58,7 @@ describe("MessageBytes", () => {
         const copy = enc.encode(m, 1 << 20)
         assert.isDefined(copy, "a plain message takes the one-walk path")
         const json = logOrder(m)
-        const bytes = enc.buf.subarray(0, enc.bytes)
+        const bytes = enc.buf.subarray(enc.start, enc.start + enc.bytes)
         assert.isTrue(bytes.equals(Buffer.from(json, "utf8")), `${bytes.toString("utf8")} !== ${json}`)
         assert.strictEqual(
           enc.ascii,
@@ -72,6 +72,33 @@ describe("MessageBytes", () => {
         assert.strictEqual((checked as { json: string }).json, json)
       }),
       { numRuns: 400 }
+    )
+  })
+
+  it("into a given buffer at an offset: the same bytes there, or in its scratch buffer past the end; nothing before the offset touched", () => {
+    const enc = new MessageBytes()
+    fc.assert(
+      fc.property(
+        field,
+        body,
+        fc.integer({ min: 0, max: 600 }),
+        fc.integer({ min: 0, max: 6000 }),
+        (to, b, at, room) => {
+          const m: OutboundMessage = { channel: "telegram", to, body: b }
+          const into = Buffer.alloc(at + room, 0xee)
+          const copy = enc.encode(m, 1 << 20, into, at)
+          assert.isDefined(copy)
+          const json = Buffer.from(logOrder(m), "utf8")
+          assert.isTrue(enc.buf.subarray(enc.start, enc.start + enc.bytes).equals(json))
+          // Where it was asked to be, or (the writer reserves for the worst case of escaping) moved whole
+          // to the start of the scratch buffer; with room to spare, always where it was asked to be.
+          if (enc.buf === into) assert.strictEqual(enc.start, at)
+          else assert.strictEqual(enc.start, 0)
+          if (room >= 8 * json.length + 16) assert.strictEqual(enc.buf, into)
+          assert.isTrue(into.subarray(0, at).every((x) => x === 0xee), "nothing written before the offset")
+        }
+      ),
+      { numRuns: 300 }
     )
   })
 

@@ -1,0 +1,124 @@
+/**
+ * The JSON texts of appended entries, off the JavaScript heap. A pending entry used to keep its text
+ * as a string (~200 bytes for a short message): every append left one more string for the young
+ * generation's collector to copy twice and for the old generation's to mark, which was about a
+ * quarter of an append's CPU with many entries pending. Here an appended entry's text bytes are copied
+ * into a chunk of a few hundred KiB (one `Buffer`, outside the heap) and the entry keeps the chunk,
+ * an offset and a length; `EntryData.text` makes the string when an entry is read.
+ *
+ * A chunk's bytes are never overwritten: an entry (or a copy of it made for compaction or a
+ * checkpoint) that holds a chunk reads the right bytes for as long as it lives, and the collector
+ * frees a chunk once nothing holds it. What the arena manages is only memory: a chunk is held by any
+ * one entry still in it, so a few long-lived entries could hold many chunks. The arena counts the
+ * bytes of each chunk's texts whose entries have not left the log (`release`); when it starts a new
+ * chunk, an older one whose live bytes fell under a quarter of its used bytes gets its remaining
+ * entries' texts made into strings (the old representation) and is let go. So the chunks held
+ * through the arena are at most four times their live texts, plus the one being filled.
+ */
+import type { EntryData } from "./payload.js"
+
+/** Bytes of one chunk. */
+export const CHUNK_BYTES = 256 * 1024
+/** Texts longer than this stay strings (a chunk holds many texts; a large one would waste its tail). */
+export const ARENA_TEXT_MAX = 16 * 1024
+
+/** Raw Buffer methods Node has on every supported version (no argument checks per call). */
+interface RawBuffer {
+  latin1Slice(start: number, end: number): string
+  utf8Slice(start: number, end: number): string
+}
+
+/** One chunk of texts. */
+export class TextChunk {
+  readonly buf: Buffer = Buffer.allocUnsafeSlow(CHUNK_BYTES)
+  used = 0
+  /** Bytes of the texts here whose entries have not been released. */
+  live = 0
+  /** Every entry whose text was put here (until the chunk is let go). */
+  owners: Array<EntryData> = []
+
+  /** The text at `at` (`length` bytes; `ascii`: every byte below 0x80). */
+  text(at: number, length: number, ascii: boolean): string {
+    const raw = this.buf as unknown as RawBuffer
+    return ascii ? raw.latin1Slice(at, at + length) : raw.utf8Slice(at, at + length)
+  }
+}
+
+/** The chunks of one log's state. */
+export class TextArena {
+  private current = new TextChunk()
+  /** Chunks filled before `current` that still have live texts. */
+  private older: Array<TextChunk> = []
+
+  /**
+   * Copy `src[start, end)` (a message's JSON text) into the arena for `owner`, which must not hold a
+   * text yet; false (nothing done) when the text is too long for the arena.
+   */
+  put(src: Buffer, start: number, end: number, ascii: boolean, owner: EntryData): boolean {
+    const n = end - start
+    if (n > ARENA_TEXT_MAX) return false
+    let c = this.current
+    if (c.used + n > CHUNK_BYTES) c = this.next()
+    src.copy(c.buf, c.used, start, end)
+    owner.holdText(c, c.used, n, ascii)
+    c.used += n
+    c.live += n
+    c.owners.push(owner)
+    return true
+  }
+
+  /** The chunk being filled: an encoder may write a text at `buf[freeAt…]`, then `adopt` it. */
+  get buf(): Buffer {
+    return this.current.buf
+  }
+
+  /** Where the free space of `buf` starts. */
+  get freeAt(): number {
+    return this.current.used
+  }
+
+  /**
+   * The text `owner` needs is `src[start, start + n)`: kept where it is when that is `buf` at
+   * `freeAt` (an encoder wrote it there), else copied (`put`). False when too long for the arena.
+   */
+  adopt(src: Buffer, start: number, n: number, ascii: boolean, owner: EntryData): boolean {
+    const c = this.current
+    if (src !== c.buf || start !== c.used || n > ARENA_TEXT_MAX) return this.put(src, start, start + n, ascii, owner)
+    owner.holdText(c, start, n, ascii)
+    c.used += n
+    c.live += n
+    c.owners.push(owner)
+    return true
+  }
+
+  /** `owner` left the log (acked, not kept): its text no longer counts as live in its chunk. */
+  release(owner: EntryData): void {
+    const c = owner.releaseText()
+    if (c !== undefined) c.live -= owner.textBytes
+  }
+
+  /** Start a new chunk; let go of older ones with nothing live, and move the texts out of sparse ones. */
+  private next(): TextChunk {
+    const kept: Array<TextChunk> = []
+    for (const c of [...this.older, this.current]) {
+      if (c.live === 0) continue
+      if (c.live * 4 >= c.used) {
+        kept.push(c)
+        continue
+      }
+      for (const owner of c.owners) owner.ownText(c)
+    }
+    this.older = kept
+    this.started++
+    this.current = new TextChunk()
+    return this.current
+  }
+
+  /** Chunks started after the first (tests). */
+  started = 0
+
+  /** Chunks held through the arena (tests and benchmarks). */
+  get chunks(): number {
+    return this.older.length + 1
+  }
+}
