@@ -85,22 +85,36 @@ export const WebhookChannel = (options: WebhookChannelOptions): Channel => {
       const answer = yield* Effect.tryPromise({
         // The signal aborts on interruption (the delivery queue's attempt timeout, a shutdown) and after `timeoutMs`.
         try: async (interrupted) => {
-          const signal = AbortSignal.any([interrupted, AbortSignal.timeout(timeoutMs)])
-          const response = await fetch(url, {
-            method: "POST",
-            headers: headersOf(entry),
-            body: payload,
-            redirect: "manual",
-            signal
-          })
-          // Read the whole answer within the same bound: the connection is free for the next entry.
-          const text = await response.text()
-          return {
-            status: response.status,
-            statusText: response.statusText,
-            retryAfter: response.headers.get("retry-after"),
-            location: response.headers.get("location"),
-            text
+          // A timer of our own, not `AbortSignal.timeout` inside `AbortSignal.any`: nothing but a weak
+          // reference holds that signal there, and a collection before it fires leaves the request unbounded.
+          const controller = new AbortController()
+          const onInterrupt = () => controller.abort(interrupted.reason)
+          if (interrupted.aborted) onInterrupt()
+          else interrupted.addEventListener("abort", onInterrupt, { once: true })
+          const timer = setTimeout(
+            () => controller.abort(new DOMException(`no answer within ${timeoutMs} ms`, "TimeoutError")),
+            timeoutMs
+          )
+          try {
+            const response = await fetch(url, {
+              method: "POST",
+              headers: headersOf(entry),
+              body: payload,
+              redirect: "manual",
+              signal: controller.signal
+            })
+            // Read the whole answer within the same bound: the connection is free for the next entry.
+            const text = await response.text()
+            return {
+              status: response.status,
+              statusText: response.statusText,
+              retryAfter: response.headers.get("retry-after"),
+              location: response.headers.get("location"),
+              text
+            }
+          } finally {
+            clearTimeout(timer)
+            interrupted.removeEventListener("abort", onInterrupt)
           }
         },
         catch: (cause) =>
