@@ -14,6 +14,10 @@
  * held against the goal. The child's reading right after its last ack is shown too: it includes the
  * buffer of a checkpoint being written, if one was (up to the checkpoint's size, until it is written).
  *
+ * The crash reopen is measured three ways: in this (warm) process, as before; and by a fresh process of
+ * its own, as a restart is, without and with glibc's transparent huge pages (`GLIBC_TUNABLES=
+ * glibc.malloc.hugetlb=1`, docs/operations.md "Opening a large log faster").
+ *
  * Page faults: the minor faults of the crash reopen (`process.resourceUsage`). On the machine of
  * bench/README.md a first touch of a fresh page costs ~13 µs of CPU, so they are a large and variable
  * part of the reopen (the warm process reuses some memory freed by the reopens before it).
@@ -171,6 +175,30 @@ const reopen = (dir: string, keyed: boolean) => {
   })
 }
 
+/** The open in a child process of its own, as a restart after a crash is (`--reopen`); `hugePages`
+ * starts it with glibc's malloc asking for transparent huge pages (docs/delivery-log-format.md "Huge pages"). */
+const reopenFresh = (dir: string, keyed: boolean, hugePages: boolean) =>
+  new Promise<{ ms: number; cpu: number; faults: number }>((resolve, reject) => {
+    const env = { ...process.env }
+    if (hugePages) env.GLIBC_TUNABLES = "glibc.malloc.hugetlb=1"
+    else delete env.GLIBC_TUNABLES
+    const child = spawn(
+      process.execPath,
+      ["--expose-gc", "--import", "tsx", fileURLToPath(import.meta.url), "--reopen", dir, String(keyed)],
+      { stdio: ["ignore", "pipe", "inherit"], env }
+    )
+    let out = ""
+    child.stdout.on("data", (b: Buffer) => (out += b.toString()))
+    child.on("error", reject)
+    child.on(
+      "close",
+      (code) =>
+        code === 0
+          ? resolve(JSON.parse(out.slice(out.lastIndexOf("\nRESULT ") + 8)))
+          : reject(new Error(`--reopen ended ${code}`))
+    )
+  })
+
 const run = async (keyed: boolean) => {
   const dir = join(root, keyed ? "keyed" : "plain")
   const held = await fillAndKill(dir, keyed)
@@ -191,6 +219,15 @@ const run = async (keyed: boolean) => {
       after = { heap: m.heap, buffers: m.buffers }
     }
   }
+  // A restart is a fresh process: the same crashed directory opened by one, without and with huge pages
+  // (each from a copy of its own: an open writes a checkpoint when it closes).
+  const fresh: Array<{ ms: number; cpu: number; faults: number }> = []
+  for (const hugePages of [false, true]) {
+    const copy = `${dir}-fresh`
+    fs.cpSync(crashDir, copy, { recursive: true })
+    fresh.push(await reopenFresh(copy, keyed, hugePages))
+    fs.rmSync(copy, { recursive: true, force: true })
+  }
   const crashed = await reopen(crashDir, keyed)
   fs.rmSync(crashDir, { recursive: true, force: true })
   fs.rmSync(join(dir, "CHECKPOINT"), { force: true })
@@ -203,6 +240,7 @@ const run = async (keyed: boolean) => {
     crashCpuMs: crashed.cpu,
     crashMs: crashed.ms,
     crashFaults: crashed.faults,
+    fresh,
     tail,
     replayCpuMs: none.cpu,
     closeCpuMs: crashed.closeCpu
@@ -229,6 +267,12 @@ const main = async () => {
       "reopen after SIGKILL: CPU ms (goal <= 500)": r.crashCpuMs,
       "wall ms": r.crashMs,
       "its page faults": r.crashFaults,
+      "the same in a fresh process: CPU / wall ms, faults": `${r.fresh[0]!.cpu.toFixed(0)} / ${
+        r.fresh[0]!.ms.toFixed(0)
+      }, ${r.fresh[0]!.faults}`,
+      "fresh, huge pages: CPU / wall ms, faults": `${r.fresh[1]!.cpu.toFixed(0)} / ${r.fresh[1]!.ms.toFixed(0)}, ${
+        r.fresh[1]!.faults
+      }`,
       "MB after its checkpoint": r.tail / 1e6,
       "reopen after close: CPU ms": r.reopenCpuMs,
       "wall ms ": r.reopenMs,
@@ -246,8 +290,19 @@ const main = async () => {
   fs.rmSync(root, { recursive: true, force: true })
 }
 
+/** `--reopen`: open `dir` in this fresh process, check the dedupe, report the open's CPU, wall time and faults. */
+const reopenHere = async (dir: string, keyed: boolean) => {
+  const m = await reopen(dir, keyed)
+  process.stdout.write(`\nRESULT ${JSON.stringify({ ms: m.ms, cpu: m.cpu, faults: m.faults })}`)
+}
+
 const fillAt = process.argv.indexOf("--fill")
-;(fillAt >= 0 ? fill(process.argv[fillAt + 1]!, process.argv[fillAt + 2] === "true") : main()).catch((e) => {
-  console.error(e)
-  process.exit(1)
-})
+const reopenAt = process.argv.indexOf("--reopen")
+;(fillAt >= 0
+  ? fill(process.argv[fillAt + 1]!, process.argv[fillAt + 2] === "true")
+  : reopenAt >= 0
+  ? reopenHere(process.argv[reopenAt + 1]!, process.argv[reopenAt + 2] === "true")
+  : main()).catch((e) => {
+    console.error(e)
+    process.exit(1)
+  })
