@@ -5,7 +5,7 @@
  * Nothing in queue, delivery or agent imports this entry.
  *
  * Reading order, bottom-up (every file imports only files before it, and the other parts):
- * - `protocol.ts`, `json.ts`, `Coalesce.ts`, `Generations.ts`, `Postgres.ts`, `Migrations.ts`.
+ * - `protocol.ts`, `json.ts`, `Coalesce.ts`, `Generations.ts`, `Postgres.ts`, `MigrationsSql.ts` -> `Migrations.ts`.
  * - The queue: `wire.ts`, `LaneHandler.ts` -> `KeyRunner.ts` (one key entity) -> `ClusterQueue.ts` ->
  *   `ClusterCronJobs.ts`. Delivery: `PgDeliveryLog.ts` -> `ClusterDelivery.ts`, `Retention.ts`.
  *   `ClusterAgent.ts` (turns as lane handlers), `ClusterLayer.ts`.
