@@ -6,6 +6,11 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     // Crash tests spawn real child processes; keep the pool small on 2-core machines.
-    maxWorkers: 2
+    maxWorkers: 2,
+    // A worker runs its files one after another in one process and keeps their modules: effect and
+    // src/ load once per worker instead of once per file (a fresh process and ~0.5-1 s of imports for
+    // each of ~100 files). So a test file must not count on fresh module state: what it changes
+    // globally (fake timers, process listeners, a metric registry) it restores or provides itself.
+    isolate: false
   }
 })
