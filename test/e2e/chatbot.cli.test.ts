@@ -189,7 +189,9 @@ describe("chatbot command line", () => {
   it(
     "--log-level none: the queue's warning is not printed, /status counts it; by default (no terminal) it is printed",
     async () => {
-      for (const level of ["none", undefined] as const) {
+      // The two levels are two chatbots of their own (own state folders), run side by side: each waits
+      // out a 2.3 s turn twice, and nothing of one is seen by the other.
+      await Promise.all((["none", undefined] as const).map(async (level) => {
         const dir = fresh()
         const bot = startChatbot([
           "--state-dir",
@@ -209,7 +211,7 @@ describe("chatbot command line", () => {
         expect((await bot.waitForExit()).code).toBe(0)
         const warned = bot.stderr.filter((l) => /^WARN switchyard: task \S+ waited \d+ ms/.test(l))
         expect(warned).toHaveLength(level === "none" ? 0 : 1)
-      }
+      }))
     },
     60_000
   )
