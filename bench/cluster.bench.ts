@@ -60,6 +60,8 @@ const ONLY = process.env.CLUSTER_BENCH_ONLY
  * take the other figures from a run without it.
  */
 const TIMING = process.env.CLUSTER_BENCH_TIMING === "1"
+/** `CLUSTER_BENCH_HOP=0`: the runners send runs over effect/cluster's socket only (`--no-hop`, src/cluster/Hop.ts). */
+const HOP = process.env.CLUSTER_BENCH_HOP !== "0"
 
 const admin = <A>(f: (sql: any) => Effect.Effect<A, any>) => Effect.runPromise(Postgres.withClient(ADMIN, f))
 
@@ -102,7 +104,8 @@ const startRunner = (
       "--main-concurrent",
       "8",
       "--drain-timeout",
-      "2000"
+      "2000",
+      ...(HOP ? [] : ["--no-hop"])
     ], {
       cwd: root,
       stdio: ["ignore", "pipe", "inherit"],
@@ -198,6 +201,8 @@ const cluster = async (
     const log0 = PGLOG === undefined ? 0 : fs.statSync(PGLOG).size
     let next = 0
     let busy = 0
+    // The throughput phase's window on the monotonic clock the runners' profiles use (µs), to cut start-up out.
+    const window0 = process.hrtime.bigint() / 1000n
     const start = performance.now()
     await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
       while (next < messages) {
@@ -208,6 +213,19 @@ const cluster = async (
       }
     }))
     const seconds = (performance.now() - start) / 1000
+    if (PROFILE !== undefined) {
+      fs.appendFileSync(
+        path.join(PROFILE, "windows.jsonl"),
+        JSON.stringify({
+          runners,
+          latency,
+          pids: children.map((c) => c.pid),
+          from: String(window0),
+          to: String(process.hrtime.bigint() / 1000n),
+          messages
+        }) + "\n"
+      )
+    }
     const cpuMsPerMessage = ((cpuTicks() - ticks0) * 10) / messages // 100 ticks per second on Linux
     const sysMsPerMessage = ((cpuTicksOf(12) - sys0) * 10) / messages
     const commitsPerMessage = ((await commits()) - commits0) / messages

@@ -45,6 +45,8 @@ export const breakdown = (file: string) => {
   )
   // The ingress marks the session (the run id is not known yet); its run is the next one the slot gave.
   const byRun = new Map<string, Map<string, number>>()
+  // The process each run reached each point in: a run whose ingress is not its key's runner crossed over.
+  const pidOf = new Map<string, Map<string, number>>()
   const ingress = marks.filter((m) => m.point === "ingress" && m.id.startsWith("lat")).sort((a, b) => a.t - b.t)
   const slots = marks.filter((m) => m.point === "slotDone").sort((a, b) => a.t - b.t)
   for (const m of ingress) {
@@ -53,17 +55,33 @@ export const breakdown = (file: string) => {
   }
   for (const m of marks) {
     const points = byRun.get(m.id)
-    if (points !== undefined && !points.has(m.point)) points.set(m.point, m.t)
+    if (points !== undefined && !points.has(m.point)) {
+      points.set(m.point, m.t)
+      const pids = pidOf.get(m.id) ?? new Map<string, number>()
+      pids.set(m.point, m.pid)
+      pidOf.set(m.id, pids)
+    }
   }
-  const rows = STEPS.map(([from, to, what]) => {
+  const rowOf = (from: string, to: string, what: string, only?: (remote: boolean) => boolean) => {
     const ds: Array<number> = []
-    for (const points of byRun.values()) {
+    for (const [run, points] of byRun) {
       const a = points.get(from)
       const b = points.get(to)
+      const pids = pidOf.get(run)
+      if (only !== undefined && !only(pids?.get("slotDone") !== pids?.get("onRun"))) continue
       if (a !== undefined && b !== undefined) ds.push(b - a)
     }
     return { what, ms: median(ds), samples: ds.length }
-  })
+  }
+  const rows = STEPS.flatMap(([from, to, what]) =>
+    (from === "slotDone" && to === "onRun") || (from === "commit1" && to === "replied")
+      ? [
+        rowOf(from, to, what),
+        rowOf(from, to, `  of these, the key's runner is the ingress`, (remote) => !remote),
+        rowOf(from, to, `  of these, the key's runner is another`, (remote) => remote)
+      ]
+      : [rowOf(from, to, what)]
+  )
   const totals = [...byRun.values()].flatMap((p) => {
     const a = p.get("ingress")
     const b = p.get("respond")

@@ -57,6 +57,9 @@ export interface TurnResult {
   readonly messages: number
 }
 
+/** Turns of history a model call sees when {@link ClusterAgentOptions.historyLimit} is not given. */
+export const DEFAULT_HISTORY_LIMIT = 20
+
 /** Options of {@link handlers}. */
 export interface ClusterAgentOptions {
   readonly member: string
@@ -92,7 +95,7 @@ export const handlers = (
     const sql = yield* PgClient.PgClient
     const model = yield* Model
     const prefix = options.prefix ?? "switchyard"
-    const historyLimit = options.historyLimit ?? 20
+    const historyLimit = options.historyLimit ?? DEFAULT_HISTORY_LIMIT
     const channel = options.channel ?? "console"
     const system = options.system ?? "You are a helpful assistant."
     const maxTokens = options.maxTokens ?? 1024
@@ -108,28 +111,38 @@ export const handlers = (
     ) =>
       Effect.gen(function*() {
         const startedAt = yield* Clock.currentTimeMillis
-        // The run's coalescing slot marked started (later messages take the next run), then the messages
-        // recorded for this run in the inbox and the session's history: one statement (Migrations 0005).
-        const rows = yield* sql.unsafe<
-          {
-            readonly src: "inbox" | "history" | "answer"
-            readonly id: number
-            readonly role: "user" | "assistant"
-            readonly content: string
+        const history: Array<{ readonly role: "user" | "assistant"; readonly content: string }> = []
+        const recorded: Array<string> = []
+        const prefetched = task.prefetched
+        if (prefetched !== undefined && prefetched.rows >= historyLimit * 2) {
+          // Started by the dispatch's slot statement (an idle session): its messages and history came with
+          // the run (SlotStartSql.ts), so no statement before the model.
+          history.push(...prefetched.history.slice(Math.max(0, prefetched.history.length - historyLimit * 2)))
+          recorded.push(...prefetched.texts)
+        } else {
+          // The run's coalescing slot marked started (later messages take the next run), then the messages
+          // recorded for this run in the inbox and the session's history: one statement (Migrations 0005).
+          const rows = yield* sql.unsafe<
+            {
+              readonly src: "inbox" | "history" | "answer"
+              readonly id: number
+              readonly role: "user" | "assistant"
+              readonly content: string
+            }
+          >(
+            `SELECT src, id, role, content FROM ${prefix}_turn_start($1, $2, $3, $4, $5, $6)`,
+            [task.lane, task.key, task.coalesceSlot ?? null, task.runId, session, historyLimit * 2]
+          )
+          // Answered before (a volatile run sent again after its turn committed, Answers.ts): that answer.
+          const answered = rows.find((r) => r.src === "answer")
+          if (answered !== undefined) {
+            return yield* Effect.fail({ _tag: "AlreadyAnswered", answer: answered.content } satisfies AlreadyAnswered)
           }
-        >(
-          `SELECT src, id, role, content FROM ${prefix}_turn_start($1, $2, $3, $4, $5, $6)`,
-          [task.lane, task.key, task.coalesceSlot ?? null, task.runId, session, historyLimit * 2]
-        )
-        Timing.mark(task.runId, "turnStarted")
-        // Answered before (a volatile run sent again after its turn committed, Answers.ts): that answer.
-        const answered = rows.find((r) => r.src === "answer")
-        if (answered !== undefined) {
-          return yield* Effect.fail({ _tag: "AlreadyAnswered", answer: answered.content } satisfies AlreadyAnswered)
+          const byId = (a: { id: number }, b: { id: number }) => Number(a.id) - Number(b.id)
+          history.push(...rows.filter((r) => r.src === "history").sort(byId))
+          recorded.push(...rows.filter((r) => r.src === "inbox").sort(byId).map((r) => r.content))
         }
-        const byId = (a: { id: number }, b: { id: number }) => Number(a.id) - Number(b.id)
-        const history = rows.filter((r) => r.src === "history").sort(byId)
-        const recorded = rows.filter((r) => r.src === "inbox").sort(byId).map((r) => r.content)
+        Timing.mark(task.runId, "turnStarted")
         const texts = recorded.length > 0 ? recorded : inbox ? [] : [text]
         // A run of the inbox with no message of its own (a re-sent message that took a slot of its own
         // while its first copy was answered by another run): nothing to answer.
@@ -152,6 +165,7 @@ export const handlers = (
         // Where the runner can, that statement also saves the run's reply (Storage.ts): the turn is
         // visible exactly when its run is answered, in one transaction.
         const fence = task.fence
+        const unanswered = `NOT EXISTS (SELECT 1 FROM ${prefix}_inbox a WHERE a.run_id = $11 AND a.answer IS NOT NULL)`
         const deliveryId = crypto.randomUUID()
         const result: TurnResult = {
           text: reply.text,
@@ -167,9 +181,12 @@ export const handlers = (
           idempotencyKey: `reply:${task.runId}`
         }, {
           id: deliveryId,
+          // Nothing is written for a run whose answer is stored already (its turn committed before: a run
+          // delivered twice whose turn did not read its stored answer first, the prefetched start); the turn
+          // then answers what was stored (below).
           guard: fence === undefined
-            ? `SELECT 1`
-            : `SELECT 1 FROM ${prefix}_shard_epochs WHERE shard = $17::text AND epoch = $18::bigint FOR SHARE`,
+            ? `SELECT 1 WHERE ${unanswered}`
+            : `SELECT 1 FROM ${prefix}_shard_epochs WHERE shard = $17::text AND epoch = $18::bigint AND ${unanswered} FOR SHARE`,
           also: [
             `INSERT INTO ${prefix}_transcripts (session, run_id, role, content, part)
              SELECT $10, $11, v.role, v.content, v.part FROM locked, (
@@ -225,7 +242,20 @@ export const handlers = (
         Timing.mark(task.runId, "commit0")
         const entry = yield* write(undefined)
         Timing.mark(task.runId, "commit1")
-        if (entry === undefined) return yield* Effect.fail(fenced())
+        if (entry === undefined) {
+          // Refused: the shard has a newer epoch (fenced, whatever the new owner did since), or else the run
+          // was answered before (that answer is sent).
+          const [now] = yield* sql.unsafe<{ readonly epoch: number | null; readonly answer: string | null }>(
+            `SELECT (SELECT epoch::float8 FROM ${prefix}_shard_epochs WHERE shard = $2::text) AS epoch,
+               (SELECT answer FROM ${prefix}_inbox WHERE run_id = $1 AND answer IS NOT NULL LIMIT 1) AS answer`,
+            [task.runId, fence?.shard ?? null]
+          )
+          const stale = fence !== undefined && Number(now.epoch) !== fence.epoch
+          if (!stale && now.answer !== null) {
+            return yield* Effect.fail({ _tag: "AlreadyAnswered", answer: now.answer } satisfies AlreadyAnswered)
+          }
+          return yield* Effect.fail(fenced())
+        }
         options.onCommit?.()
         // The entry of a run that committed before (the outbox is idempotent by run id) keeps its id.
         return entry.id === deliveryId ? result : { ...result, deliveryId: entry.id }

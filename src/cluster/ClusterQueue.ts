@@ -41,7 +41,8 @@ export type {
   ClusterFuture,
   ClusterQueue,
   ClusterQueueOptions,
-  DrainOptions
+  DrainOptions,
+  RunNowPayload
 } from "./ClusterQueueTypes.js"
 export type { ClusterTask, LaneHandler } from "./LaneHandler.js"
 
@@ -126,7 +127,15 @@ export const make = (
     // and the drain would wait for futures nobody settles.
     const scope = yield* Scope.fork(yield* Effect.scope)
 
-    const counters: Record<string, number> = { dispatched: 0, succeeded: 0, failed: 0, queueFailures: 0, defects: 0 }
+    // `forwarded`: runs answered by the short way to their owner (options.forward).
+    const counters: Record<string, number> = {
+      dispatched: 0,
+      succeeded: 0,
+      failed: 0,
+      queueFailures: 0,
+      defects: 0,
+      forwarded: 0
+    }
     // By future, not by run id: coalesced futures share their run's id.
     const outstanding = new Map<number, Outstanding>()
     let futureSeq = 0
@@ -202,8 +211,24 @@ export const make = (
           return settle(entry, settled)
         }
         // Durable once this returns (the inbox row, or the saved Run); the reply settles the future later.
-        if (volatile) yield* sendVolatile({ client, payload, scope, resendMs, onReply: settleWith })
-        else yield* sendRun({ client, entityId: id, payload, saved, scope, onReply: settleWith })
+        if (volatile) {
+          // The short way to the shard's owner (Hop.ts) when another runner holds it.
+          const forward = options.forward === undefined || shardId === undefined || sharding.hasShardId(shardId)
+            ? undefined
+            : (p: typeof payload) =>
+              Effect.tap(options.forward!(`${shardId.group}:${shardId.id}`, p), (exit) =>
+                Effect.sync(() => {
+                  if (exit !== undefined) counters.forwarded++
+                }))
+          yield* sendVolatile({
+            client,
+            payload,
+            scope,
+            resendMs,
+            onReply: settleWith,
+            ...(forward ? { forward } : {})
+          })
+        } else yield* sendRun({ client, entityId: id, payload, saved, scope, onReply: settleWith })
         counters.dispatched++
         const future: ClusterFuture<A, E> = {
           runId,

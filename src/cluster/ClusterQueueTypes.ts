@@ -7,6 +7,7 @@ import type { DrainReport, LaneLimits, LaneSnapshot, TaskReport } from "../queue
 import type { AdmissionError, FutureTimeout, QueueFailure, RequestError } from "../queue/errors.js"
 import type { InboxMessage } from "./Coalesce.js"
 import type { LaneHandler } from "./LaneHandler.js"
+import type { RunNow } from "./protocol.js"
 
 /** Options of `ClusterQueue.make`. Lane limits apply per runner (each runner's local queue). */
 export interface ClusterQueueOptions {
@@ -32,7 +33,19 @@ export interface ClusterQueueOptions {
   /** The sweep of unanswered volatile runs (Replay.ts): its period and the age of the runs it sends. */
   readonly sweepMs?: number
   readonly sweepAgeMs?: number
+  /**
+   * A shorter way to the owner of a volatile run's shard than effect/cluster's runners' socket (the runner
+   * passes its ingress's, Hop.ts): the first send of the run goes this way when it names another runner and
+   * that answers; otherwise (`undefined`) the run is sent the usual way at once.
+   */
+  readonly forward?: (
+    shard: string,
+    payload: RunNowPayload
+  ) => Effect.Effect<Exit.Exit<unknown, unknown> | undefined>
 }
+
+/** The payload of a volatile run (protocol.ts `RunNow`). */
+export type RunNowPayload = typeof RunNow.payloadSchema.Type
 
 /**
  * The handle of a dispatched command. `admission` is `"queued"` (accepted into the key's durable

@@ -28,6 +28,28 @@ export interface InboxMessage {
    */
   readonly shard?: string
   readonly generation?: number
+  /**
+   * With `shard`: the transcript rows the key's turn reads (its history). When the session is idle (no
+   * unanswered inbox row), the slot statement opens its run already started and returns those rows, so
+   * the turn needs no statement of its own before the model (SlotStartSql.ts, {@link Slot.started}).
+   */
+  readonly history?: number
+}
+
+/** One transcript row, as a turn's history reads it. */
+export interface HistoryRow {
+  readonly role: "user" | "assistant"
+  readonly content: string
+}
+
+/**
+ * What a run that its slot statement started carries to its turn: its messages (the one recorded: nothing
+ * joins a started run) and the session's history then (`rows` asked for, at most that many given).
+ */
+export interface Prefetched {
+  readonly texts: ReadonlyArray<string>
+  readonly history: ReadonlyArray<HistoryRow>
+  readonly rows: number
 }
 
 /** The run a coalescing dispatch takes. */
@@ -36,6 +58,8 @@ export interface Slot {
   /** The key's slot (absent when a re-sent inbox message joins the run it was first recorded for). */
   readonly slot: number | undefined
   readonly joined: boolean
+  /** Set when the statement opened the slot already started (an idle session; `history` asked for). */
+  readonly started?: Prefetched
 }
 
 /** The coalescing slots of one cluster (table `<prefix>_coalesce`). */
@@ -63,14 +87,26 @@ export const make = (prefix = "switchyard"): Effect.Effect<Coalesce, never, PgCl
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const table = `${prefix}_coalesce`
-    const take = (lane: string, key: string, inbox: InboxMessage | undefined) =>
-      Effect.map(
-        sql.unsafe<{ readonly slot: number | null; readonly joined: boolean; readonly run_id: string }>(
-          inbox?.shard === undefined
-            ? `SELECT out_slot::float8 AS slot, out_joined AS joined, out_run_id AS run_id
+    const take = (lane: string, key: string, inbox: InboxMessage | undefined) => {
+      const start = inbox?.shard !== undefined && inbox.history !== undefined
+      const text = start
+        ? `SELECT out_slot::float8 AS slot, out_joined AS joined, out_run_id AS run_id, out_history AS history
+           FROM ${prefix}_coalesce_slot_start($1, $2, $3, $4, $5, $6, $7::text, $8::bigint, $9::integer)`
+        : inbox?.shard === undefined
+        ? `SELECT out_slot::float8 AS slot, out_joined AS joined, out_run_id AS run_id
            FROM ${prefix}_coalesce_slot($1, $2, $3, $4, $5, $6)`
-            : `SELECT out_slot::float8 AS slot, out_joined AS joined, out_run_id AS run_id
-           FROM ${prefix}_coalesce_slot($1, $2, $3, $4, $5, $6, $7::text, $8::bigint)`,
+        : `SELECT out_slot::float8 AS slot, out_joined AS joined, out_run_id AS run_id
+           FROM ${prefix}_coalesce_slot($1, $2, $3, $4, $5, $6, $7::text, $8::bigint)`
+      return Effect.map(
+        sql.unsafe<
+          {
+            readonly slot: number | null
+            readonly joined: boolean
+            readonly run_id: string
+            readonly history?: string | null
+          }
+        >(
+          text,
           [
             lane,
             key,
@@ -78,15 +114,31 @@ export const make = (prefix = "switchyard"): Effect.Effect<Coalesce, never, PgCl
             inbox?.messageId ?? null,
             inbox?.text ?? null,
             Date.now(),
-            ...(inbox?.shard === undefined ? [] : [inbox.shard, inbox.generation ?? 0])
+            ...(inbox?.shard === undefined ? [] : [inbox.shard, inbox.generation ?? 0]),
+            ...(start ? [inbox.history] : [])
           ]
         ),
-        (rows): Slot => ({
-          runId: rows[0].run_id,
-          slot: rows[0].slot === null ? undefined : Number(rows[0].slot),
-          joined: rows[0].joined
-        })
+        (rows): Slot => {
+          const row = rows[0]
+          const history = row.history ?? undefined
+          return {
+            runId: row.run_id,
+            slot: row.slot === null ? undefined : Number(row.slot),
+            joined: row.joined,
+            ...(history === undefined || inbox === undefined || !start ? {} : {
+              started: {
+                texts: [inbox.text],
+                history: (JSON.parse(history) as Array<[HistoryRow["role"], string]>).map(([role, content]) => ({
+                  role,
+                  content
+                })),
+                rows: inbox.history!
+              }
+            })
+          }
+        }
       )
+    }
     return {
       slot: take,
       withSlot: (lane, key, inside) => sql.withTransaction(Effect.flatMap(take(lane, key, undefined), inside)),

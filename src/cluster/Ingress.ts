@@ -28,18 +28,22 @@
  * waiting for a reply keep their connection until they are answered.
  */
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
-import { ByteSize, Deferred, Effect, Exit, Layer, Redacted } from "effect"
+import { ByteSize, Deferred, Effect, Exit, Layer, Option, Redacted, Schema } from "effect"
 import type { Scope } from "effect"
 import { HttpIncomingMessage, HttpRouter } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import * as http from "node:http"
+import * as Answers from "./Answers.js"
 import type { ClusterDelivery } from "./ClusterDelivery.js"
 import type { ClusterQueue } from "./ClusterQueue.js"
+import type { RunNowPayload } from "./ClusterQueueTypes.js"
+import { RUNS_PATH } from "./Hop.js"
 import type * as Inbox from "./Inbox.js"
 import * as IngressApi from "./IngressApi.js"
 import { errorsAsJson, failureOf, isLoopback, sameToken } from "./IngressChecks.js"
 import * as IngressLanes from "./IngressLanes.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
+import { RunNow } from "./protocol.js"
 import { metricsText, status } from "./RunnerStatus.js"
 import * as Timing from "./Timing.js"
 
@@ -62,6 +66,17 @@ export interface IngressOptions {
    * constant time. Without one the ingress listens on loopback addresses only.
    */
   readonly token?: string
+  /**
+   * The transcript rows a turn reads (the agent's history, two per turn): with it, a message to an idle
+   * session is started by its slot statement, which returns them, and its turn reads nothing before the
+   * model (Coalesce.ts `InboxMessage.history`). Default none: the turn reads them itself.
+   */
+  readonly historyRows?: number
+  /**
+   * Runs a volatile run sent by another runner's ingress (`POST /internal/runs`, Hop.ts) as a send to its
+   * key's entity from here; without it that route is 404.
+   */
+  readonly relay?: (payload: RunNowPayload) => Effect.Effect<Exit.Exit<unknown, unknown>>
   /** When the Scope closes without `close` called first, how long requests in flight may still finish; default 10_000 ms. */
   readonly closeGraceMs?: number
 }
@@ -124,7 +139,12 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
               ? (body.id === undefined ? {} : { runId: `msg:${session}:${body.id}` })
               : {
                 coalesce: true,
-                inbox: { session, text: body.text, ...(body.id === undefined ? {} : { messageId: body.id }) }
+                inbox: {
+                  session,
+                  text: body.text,
+                  ...(body.id === undefined ? {} : { messageId: body.id }),
+                  ...(options.historyRows === undefined ? {} : { history: options.historyRows })
+                }
               }
           )
         )
@@ -219,12 +239,59 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
       { scope }
     )
 
+    const services = yield* Effect.context<never>()
+    const decodeRun = Schema.decodeUnknownOption(RunNow.payloadSchema)
+    /** `POST /internal/runs` (Hop.ts): another ingress's run, sent to its key's entity from here. */
+    const relayed = (
+      relay: (payload: RunNowPayload) => Effect.Effect<Exit.Exit<unknown, unknown>>,
+      req: http.IncomingMessage,
+      res: http.ServerResponse
+    ) => {
+      const reply = (status: number, body: string) => {
+        if (res.writableEnded || res.destroyed) return
+        res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) })
+        res.end(body)
+      }
+      const refuse = (status: number, error: string) => {
+        req.resume()
+        reply(status, JSON.stringify({ error }))
+      }
+      if (req.method !== "POST") return refuse(405, "Expected POST")
+      if (!accepting) return refuse(503, "Expected a runner that takes messages, got one shutting down")
+      const bearer = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1]
+      if (token !== undefined && (bearer === undefined || !sameToken(bearer, token))) {
+        return refuse(401, "Expected `Authorization: Bearer <the runner's token>`")
+      }
+      const chunks: Array<Buffer> = []
+      let size = 0
+      req.on("data", (c: Buffer) => {
+        size += c.length
+        if (size <= maxBody) chunks.push(c)
+      })
+      req.on("end", () => {
+        if (size > maxBody) return reply(413, JSON.stringify({ error: "body too large" }))
+        let payload: Option.Option<RunNowPayload>
+        try {
+          payload = decodeRun(JSON.parse(Buffer.concat(chunks).toString("utf8")))
+        } catch {
+          payload = Option.none()
+        }
+        if (Option.isNone(payload)) return reply(400, JSON.stringify({ error: "Expected a run" }))
+        // The run goes on if the sender stops waiting (only Cancel stops a run).
+        void Effect.runPromiseWith(services)(relay(payload.value)).then((exit) => {
+          const answer = Answers.encode(exit)
+          return answer === undefined ? reply(502, JSON.stringify({ error: "no answer" })) : reply(200, answer)
+        }, () => reply(502, JSON.stringify({ error: "no answer" })))
+      })
+    }
+
     const server = http.createServer((req, res) => {
       inFlight++
       res.once("close", () => {
         inFlight--
         if (inFlight === 0 && idle !== undefined) Deferred.doneUnsafe(idle, Effect.void)
       })
+      if (options.relay !== undefined && req.url === RUNS_PATH) return relayed(options.relay, req, res)
       if (!accepting) res.setHeader("connection", "close")
       // Bodies are JSON whatever the client labels them (`curl -d`, `fetch` with a string body).
       if (

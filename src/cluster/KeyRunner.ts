@@ -159,6 +159,10 @@ export const register = (options: KeyRunnerOptions): Effect.Effect<void, never, 
                     admittedAt: p.admittedAt,
                     ...(token === undefined ? {} : { fence: token }),
                     ...(selfMarks ? { coalesceSlot: p.coalesceSlot } : {}),
+                    // Started by its slot statement; a send again reads what is stored instead.
+                    ...(isVolatile && p.replay === undefined && p.prefetched !== undefined ?
+                      { prefetched: p.prefetched } :
+                      {}),
                     ...(Option.isSome(commits) && !isVolatile ?
                       {
                         commitWithReply: (c: ReplyCommit) => {

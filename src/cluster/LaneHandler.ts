@@ -4,6 +4,7 @@
  * slot's start ({@link marksSlot}) and the answer of a volatile run ({@link writesAnswer}).
  */
 import type { Effect } from "effect"
+import type { Prefetched } from "./Coalesce.js"
 import type { FenceToken } from "./Fencing.js"
 import type { ReplyCommit } from "./Storage.js"
 
@@ -38,6 +39,12 @@ export interface ClusterTask {
    * then fails has its writes dropped.
    */
   readonly commitWithReply?: (commit: ReplyCommit) => void
+  /**
+   * The run's messages and the session's history, when the dispatch's slot statement started the run (an
+   * idle session: Coalesce.ts `Slot.started`) and this is its first send; a handler that reads them itself
+   * may use these instead (its run's slot is started already, and nothing else is recorded for the run).
+   */
+  readonly prefetched?: Prefetched
 }
 
 /** Runs one command of a lane. Success and failure values cross processes as JSON. */

@@ -5,6 +5,8 @@
  * changes, not even by a byte: a new table or column is a new numbered entry at the end
  * (test/cluster/Migrations.test.ts pins the texts of the existing ones).
  */
+import { ingressOwnersSql } from "./IngressOwnersSql.js"
+import { slotStartSql } from "./SlotStartSql.js"
 
 /** The statements that create the outbox table of `PgDeliveryLog` and its indexes (idempotent). */
 export const outboxSql = (table: string): ReadonlyArray<string> => [
@@ -242,5 +244,9 @@ export const switchyardMigrationsSql = (prefix: string): Readonly<Record<string,
               ORDER BY h.id DESC LIMIT p_history) t;
         END
         $fn$`
-  ]
+  ],
+  // The slot statement starts the run of an idle session and returns its history (SlotStartSql.ts).
+  "0009_slot_start": slotStartSql(prefix),
+  // Each runner's ingress URL by its fencing token: runs go straight to their shard owner's ingress (Hop.ts).
+  "0010_ingress_owners": ingressOwnersSql(prefix)
 })

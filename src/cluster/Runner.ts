@@ -7,6 +7,7 @@
  */
 import type { PgClient } from "@effect/sql-pg"
 import { Deferred, Effect, Layer } from "effect"
+import type { Exit } from "effect"
 import type { Context, Scope } from "effect"
 import * as AnthropicModel from "../agent/AnthropicModel.js"
 import { ConsoleChannel, FileChannel, replyOf } from "../agent/Channel.js"
@@ -23,9 +24,12 @@ import * as ClusterDelivery from "./ClusterDelivery.js"
 import * as ClusterHeartbeat from "./ClusterHeartbeat.js"
 import * as ClusterLayer from "./ClusterLayer.js"
 import * as ClusterQueue from "./ClusterQueue.js"
+import { Fence } from "./Fencing.js"
+import * as Hop from "./Hop.js"
 import * as Inbox from "./Inbox.js"
 import * as Ingress from "./Ingress.js"
 import * as PgDeliveryLog from "./PgDeliveryLog.js"
+import { entityId, KeyEntity } from "./protocol.js"
 import * as Retention from "./Retention.js"
 import { probeListen } from "./StartupFailure.js"
 
@@ -68,6 +72,11 @@ export interface RunnerOptions {
   readonly token?: string
   /** The shard lease (ms): a runner silent this long loses its shards (see Fencing.ts); default 10_000. */
   readonly leaseMs?: number
+  /**
+   * Send the ingress's runs to the HTTP ingress of their shard's owner (Hop.ts; every runner's `host` and
+   * `port` reachable from the others) rather than over effect/cluster's runners' socket; default true.
+   */
+  readonly hop?: boolean
   /**
    * Record Effect spans (effect/cluster's requests, SQL statements, HTTP requests) for a tracer you
    * provide; default false: a span costs CPU on every message even when nothing reads it.
@@ -181,10 +190,23 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
       .pipe(
         Effect.provideService(Model, model.mapUnsafe.get(Model.key))
       )
+    // The ingress's short way to the owners of its runs' shards (Hop.ts), and its side of it: runs other
+    // runners' ingresses send here go to their key's entity as local sends.
+    const fence = yield* provide(Effect.service(Fence))
+    const hop = yield* provide(
+      Hop.make({ self: fence.token, prefix, ...(options.token === undefined ? {} : { token: options.token }) })
+    )
+    const makeClient = yield* provide(KeyEntity.client)
+    const relay = (payload: ClusterQueue.RunNowPayload) =>
+      Effect.provideContext(
+        Effect.exit(makeClient(entityId(payload.lane, payload.key)).RunNow(payload)),
+        cluster
+      ) as Effect.Effect<Exit.Exit<unknown, unknown>>
     const queue = yield* provide(ClusterQueue.make({
       handlers,
       member: name,
       prefix,
+      ...(options.hop === false ? {} : { forward: hop.send }),
       ...(options.lanes === undefined ? {} : { lanes: options.lanes }),
       drainTimeoutMs
     }))
@@ -201,10 +223,16 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
       delivery,
       outbox,
       inbox,
+      relay,
+      // The agent's history (its default limit, two rows a turn): an idle session's turn gets it from the slot.
+      historyRows: ClusterAgent.DEFAULT_HISTORY_LIMIT * 2,
       port: options.port,
       ...(options.host === undefined ? {} : { host: options.host }),
       ...(options.token === undefined ? {} : { token: options.token })
     })
+
+    const host = options.host ?? "127.0.0.1"
+    yield* provide(hop.register(`http://${host.includes(":") ? `[${host}]` : host}:${options.port}`))
 
     let stopped: Deferred.Deferred<DrainReport> | undefined
     const stop: Effect.Effect<DrainReport> = Effect.suspend(() => {

@@ -69,7 +69,17 @@ export const Run = Rpc.make("Run", {
 export const RunNow = Rpc.make("RunNow", {
   payload: {
     ...Run.payloadSchema.fields,
-    replay: Schema.optional(Schema.Literals(["dispatcher", "owner"]))
+    replay: Schema.optional(Schema.Literals(["dispatcher", "owner"])),
+    /**
+     * Set when the dispatch's slot statement started the run (an idle session, Coalesce.ts): its messages
+     * and the session's history then, so the turn reads nothing before the model. A send again (`replay`)
+     * does not use it: that turn reads what is stored.
+     */
+    prefetched: Schema.optional(Schema.Struct({
+      texts: Schema.Array(Schema.String),
+      history: Schema.Array(Schema.Struct({ role: Schema.Literals(["user", "assistant"]), content: Schema.String })),
+      rows: Schema.Number
+    }))
   },
   success: Schema.Unknown,
   error: Schema.Union([WireQueueFailure, WireTaskFailed, WireTaskDefect])

@@ -81,6 +81,10 @@ const program = new Command("runner")
     10_000
   )
   .option("--main-concurrent <n>", "turns at once per runner on lane main", integer("--main-concurrent", 1))
+  .option(
+    "--no-hop",
+    "send runs to their owner over the runners' cluster socket only, not to the owner's HTTP ingress (for runners whose HTTP ports cannot reach each other)"
+  )
   .parse(process.argv)
 
 const opts = program.opts<{
@@ -101,6 +105,7 @@ const opts = program.opts<{
   lease: number
   token?: string
   heartbeat?: number
+  hop: boolean
 }>()
 
 if (opts.postgres === undefined || opts.postgres === "") {
@@ -131,6 +136,7 @@ const options: Runner.RunnerOptions = {
   deliveryTimeoutMs: opts.deliveryTimeout,
   retainMs: opts.retain,
   leaseMs: opts.lease,
+  hop: opts.hop,
   ...(token === undefined ? {} : { token }),
   ...(opts.heartbeat === undefined ? {} : { heartbeatMs: opts.heartbeat }),
   ...(opts.clusterPort === undefined ? {} : { clusterPort: opts.clusterPort }),

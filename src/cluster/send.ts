@@ -32,10 +32,10 @@ export const runPayload = (options: {
       readonly inbox?: InboxMessage
     }
     | undefined
-}): Effect.Effect<{ readonly payload: typeof Run.payloadSchema.Type; readonly joined: boolean }> =>
+}): Effect.Effect<{ readonly payload: typeof RunNow.payloadSchema.Type; readonly joined: boolean }> =>
   Effect.gen(function*() {
     const { command, generation, key, lane, options: o } = options
-    const payloadFor = (runId: string, coalesceSlot: number | undefined): typeof Run.payloadSchema.Type => ({
+    const payloadFor = (runId: string, coalesceSlot: number | undefined): typeof RunNow.payloadSchema.Type => ({
       runId,
       lane,
       key,
@@ -53,7 +53,12 @@ export const runPayload = (options: {
           ? options.coalescing.slot(lane, key, o.inbox)
           : options.coalescing.withSlot(lane, key, (slot) => Effect.as(before(slot.runId), slot))
       )
-      return { payload: payloadFor(slot.runId, slot.slot), joined: slot.joined }
+      const payload = payloadFor(slot.runId, slot.slot)
+      // Started by its slot statement (an idle session): the turn needs no read of its own.
+      return {
+        payload: slot.started === undefined ? payload : { ...payload, prefetched: slot.started },
+        joined: slot.joined
+      }
     }
     const payload = payloadFor(o?.runId ?? crypto.randomUUID(), undefined)
     yield* before(payload.runId)
@@ -151,16 +156,25 @@ export const sendVolatile = (options: {
   readonly scope: Scope.Scope
   readonly resendMs: number
   readonly onReply: (exit: Exit.Exit<unknown, unknown>) => Effect.Effect<void>
+  /**
+   * The first send's shorter way to the run's owner (Hop.ts): its answer, or `undefined` to send it the
+   * usual way at once.
+   */
+  readonly forward?: (
+    payload: typeof RunNow.payloadSchema.Type
+  ) => Effect.Effect<Exit.Exit<unknown, unknown> | undefined>
 }): Effect.Effect<void> =>
   Effect.gen(function*() {
-    const { client, payload } = options
+    const { client, forward, payload } = options
     Timing.mark(payload.runId, "slotDone")
     const answered = Deferred.makeUnsafe<Exit.Exit<unknown, unknown>>()
+    const viaCluster = (again: boolean) =>
+      Effect.exit(client.RunNow(again ? { ...payload, replay: "dispatcher" } : payload))
     const attempt = (again: boolean) =>
-      client.RunNow(again ? { ...payload, replay: "dispatcher" } : payload).pipe(
-        Effect.exit,
-        Effect.flatMap((exit) => isAnswer(exit) ? Deferred.succeed(answered, exit) : Effect.void)
-      )
+      (again || forward === undefined
+        ? viaCluster(again)
+        : Effect.flatMap(forward(payload), (exit) => exit === undefined ? viaCluster(false) : Effect.succeed(exit)))
+        .pipe(Effect.flatMap((exit) => isAnswer(exit) ? Deferred.succeed(answered, exit) : Effect.void))
     const resend = Effect.sleep(Duration.millis(options.resendMs))
     const loop = Effect.gen(function*() {
       for (let n = 0;; n++) {

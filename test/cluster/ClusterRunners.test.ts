@@ -79,7 +79,7 @@ describe.skipIf(!up)("three runner processes on one Postgres", () => {
         runners.map((r) => [200, `You said: hi ${r.name}`])
       )
       const migrations = await query<{ n: number }>(db!.url, `SELECT count(*)::float8 AS n FROM switchyard_migrations`)
-      expect(Number(migrations[0].n)).toBe(8)
+      expect(Number(migrations[0].n)).toBe(10)
     },
     60_000
   )

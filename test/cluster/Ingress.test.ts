@@ -223,7 +223,7 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
   )
 
   it.live(
-    "with --token: every route but /healthz wants `Authorization: Bearer <token>` (401 JSON otherwise, also for a wrong token of another length); GET /openapi.json is the OpenAPI document of every route",
+    "with --token: every route but /healthz wants `Authorization: Bearer <token>` (401 JSON otherwise, also for a wrong token of another length), the runners' POST /internal/runs too; GET /openapi.json is the OpenAPI document of every route",
     () =>
       Effect.scoped(Effect.gen(function*() {
         yield* Runner.start({
@@ -257,6 +257,20 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         assert.deepStrictEqual([health.status, health.json.ok], [200, true])
         const sent = yield* call("POST", "/sessions/dora/messages?wait=10000", JSON.stringify({ text: "hi" }), auth)
         assert.deepStrictEqual([sent.status, sent.json.reply?.text], [200, "You said: hi"])
+        // The runners' own route (Hop.ts): the token too; a run in its body is run by its key's entity.
+        const run = {
+          runId: "relay-1",
+          lane: "main",
+          key: "relay",
+          generation: 0,
+          command: { type: "message", session: "relay", text: "via relay" },
+          admittedAt: Date.now()
+        }
+        assert.strictEqual((yield* call("POST", "/internal/runs", JSON.stringify(run))).status, 401)
+        assert.strictEqual((yield* call("GET", "/internal/runs", undefined, auth)).status, 405)
+        assert.strictEqual((yield* call("POST", "/internal/runs", `{"runId":1}`, auth)).status, 400)
+        const relayed = yield* call("POST", "/internal/runs", JSON.stringify(run), auth)
+        assert.deepStrictEqual([relayed.status, relayed.json.ok?.text], [200, "You said: via relay"])
         const metrics = yield* call("GET", "/metrics", undefined, auth)
         assert.strictEqual(parsePrometheus(metrics.text).get("switchyard_cluster_dispatched_total")?.type, "counter")
         const spec = yield* call("GET", "/openapi.json", undefined, auth)

@@ -5,9 +5,10 @@
  * reply in one statement fenced by the shard's epoch.
  */
 import { PgClient } from "@effect/sql-pg"
-import { Effect, Exit, Fiber } from "effect"
+import { Effect, Exit, Fiber, Layer } from "effect"
 import { SqlClient } from "effect/sql"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { Model } from "../../src/agent/Model.js"
 import * as ScriptedModel from "../../src/agent/ScriptedModel.js"
 import * as Answers from "../../src/cluster/Answers.js"
 import * as ClusterAgent from "../../src/cluster/ClusterAgent.js"
@@ -55,6 +56,160 @@ describe.skipIf(!up)("the statements of a message (Postgres)", () => {
       { text: "two", run_id: "coalesce:main:cs:1" },
       { text: "three", run_id: "coalesce:main:cs:2" }
     ])
+  })
+
+  it("coalesce_slot_start: an idle session's slot opens started and returns its history (oldest first, at most the rows asked); with a run of the session unanswered it opens the slot unstarted without history, and the next message joins it; a recorded message id joins its run", async () => {
+    const slot = (text: string, messageId: string | null = null, history = 40) =>
+      query<{ slot: number | null; joined: boolean; run_id: string; history: string | null }>(
+        `SELECT out_slot::float8 AS slot, out_joined AS joined, out_run_id AS run_id, out_history AS history
+         FROM switchyard_coalesce_slot_start('main', 'ss', 'ss', $1, $2, 0, 'default:9', 0, $3)`,
+        [messageId, text, history]
+      ).then((rows) => ({ ...rows[0], history: rows[0].history === null ? null : JSON.parse(rows[0].history) }))
+    const started = () =>
+      query<{ slot: number; started: boolean }>(
+        `SELECT slot::float8 AS slot, started FROM switchyard_coalesce WHERE lane = 'main' AND key = 'ss'`
+      ).then((rows) => rows.map((r) => ({ slot: Number(r.slot), started: r.started })))
+    /** What the turn of `run` commits: its exchange and its answer (ClusterAgent.ts). */
+    const commit = (run: string, user: string) =>
+      query(
+        `WITH t AS (INSERT INTO switchyard_transcripts (session, run_id, role, content, part)
+           VALUES ('ss', $1, 'user', $2, 1), ('ss', $1, 'assistant', 'You said: ' || $2, 0))
+         UPDATE switchyard_inbox SET answer = '{"ok":null}' WHERE run_id = $1`,
+        [run, user]
+      )
+    // A new session is idle: its run starts with the statement, with no history.
+    expect(await slot("one", "a")).toEqual({ slot: 1, joined: false, run_id: "coalesce:main:ss:1", history: [] })
+    expect(await started()).toEqual([{ slot: 1, started: true }])
+    await commit("coalesce:main:ss:1", "one")
+    expect(await slot("two", "b")).toEqual({
+      slot: 2,
+      joined: false,
+      run_id: "coalesce:main:ss:2",
+      history: [["user", "one"], ["assistant", "You said: one"]]
+    })
+    // Run 2 is not answered yet: the next message opens a slot that waits, and the one after joins it.
+    expect(await slot("three")).toEqual({ slot: 3, joined: false, run_id: "coalesce:main:ss:3", history: null })
+    expect(await started()).toEqual([{ slot: 3, started: false }])
+    expect(await slot("four")).toEqual({ slot: 3, joined: true, run_id: "coalesce:main:ss:3", history: null })
+    expect(await slot("two", "b")).toEqual({ slot: null, joined: true, run_id: "coalesce:main:ss:2", history: null })
+    await commit("coalesce:main:ss:2", "two")
+    await query(`SELECT * FROM switchyard_turn_start('main', 'ss', 3, 'coalesce:main:ss:3', 'ss', 10)`)
+    await commit("coalesce:main:ss:3", "three / four")
+    // Idle again; at most the rows asked for, the newest.
+    expect(await slot("five", null, 3)).toEqual({
+      slot: 4,
+      joined: false,
+      run_id: "coalesce:main:ss:4",
+      history: [["assistant", "You said: two"], ["user", "three / four"], ["assistant", "You said: three / four"]]
+    })
+    const inbox = await query<{ text: string; run_id: string }>(
+      `SELECT text, run_id FROM switchyard_inbox WHERE session = 'ss' ORDER BY id`
+    )
+    expect(inbox.map((r) => `${r.text}@${r.run_id.slice(-1)}`)).toEqual([
+      "one@1",
+      "two@2",
+      "three@3",
+      "four@3",
+      "five@4"
+    ])
+  })
+
+  it("a turn started by its slot statement (prefetched) runs no statement before the model: the model gets the history and messages it carries; its commit writes nothing for a run answered before and the turn answers the stored answer; one that is not prefetched, or carries fewer rows than the agent reads, starts with turn_start", async () => {
+    // A schema of its own whose turn_start is gone: a turn that calls it fails.
+    await Effect.runPromise(
+      Postgres.withClient(
+        db!.url,
+        (sql) =>
+          Migrations.migrate({ prefix: "pre", cluster: false }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+      )
+    )
+    await query(`DROP FUNCTION pre_turn_start(text, text, bigint, text, text, integer)`)
+    const seen: Array<ReadonlyArray<{ role: string; content: string }>> = []
+    const model = Layer.succeed(
+      Model,
+      {
+        reply: (request) =>
+          Effect.sync(() => {
+            seen.push(request.transcript)
+            return { text: "ok" }
+          })
+      } as Model["Service"]
+    )
+    const turn = (prefetched: ClusterTask["prefetched"]) =>
+      Effect.runPromise(
+        Effect.scoped(Effect.gen(function*() {
+          const outbox = yield* PgDeliveryLog.make({ table: "pre_outbox" })
+          const handlers = yield* ClusterAgent.handlers({ member: "me", outbox, prefix: "pre", historyLimit: 1 })
+          return (yield* handlers.main({
+            runId: `coalesce:main:pf:${seen.length + 1}`,
+            lane: "main",
+            key: "pf",
+            generation: 0,
+            command: { type: "message", session: "pf", text: "hello", inbox: true },
+            admittedAt: 0,
+            coalesceSlot: seen.length + 1,
+            ...(prefetched === undefined ? {} : { prefetched })
+          })) as ClusterAgent.TurnResult
+        })).pipe(Effect.provide(model), Effect.provide(Postgres.layer(db!.url, { maxConnections: 2 })))
+      )
+    const history = [
+      { role: "user" as const, content: "old" },
+      { role: "assistant" as const, content: "older reply" },
+      { role: "user" as const, content: "before" },
+      { role: "assistant" as const, content: "reply" }
+    ]
+    const result = await turn({ texts: ["hello"], history, rows: 4 })
+    expect([result.text, result.messages]).toEqual(["ok", 1])
+    // historyLimit 1: the last two rows, then the run's message.
+    expect(seen).toEqual([[
+      { role: "user", content: "before" },
+      { role: "assistant", content: "reply" },
+      { role: "user", content: "hello" }
+    ]])
+    expect(await query(`SELECT role, content FROM pre_transcripts WHERE session = 'pf' ORDER BY id`)).toEqual([
+      { role: "user", content: "hello" },
+      { role: "assistant", content: "ok" }
+    ])
+    // A run whose answer is stored (a second delivery of a run that committed): its commit writes
+    // nothing and the turn answers what was stored, not what its model said this time.
+    await query(
+      `INSERT INTO pre_inbox (session, text, run_id, received_at, answer) VALUES ('pf', 'hello', 'coalesce:main:pf:2', 0, $1)`,
+      [JSON.stringify({ ok: { text: "first" } })]
+    )
+    /** The turn of the answered run 2 (prefetched), as its failure. */
+    const answeredTurn = (fence?: { shard: string; epoch: number }) =>
+      Effect.runPromise(
+        Effect.scoped(Effect.gen(function*() {
+          const outbox = yield* PgDeliveryLog.make({ table: "pre_outbox" })
+          const handlers = yield* ClusterAgent.handlers({ member: "me", outbox, prefix: "pre", historyLimit: 1 })
+          return yield* Effect.flip(handlers.main({
+            runId: "coalesce:main:pf:2",
+            lane: "main",
+            key: "pf",
+            generation: 0,
+            command: { type: "message", session: "pf", text: "hello", inbox: true },
+            admittedAt: 0,
+            coalesceSlot: 2,
+            ...(fence === undefined ? {} : { fence }),
+            prefetched: { texts: ["hello"], history: [], rows: 4 }
+          }))
+        })).pipe(Effect.provide(model), Effect.provide(Postgres.layer(db!.url, { maxConnections: 2 })))
+      )
+    expect(await answeredTurn()).toEqual({
+      _tag: "AlreadyAnswered",
+      answer: JSON.stringify({ ok: { text: "first" } })
+    })
+    // The same at a stale epoch: fenced (the stale runner says so), whatever the run's new owner answered.
+    await query(`INSERT INTO pre_shard_epochs VALUES ('default:7', 3, 'other', 0)`)
+    const stale = await answeredTurn({ shard: "default:7", epoch: 2 })
+    expect((stale as { _tag: string })._tag).toBe("Fenced")
+    expect(seen.length).toBe(3)
+    expect(await query(`SELECT count(*)::float8 AS n FROM pre_turns WHERE session = 'pf'`)).toEqual([{ n: 1 }])
+    expect(await query(`SELECT count(*)::float8 AS n FROM pre_outbox WHERE recipient = 'pf'`)).toEqual([{ n: 1 }])
+    // Both call the dropped function: the query fails and the model is never asked.
+    await expect(turn(undefined)).rejects.toThrow(/Query failed/)
+    await expect(turn({ texts: ["hello"], history: [], rows: 1 })).rejects.toThrow(/Query failed/)
+    expect(seen.length).toBe(3)
   })
 
   it("a volatile run's answer: the slot records shard and generation; a failure is stored only at the epoch it arrived at (a newer epoch stores nothing and says so); turn_start returns a stored answer; the unanswered are listed by shard and age", async () => {

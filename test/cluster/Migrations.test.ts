@@ -26,7 +26,9 @@ describe("switchyard's migrations", () => {
       "0005_message_functions": "c51587aef5ef770b775db301c48a9a62ef0d76c1f83857ea75b1f67e0c2d3e3a 2",
       "0006_cron_run": "152cd2cd585e6c68af9730fc0f58f4c5de437d33f998abfc5513518a0bf7775a 1",
       "0007_volatile_ingress": "2c9d39410ace8794d903d92ab9ab62c213610cc82835214a4ca401a3832b49d5 4",
-      "0008_turn_start_async": "f6f2f6f846003cc9fe2afc58efcef709aa429e0a063fdcb9b7a71eae872a1a8f 1"
+      "0008_turn_start_async": "f6f2f6f846003cc9fe2afc58efcef709aa429e0a063fdcb9b7a71eae872a1a8f 1",
+      "0009_slot_start": "9674c60a8b3ded124e665ac5b4bb068191cc895954b9e5dd434ef861241e873e 1",
+      "0010_ingress_owners": "d2d217243ed0416bebb67b009cc044b595f309eddaf21dc68ef2890b13cdf4d0 1"
     }
     const ran: Record<string, string> = {}
     for (const [id, name, load] of await Effect.runPromise(Migrations.switchyardMigrations("switchyard"))) {
@@ -77,7 +79,9 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard:0005_message_functions",
         "switchyard:0006_cron_run",
         "switchyard:0007_volatile_ingress",
-        "switchyard:0008_turn_start_async"
+        "switchyard:0008_turn_start_async",
+        "switchyard:0009_slot_start",
+        "switchyard:0010_ingress_owners"
       ]])
       const again = await Effect.runPromise(
         Postgres.withClient(url, (sql) => Migrations.migrate().pipe(Effect.provideService(SqlClient.SqlClient, sql)))
@@ -101,6 +105,7 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard_cron_firings",
         "switchyard_generations",
         "switchyard_inbox",
+        "switchyard_ingress_owners",
         "switchyard_members",
         "switchyard_migrations",
         "switchyard_outbox",
@@ -136,7 +141,9 @@ describe.skipIf(!up)("Migrations (Postgres)", () => {
         "switchyard:0005_message_functions",
         "switchyard:0006_cron_run",
         "switchyard:0007_volatile_ingress",
-        "switchyard:0008_turn_start_async"
+        "switchyard:0008_turn_start_async",
+        "switchyard:0009_slot_start",
+        "switchyard:0010_ingress_owners"
       ])
       const rows = await Effect.runPromise(
         Postgres.withClient(

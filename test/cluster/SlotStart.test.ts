@@ -1,0 +1,108 @@
+/**
+ * A message to an idle session is started by its slot statement (SlotStartSql.ts): the run carries its
+ * messages and the session's history to its turn (`ClusterTask.prefetched`), on its first send only.
+ * One in-process runner, real Postgres and sockets.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import { Deferred, Effect } from "effect"
+import { afterAll, beforeAll } from "vitest"
+import * as ClusterQueue from "../../src/cluster/ClusterQueue.js"
+import type { ClusterTask } from "../../src/cluster/ClusterQueue.js"
+import { KeyEntity } from "../../src/cluster/protocol.js"
+import { freshDatabase, postgresAvailable, query } from "./pg.js"
+import { freePort, runnerContext } from "./support.js"
+
+const up = await postgresAvailable("test/cluster/SlotStart.test.ts")
+
+describe.skipIf(!up)("a message to an idle session starts with its slot statement (Postgres)", () => {
+  let db: { url: string; drop: () => Promise<void> } | undefined
+  let port = 0
+  beforeAll(async () => {
+    db = await freshDatabase("slotstart")
+    port = await freePort()
+  }, 30_000)
+  afterAll(async () => {
+    await db?.drop()
+  })
+
+  it.live(
+    "an idle session's run carries its message and history to the handler and its slot is started at dispatch; a message while the session's run is unanswered joins a slot that waits and carries nothing; a send again of a run (replay) carries nothing to the handler",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const seen = new Map<string, ClusterTask["prefetched"] | "absent">()
+        const release = Deferred.makeUnsafe<void>()
+        const handler = (task: ClusterTask) =>
+          Effect.gen(function*() {
+            seen.set(task.runId, task.prefetched ?? "absent")
+            if ((task.command as { block?: boolean }).block === true) yield* Deferred.await(release)
+            return task.runId
+          })
+        const ctx = yield* runnerContext(db!.url, port)
+        const q = yield* ClusterQueue.make({
+          handlers: { main: handler, cron: handler, heartbeat: handler },
+          lanes: { main: { concurrent: 2, queued: 8 } },
+          member: "slot-start",
+          drainTimeoutMs: 2_000
+        }).pipe(Effect.provideContext(ctx))
+        const send = (text: string, block = false) =>
+          q.dispatch("main", "idle", { text, block }, {
+            coalesce: true,
+            inbox: { session: "idle", text, history: 4 }
+          })
+        const slotRow = Effect.promise(() =>
+          query<{ slot: number; started: boolean }>(
+            db!.url,
+            `SELECT slot::float8 AS slot, started FROM switchyard_coalesce WHERE lane = 'main' AND key = 'idle'`
+          )
+        )
+
+        // Idle: started by the statement (before the handler runs), the message and the (empty) history with it.
+        const first = yield* send("one", true)
+        assert.deepStrictEqual(yield* slotRow, [{ slot: 1, started: true }])
+        // While it is unanswered: the next slot waits, and a second message joins it.
+        const second = yield* send("two")
+        const third = yield* send("three")
+        assert.deepStrictEqual([second.admission, third.admission, third.runId], ["queued", "coalesced", second.runId])
+        assert.deepStrictEqual(yield* slotRow, [{ slot: 2, started: false }])
+        yield* Deferred.succeed(release, undefined)
+        assert.deepStrictEqual(yield* Effect.all([first.await, second.await, third.await]), [
+          first.runId,
+          second.runId,
+          second.runId
+        ])
+        assert.deepStrictEqual(seen.get(first.runId), { texts: ["one"], history: [], rows: 4 })
+        assert.strictEqual(seen.get(second.runId), "absent")
+
+        // Idle again (both answered): the next run is started by its statement.
+        const fourth = yield* send("four")
+        assert.strictEqual(yield* fourth.await, fourth.runId)
+        assert.deepStrictEqual(seen.get(fourth.runId), { texts: ["four"], history: [], rows: 4 })
+
+        // A send again of a run (its first send lost, say) does not pass what the first send carried.
+        const [{ shard }] = yield* Effect.promise(() =>
+          query<{ shard: string }>(db!.url, `SELECT shard FROM switchyard_inbox WHERE session = 'idle' LIMIT 1`)
+        )
+        const [{ run_id: lostRun }] = yield* Effect.promise(() =>
+          query<{ run_id: string }>(
+            db!.url,
+            `SELECT out_run_id AS run_id FROM switchyard_coalesce_slot_start('main', 'idle', 'idle', NULL, 'five', $1, $2, 0, 4)`,
+            [Date.now(), shard]
+          )
+        )
+        const client = (yield* KeyEntity.client.pipe(Effect.provideContext(ctx)))("main/idle")
+        const again = yield* client.RunNow({
+          runId: lostRun,
+          lane: "main",
+          key: "idle",
+          generation: 0,
+          command: { text: "five" },
+          admittedAt: Date.now(),
+          replay: "dispatcher",
+          prefetched: { texts: ["five"], history: [], rows: 4 }
+        })
+        assert.strictEqual(again, lostRun)
+        assert.strictEqual(seen.get(lostRun), "absent")
+      })),
+    60_000
+  )
+})
