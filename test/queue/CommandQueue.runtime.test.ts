@@ -148,6 +148,22 @@ describe("unknownLane", () => {
       expect(yield* Effect.flatMap(queue.dispatch("idle", "k", Effect.succeed(1)), (f) => f.await)).toBe(1)
     }))
 
+  it.effect("with unknownLane, a dispatch to a new name while draining fails AdmissionError closed; a bad key or option still fails RequestError, and no lane is made", () =>
+    Effect.gen(function*() {
+      const queue = yield* makeQueue({ unknownLane: { concurrent: 1, queued: 1 } })
+      const bad = yield* Effect.flip(queue.dispatch("session:1", "", Effect.void))
+      expect(bad).toBeInstanceOf(RequestError)
+      expect((yield* queue.snapshot).map((l) => l.lane)).toEqual(["main", "heartbeat", "cron"])
+      yield* queue.drain({ timeoutMs: 0 })
+      const refused = yield* Effect.flip(queue.dispatch("session:2", "k", Effect.void))
+      expect(refused).toBeInstanceOf(AdmissionError)
+      expect(refused).toMatchObject({ lane: "session:2", key: "k", reason: "closed" })
+      expect(yield* Effect.flip(queue.dispatch("session:2", "k", Effect.void, { turnTimeoutMs: -1 }))).toBeInstanceOf(
+        RequestError
+      )
+      expect((yield* queue.snapshot).map((l) => l.lane)).toEqual(["main", "heartbeat", "cron"])
+    }))
+
   it.effect(
     "20,000 unknown lane names cost no memory once idle: every lane and timer is gone after idleMs",
     () =>

@@ -47,8 +47,8 @@ export function admit(
   context: Context.Context<never> | undefined,
   preCanceled: boolean
 ): Task | AdmissionError | RequestError {
-  const lane = engine.byName.get(laneName) ?? autoLane(engine, laneName)
-  if (lane === undefined) return unknownLane(engine, laneName, key)
+  let lane = engine.byName.get(laneName)
+  if (lane === undefined && !takesAnyName(engine, laneName)) return unknownLane(engine, laneName, key)
   const badKey = checkKey(key)
   if (badKey !== undefined) return new RequestError({ lane: laneName, key: String(key), message: badKey })
   if (options !== undefined) {
@@ -59,9 +59,11 @@ export function admit(
     const what = kind === EFFECT_BODY ? "an Effect" : "a function"
     return new RequestError({ lane: laneName, key, message: expected("task", what, body) })
   }
-  if (engine.draining || lane.removal !== undefined) {
+  if (engine.draining || lane?.removal !== undefined) {
     return new AdmissionError({ lane: laneName, key, reason: "closed" })
   }
+  // Made only for a dispatch that passed every check: a refused one leaves no lane behind.
+  lane ??= autoLane(engine, laneName)
   let ks = lane.keys.get(key)
   if (!preCanceled && options?.coalesce === true && ks !== undefined && ks.tail !== undefined) {
     engine.admission = "coalesced"
@@ -103,11 +105,17 @@ export function admit(
   return task
 }
 
-/** With `unknownLane`, a dispatch to a new name makes that lane (not while draining). */
-function autoLane(engine: EngineState, name: string): LaneState | undefined {
-  const auto = engine.options.unknownLane
-  if (auto === undefined || typeof name !== "string" || name.length === 0 || engine.draining) return undefined
-  const lane = makeLane(engine, name, auto.limits, undefined)
+/**
+ * With `unknownLane` every non-empty name is a lane: one no lane has yet is made on its first
+ * admitted dispatch (and while the queue drains, such a dispatch is refused `closed`, as any other).
+ */
+function takesAnyName(engine: EngineState, name: string): boolean {
+  return engine.options.unknownLane !== undefined && typeof name === "string" && name.length > 0
+}
+
+/** Makes the lane `name` with the `unknownLane` limits (`takesAnyName` said yes, the dispatch passed every check). */
+function autoLane(engine: EngineState, name: string): LaneState {
+  const lane = makeLane(engine, name, engine.options.unknownLane!.limits, undefined)
   lane.auto = true
   touchAuto(engine, lane)
   return lane
