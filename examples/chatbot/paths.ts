@@ -164,7 +164,9 @@ export const prepareStatePaths = (options: StatePaths): string | undefined => {
     }
     for (const dir of stateMissing) mkdir("--state-dir", options.stateDir, dir)
     if (outbox !== undefined) {
-      for (const dir of outboxMissing) mkdir("--outbox", options.outbox!, dir)
+      // An outbox inside a new state folder: the folders the state step made are there now.
+      const made = new Set(stateMissing)
+      for (const dir of outboxMissing) if (!made.has(dir)) mkdir("--outbox", options.outbox!, dir)
       try {
         fs.closeSync(fs.openSync(outbox, "a", 0o600))
       } catch (error) {

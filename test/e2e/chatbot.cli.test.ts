@@ -7,7 +7,7 @@ import { execFile, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
-import { ROOT, runChatbot, startChatbot, untilMainRuns, useTempDirs } from "../support/chatbot.js"
+import { readJsonLines, ROOT, runChatbot, startChatbot, untilMainRuns, useTempDirs } from "../support/chatbot.js"
 
 const fresh = useTempDirs()
 const version = (JSON.parse(fs.readFileSync(path.join(ROOT, "package.json"), "utf8")) as { version: string }).version
@@ -72,6 +72,21 @@ describe("chatbot command line", () => {
     expect(lines[0]).toContain(argv.at(-1)!)
     expect(bot.stdout.filter((l) => l !== "")).toEqual([])
     expect(tree(dir)).toEqual(["file"])
+  })
+
+  it("--outbox inside a --state-dir that does not exist yet: both are made (folders 0700, outbox 0600) and the reply goes to the outbox", async () => {
+    const dir = fresh()
+    const stateDir = path.join(dir, "state")
+    const outbox = path.join(stateDir, "out", "replies.jsonl")
+    const { exit, bot } = await runChatbot(
+      ["--state-dir", stateDir, "--json", "--latency", "10", "--outbox", outbox],
+      "hello\n"
+    )
+    expect(bot.stderr.filter((l) => l !== "")).toEqual([])
+    expect(exit.code).toBe(0)
+    expect(readJsonLines(outbox)).toEqual([{ id: expect.any(String), session: "local", text: "You said: hello" }])
+    expect(fs.statSync(path.join(stateDir, "out")).mode & 0o777).toBe(0o700)
+    expect(fs.statSync(outbox).mode & 0o777).toBe(0o600)
   })
 
   it.runIf(process.getuid?.() === 0)(
