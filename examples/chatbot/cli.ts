@@ -87,6 +87,16 @@ const collectCron = (value: string, previous: Array<CronJob> | undefined): Array
 }
 
 /**
+ * Refuses operands: commander's own message ("too many arguments") does not say which one. A
+ * mistyped command (`deliverys`) or a value whose flag took the next word lands here.
+ */
+const refuseOperands = (command: Command, what: string): void => {
+  const extra = command.args[0]
+  if (extra === undefined) return
+  command.error(`error: unexpected argument \`${extra}\`: ${what} (see --help)`)
+}
+
+/**
  * The commander program. `onChat` / `onDeliveries` receive validated options; commander itself
  * handles `--help` (exit 0) and errors (one line on stderr, exit 1).
  */
@@ -102,7 +112,7 @@ export const makeProgram = (handlers: {
     .version(packageVersion(), "--version", "print the version")
     .enablePositionalOptions()
     .showSuggestionAfterError(false)
-    .allowExcessArguments(false)
+    .allowExcessArguments(true)
     .option("--state-dir <dir>", "delivery log and sessions", nonEmpty("--state-dir"), ".switchyard-chat")
     .option("--session <id>", "session for lines typed", sessionId, "local")
     .option("--model <id>", "Claude model id", nonEmpty("--model"))
@@ -143,7 +153,8 @@ export const makeProgram = (handlers: {
       logLevel
     )
     .option("--debug", "the same as --log-level debug", false)
-    .action((raw: Record<string, unknown>) => {
+    .action((raw: Record<string, unknown>, command: Command) => {
+      refuseOperands(command, "the only command is `deliveries`; messages are read from standard input")
       handlers.onChat({
         stateDir: raw.stateDir as string,
         session: raw.session as string,
@@ -168,11 +179,12 @@ export const makeProgram = (handlers: {
     .command("deliveries")
     .description("print the pending and dead entries of the delivery log, and the counts")
     .showSuggestionAfterError(false)
-    .allowExcessArguments(false)
+    .allowExcessArguments(true)
     .option("--state-dir <dir>", "delivery log and sessions", nonEmpty("--state-dir"), ".switchyard-chat")
     .option("--retry-dead", "put dead entries back to pending", false)
     .option("--json", "print one JSON object", false)
-    .action((raw: Record<string, unknown>) => {
+    .action((raw: Record<string, unknown>, command: Command) => {
+      refuseOperands(command, "`deliveries` takes options only")
       handlers.onDeliveries({
         stateDir: raw.stateDir as string,
         retryDead: raw.retryDead === true,

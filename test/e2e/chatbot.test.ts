@@ -83,7 +83,9 @@ describe("chatbot", () => {
     [["--latency", "abc"], "--latency"],
     [["--bogus"], "--bogus"],
     [["--drain-timeout", "-5"], "--drain-timeout"],
-    [["--cron", "61 * * * *|hello"], "--cron"]
+    [["--cron", "61 * * * *|hello"], "--cron"],
+    [["deliverys"], "deliverys"],
+    [["deliveries", "--retry-dead", "now"], "now"]
   ])(
     "a bad option or value (%j) gives one line naming it, a non-zero exit, and nothing written",
     async (args, name) => {
