@@ -11,6 +11,10 @@ export default defineConfig({
     // src/ load once per worker instead of once per file (a fresh process and ~0.5-1 s of imports for
     // each of ~100 files). So a test file must not count on fresh module state: what it changes
     // globally (fake timers, process listeners, a metric registry) it restores or provides itself.
-    isolate: false
+    isolate: false,
+    // Compiles src/, examples/, scripts/ and test/ to JavaScript once per run, so a test's child process
+    // (the chatbot, a runner, a crash fixture) runs plain `node` on this run's sources instead of
+    // loading every module through tsx's hooks (see test/support/compileOnce.ts and node.ts).
+    globalSetup: ["test/support/compileOnce.ts"]
   }
 })

@@ -16,6 +16,7 @@ import { fileURLToPath } from "node:url"
 import { AgentConfigInvalid } from "../../src/agent/index.js"
 import type { AgentEvent } from "../../src/agent/index.js"
 import { DeliveryLog } from "../../src/delivery/index.js"
+import { nodeArgs } from "../support/node.js"
 import { bodyOf, gated, harness, isDelivered, tempDir } from "./harness.js"
 
 const canMount = (() => {
@@ -174,9 +175,7 @@ const startChild = (dir: string, latencyMs: number) =>
   Effect.promise(() =>
     new Promise<Child>((resolve, reject) => {
       const child = spawn(process.execPath, [
-        "--import",
-        "tsx",
-        fixture,
+        ...nodeArgs(fixture),
         path.join(dir, "state"),
         path.join(dir, "outbox.jsonl"),
         String(latencyMs)

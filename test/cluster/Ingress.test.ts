@@ -7,6 +7,7 @@ import { Effect, Fiber } from "effect"
 import { afterAll, beforeAll } from "vitest"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import * as Runner from "../../src/cluster/Runner.js"
+import { nodeArgs } from "../support/node.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
 import { parsePrometheus } from "./prometheus.js"
 import { freePort } from "./support.js"
@@ -315,9 +316,7 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         assert.isTrue(started._tag === "Failure")
         const { spawnSync } = yield* Effect.promise(() => import("node:child_process"))
         const out = spawnSync(process.execPath, [
-          "--import",
-          "tsx",
-          "src/cluster/runner-main.ts",
+          ...nodeArgs("src/cluster/runner-main.ts"),
           "--postgres",
           db!.url,
           "--port",

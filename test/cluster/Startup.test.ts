@@ -8,6 +8,7 @@ import { spawn } from "node:child_process"
 import * as net from "node:net"
 import * as path from "node:path"
 import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { nodeArgs } from "../support/node.js"
 import { ADMIN_URL, freshDatabase, postgresAvailable } from "./pg.js"
 import { freePort } from "./support.js"
 
@@ -17,7 +18,7 @@ const root = path.resolve(import.meta.dirname, "../..")
 /** Runs the runner command to its end: its exit code, standard output and standard error. */
 const runner = (args: ReadonlyArray<string>) =>
   new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve, reject) => {
-    const child = spawn(process.execPath, ["--import", "tsx", "src/cluster/runner-main.ts", ...args], {
+    const child = spawn(process.execPath, [...nodeArgs("src/cluster/runner-main.ts"), ...args], {
       cwd: root,
       env: { ...process.env, SWITCHYARD_TOKEN: "", SWITCHYARD_DEBUG: "" },
       stdio: ["ignore", "pipe", "pipe"]

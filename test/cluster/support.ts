@@ -5,6 +5,7 @@ import type { ChildProcess } from "node:child_process"
 import * as fs from "node:fs"
 import * as net from "node:net"
 import * as ClusterLayer from "../../src/cluster/ClusterLayer.js"
+import { nodeArgs } from "../support/node.js"
 
 /** A TCP port free right now on loopback. */
 export const freePort = (): Promise<number> =>
@@ -53,9 +54,7 @@ export const startRunner = async (options: {
   const root = path.resolve(import.meta.dirname, "../..")
   const name = `r${port}`
   const child = spawn(process.execPath, [
-    "--import",
-    "tsx",
-    "src/cluster/runner-main.ts",
+    ...nodeArgs("src/cluster/runner-main.ts"),
     "--postgres",
     options.url,
     "--port",

@@ -10,6 +10,7 @@ import * as fs from "node:fs"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { DeliveryLog } from "../../src/delivery/index.js"
+import { nodeArgs } from "../support/node.js"
 import { canMount } from "./faults/tmpfs.js"
 import { failure, tempRoot } from "./fixtures/files.js"
 
@@ -51,7 +52,7 @@ describe("DeliveryLog error texts", () => {
           }
         }
         fs.chownSync(dir, 65534, 65534)
-        const out = execFileSync("runuser", ["-u", "nobody", "--", process.execPath, "--import", "tsx", fixture, dir], {
+        const out = execFileSync("runuser", ["-u", "nobody", "--", process.execPath, ...nodeArgs(fixture), dir], {
           encoding: "utf8"
         })
         const [reason, path, message] = out.trim().split(" | ")

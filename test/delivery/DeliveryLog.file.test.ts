@@ -11,6 +11,7 @@ import { syncBuiltinESMExports } from "node:module"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
 import { DeliveryLog } from "../../src/delivery/index.js"
+import { nodeArgs } from "../support/node.js"
 import { failure, tempRoot } from "./fixtures/files.js"
 
 const tmp = tempRoot("log-file")
@@ -105,7 +106,7 @@ describe("DeliveryLog file store", () => {
     Effect.gen(function*() {
       const dir = tmp.next()
       const fixture = join(dirname(fileURLToPath(import.meta.url)), "fixtures", "holdLock.ts")
-      const child = spawn(process.execPath, ["--import", "tsx", fixture, dir], { stdio: ["ignore", "pipe", "inherit"] })
+      const child = spawn(process.execPath, [...nodeArgs(fixture), dir], { stdio: ["ignore", "pipe", "inherit"] })
       yield* Effect.promise(
         () =>
           new Promise<void>((resolve, reject) => {

@@ -12,6 +12,7 @@ import { createInterface } from "node:readline"
 import { fileURLToPath } from "node:url"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import { formatIdentity, isRunning, parseIdentity, selfIdentity } from "../../src/delivery/processIdentity.js"
+import { nodeArgs } from "../support/node.js"
 import { canMount, smallDisk } from "./faults/tmpfs.js"
 import { failure, tempRoot, withWarnings } from "./fixtures/files.js"
 
@@ -73,7 +74,9 @@ describe("DeliveryLog lock", () => {
       // sh starts the holder in the background and blocks in `read`: it reaps nothing until `wait`.
       const sh = spawn("sh", [
         "-c",
-        `"${process.execPath}" --import tsx "${join(fixtures, "holdLock.ts")}" "${dir}" & read line; wait`
+        `${
+          [process.execPath, ...nodeArgs(join(fixtures, "holdLock.ts")), dir].map((a) => `"${a}"`).join(" ")
+        } & read line; wait`
       ], {
         stdio: ["pipe", "pipe", "inherit"]
       })
@@ -144,7 +147,7 @@ describe("DeliveryLog lock", () => {
     () =>
       Effect.gen(function*() {
         const children = Array.from({ length: 4 }, () =>
-          spawn(process.execPath, ["--import", "tsx", join(fixtures, "raceLock.ts")], {
+          spawn(process.execPath, nodeArgs(join(fixtures, "raceLock.ts")), {
             stdio: ["pipe", "pipe", "inherit"]
           }))
         const answers = new Map<string, Array<string>>()

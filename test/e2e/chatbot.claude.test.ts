@@ -9,6 +9,7 @@ import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 import { ROOT, startChatbot, untilMainRuns, useTempDirs } from "../support/chatbot.js"
 import * as FakeAnthropic from "../support/fakeAnthropic.js"
+import { nodeArgs } from "../support/node.js"
 
 const fresh = useTempDirs()
 
@@ -77,7 +78,15 @@ describe("chatbot with Claude (fake Messages API)", () => {
 
   it.skipIf(!hasScript)("in a terminal it shows that a turn runs and streams the reply", async () => {
     const dir = fresh()
-    const command = `node --import tsx examples/chatbot/main.ts --state-dir ${path.join(dir, "state")} --latency 200`
+    const command = [
+      "node",
+      ...nodeArgs("examples/chatbot/main.ts"),
+      "--state-dir",
+      path.join(dir, "state"),
+      "--latency",
+      "200"
+    ]
+      .join(" ")
     // `script` gives the chatbot a pseudo-terminal; the input is typed after the banner.
     const bot = startScript(command)
     await bot.until(/Type a message/)

@@ -1,5 +1,5 @@
 /**
- * The chatbot as a newcomer runs it: a real child process (`node --import tsx examples/chatbot/main.ts`),
+ * The chatbot as a newcomer runs it: a real child process running examples/chatbot/main.ts (`npm run chat`),
  * each test with its own temporary state folder.
  */
 import { Effect } from "effect"

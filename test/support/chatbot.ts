@@ -1,6 +1,7 @@
 /**
- * A child-process harness for the chatbot's end-to-end tests: runs
- * `node --import tsx examples/chatbot/main.ts ...` from the repository root, collects its output
+ * A child-process harness for the chatbot's end-to-end tests: runs examples/chatbot/main.ts (what
+ * `npm run chat` runs; compiled once per test run, see `nodeArgs` in node.ts) in a child `node`
+ * from the repository root, collects its output
  * line by line, and resolves waits when a matching line arrives (event-driven, with a generous
  * overall deadline), never after a hopeful sleep.
  */
@@ -11,6 +12,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { fileURLToPath } from "node:url"
 import { afterEach } from "vitest"
+import { nodeArgs } from "./node.js"
 
 /** The repository root. */
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..")
@@ -94,7 +96,7 @@ export const startChatbot = (
     readonly script?: string
   }
 ): Chatbot => {
-  const child = spawn(process.execPath, ["--import", "tsx", options?.script ?? "examples/chatbot/main.ts", ...args], {
+  const child = spawn(process.execPath, [...nodeArgs(options?.script ?? "examples/chatbot/main.ts"), ...args], {
     cwd: ROOT,
     env: childEnv(options?.env),
     stdio: ["pipe", "pipe", "pipe"]

@@ -14,6 +14,7 @@ import * as os from "node:os"
 import * as path from "node:path"
 import { promisify } from "node:util"
 import { DEFAULT_WAIT_MS, ROOT } from "./chatbot.js"
+import { nodeArgs } from "./node.js"
 
 const run = promisify(execFile)
 
@@ -49,7 +50,7 @@ export interface Terminal {
 const quote = (arg: string) => `'${arg.replaceAll("'", `'\\''`)}'`
 
 /**
- * Starts `node --import tsx examples/chatbot/main.ts ...args` in a pane of `columns` x `rows`,
+ * Starts examples/chatbot/main.ts `...args` (with `nodeArgs`, see node.ts) in a pane of `columns` x `rows`,
  * from the repository root, without the Anthropic variables of the test's environment.
  */
 export const startTerminal = async (
@@ -73,9 +74,7 @@ export const startTerminal = async (
     recorder,
     exitFile,
     process.execPath,
-    "--import",
-    "tsx",
-    "examples/chatbot/main.ts",
+    ...nodeArgs("examples/chatbot/main.ts"),
     ...args
   ]
     .map(quote)
