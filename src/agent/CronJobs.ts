@@ -3,7 +3,12 @@
  * with seconds first, optionally in a time zone), and the loop that fires a job at each due time
  * on the Effect `Clock` (so tests drive it with `TestClock`).
  */
-import { Clock, Cron, Effect, Result } from "effect"
+// Modules of effect, not its index: the chatbot's command line checks --cron with this file before
+// the agent loads, and `--help`, `--version` or a bad option should not load all of effect.
+import * as Clock from "effect/Clock"
+import * as Cron from "effect/Cron"
+import * as Effect from "effect/Effect"
+import * as Result from "effect/Result"
 import { AgentConfigInvalid } from "./errors.js"
 
 /** A cron job: at every due time of `schedule`, a turn with `prompt` in the session `cron:<name>`. */

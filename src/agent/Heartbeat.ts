@@ -1,5 +1,5 @@
 /** The heartbeat loop: a tick every `everyMs` on the Effect `Clock`, first one `everyMs` after the start. */
-import { Effect } from "effect"
+import * as Effect from "effect/Effect" // not the index: see CronJobs.ts
 import { DEFAULT_HEARTBEAT_PROMPT, HEARTBEAT_OK } from "./Model.js"
 
 /** Heartbeat options of an agent. */

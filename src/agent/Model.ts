@@ -3,8 +3,10 @@
  * `AnthropicModel.layer` (Claude through the official SDK) and `ScriptedModel.layer`
  * (offline and deterministic, the embedded default).
  */
-import { Context, Data } from "effect"
-import type { Effect } from "effect"
+// Modules of effect, not its index: see CronJobs.ts.
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import type * as Effect from "effect/Effect"
 
 /** One message of a transcript. */
 export interface TranscriptMessage {

@@ -45,11 +45,13 @@ export const compile = (outDir: string): void => {
     format: "esm",
     platform: "node",
     // As tsx (4.x) transforms a file: target the running node, keep function and class names,
-    // minified whitespace, a source map (so a child's stack trace names the .ts file and line).
+    // minified whitespace, a source map without the sources (so a child's stack trace names the .ts
+    // file and line).
     target: `node${process.versions.node}`,
     keepNames: true,
     minifyWhitespace: true,
     sourcemap: "inline",
+    sourcesContent: false,
     logLevel: "silent"
   })
 }

@@ -14,7 +14,13 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", ".
 
 /**
  * `node` arguments that run `file` (a .ts file of the repository: absolute, or relative to its root):
- * `[<compiled>.js]` with source maps on, or `["--import", "tsx", file]`.
+ * `[<compiled>.js]`, or `["--import", "tsx", file]`.
+ *
+ * Source maps stay off in the compiled case: with them on (as tsx turns them on) Node also reads the
+ * .js.map of every effect module it loads, which took the chatbot's `--version` from 0.57 to 2.45
+ * billion instructions (callgrind). A child's stack trace then names the compiled .js; its file has
+ * an inline map, so `NODE_OPTIONS=--enable-source-maps` (for children that keep the environment) or
+ * `SWITCHYARD_TEST_TSX=1` gives the .ts lines.
  */
 export const nodeArgs = (file: string): Array<string> => {
   const compiled = process.env.SWITCHYARD_TEST_JS
@@ -23,5 +29,5 @@ export const nodeArgs = (file: string): Array<string> => {
   if (relative.startsWith("..") || !relative.endsWith(".ts")) {
     throw new Error(`Expected a .ts file of the repository, got ${file}`)
   }
-  return ["--enable-source-maps", path.join(compiled, relative.replace(/\.ts$/, ".js"))]
+  return [path.join(compiled, relative.replace(/\.ts$/, ".js"))]
 }
