@@ -40,18 +40,24 @@ export const makeAttempts = (q: {
   const lastStep = policy.backoffMs[policy.backoffMs.length - 1]
   /** The log's "attempt started" mark, when it has one (optional on the interface). */
   const markOf = log.markStarted
+  /** The log's ack with the next entry's mark in one call, when it has one. */
+  const ackAndMarkOf = log.ackAndMark
 
   /**
    * Runs the owed log call of the head. On success the head moves on (acked or dead: removed); the last
    * failed attempt is one `attempt` record with `dead: true` (a crash cannot leave it half done). On failure the call stays owed and
    * `opRetryAt` says when to retry; `unknown-id` means the log no longer holds the entry: it is dropped.
    */
-  const runOp = (rec: Recipient, node: Node): Effect.Effect<void> =>
+  const runOp = (rec: Recipient, node: Node, markNext?: Node): Effect.Effect<void> =>
     Effect.suspend(() => {
       const op = node.op!
       const id = node.entry.id
       const call: Effect.Effect<unknown, DeliveryLogError> = op._tag === "Ack"
-        ? log.ack(id)
+        ? markNext === undefined || ackAndMarkOf === undefined
+          ? log.ack(id)
+          : Effect.map(ackAndMarkOf(id, markNext.entry.id), (marked) => {
+            if (marked) markNext.premarked = true
+          })
         : op._tag === "Dead"
         ? log.deadLetter(id, op.reason)
         : Effect.map(
@@ -175,10 +181,13 @@ export const makeAttempts = (q: {
         const nextAttemptAt = dead ? at : at + retryDelay(step, verdict.retryAfterMs, lastStep)
         node.op = { _tag: "Attempt", error: failure.message, nextAttemptAt, dead }
       }
-      // The next entry's mark goes in the same group commit as this ack: one sync for both.
+      // The next entry's mark goes in the same group commit as this ack: one sync for both (one call
+      // when the log has `ackAndMark`; else the two calls side by side).
       const next = node.next
       yield* markOf === undefined || !Exit.isSuccess(exit) || next === undefined || !willAttempt(next)
         ? runOp(rec, node)
+        : ackAndMarkOf !== undefined
+        ? runOp(rec, node, next)
         : Effect.asVoid(Effect.all([runOp(rec, node), premark(next, markOf)], { concurrency: 2 }))
     })
 

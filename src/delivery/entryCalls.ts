@@ -141,6 +141,33 @@ export const markStarted = (h: CallHost, id: string, done: Done<void>): void => 
   h.pushed(undefined, done)
 }
 
+/**
+ * `ack(id)`, then `markStarted(next)`, staged in one synchronous step (the mark after the ack, so
+ * they share a commit); `done` runs once both completed, with the ack's error and the mark's.
+ */
+export const ackAndMark = (
+  h: CallHost,
+  id: string,
+  next: string,
+  now: number,
+  done: (ackError: DeliveryLogError | undefined, markError: DeliveryLogError | undefined) => void
+): void => {
+  let ackError: DeliveryLogError | undefined
+  let acked = false
+  let marked = false
+  let markError: DeliveryLogError | undefined
+  ack(h, id, now, (e) => {
+    ackError = e
+    acked = true
+    if (marked) done(ackError, markError)
+  })
+  markStarted(h, next, (e) => {
+    markError = e
+    marked = true
+    if (acked) done(ackError, markError)
+  })
+}
+
 export const flush = (h: CallHost, done: Done<void>): void => {
   const no = h.refuse()
   if (no) return done(no)

@@ -111,6 +111,25 @@ export const openFileLog = (
       deadLetter: (id, reason) => call<void>((core, done) => core.deadLetter(id, reason, done)),
       requeue: (id) => call<void>((core, done) => core.requeue(id, done)),
       markStarted: (id) => call<void>((core, done) => core.markStarted(id, done)),
+      ackAndMark: (id, next) =>
+        Effect.clockWith((clock) =>
+          Effect.callback<boolean, DeliveryLogError>((resume) => {
+            const refused = healer.refusal
+            if (refused !== undefined) return resume(Effect.fail(refused))
+            healer.core.ackAndMark(id, next, clock.currentTimeMillisUnsafe(), (ackError, markError) => {
+              if (ackError !== undefined) {
+                return resume(
+                  ackError.reason === "io"
+                    ? Effect.andThen(healer.failed(ackError), Effect.fail(ackError))
+                    : Effect.fail(ackError)
+                )
+              }
+              if (markError?.reason === "io") return resume(Effect.as(healer.failed(markError), false))
+              healer.succeeded()
+              resume(Effect.succeed(markError === undefined))
+            })
+          })
+        ),
       get: (id) => Effect.sync(() => Option.fromUndefinedOr(healer.core.get(id))),
       pending: Effect.sync(() => healer.core.list("pending")),
       dead: Effect.sync(() => healer.core.list("dead")),

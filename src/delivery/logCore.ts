@@ -347,6 +347,15 @@ export class LogCore implements CallHost {
     calls.markStarted(this, id, done)
   }
 
+  ackAndMark(
+    id: string,
+    next: string,
+    now: number,
+    done: (ackError: DeliveryLogError | undefined, markError: DeliveryLogError | undefined) => void
+  ): void {
+    calls.ackAndMark(this, id, next, now, done)
+  }
+
   flush(done: Done<void>): void {
     calls.flush(this, done)
   }

@@ -72,6 +72,14 @@ export interface DeliveryLog {
    * without it delivers as before, and replayed entries never read `maybeSent`.
    */
   readonly markStarted?: (id: string) => Effect.Effect<void, DeliveryLogError>
+  /**
+   * `ack(id)` and `markStarted(next)` (the same recipient's next entry) in one call: both records are
+   * staged at once and share a commit, the ack first. Succeeds and fails exactly as `ack(id)` does;
+   * the mark is separate: `true` once it is durable, `false` when it failed (an `io` failure counts
+   * against the store's health as any call's does). The queue calls it after a delivery when the next
+   * entry is due; optional: without it, the queue runs `ack` and `markStarted` side by side.
+   */
+  readonly ackAndMark?: (id: string, next: string) => Effect.Effect<boolean, DeliveryLogError>
   readonly get: (id: string) => Effect.Effect<Option.Option<DeliveryEntry>>
   /** Oldest first. */
   readonly pending: Effect.Effect<ReadonlyArray<DeliveryEntry>>
