@@ -62,6 +62,8 @@ const ONLY = process.env.CLUSTER_BENCH_ONLY
 const TIMING = process.env.CLUSTER_BENCH_TIMING === "1"
 /** `CLUSTER_BENCH_HOP=0`: the runners send runs over effect/cluster's socket only (`--no-hop`, src/cluster/Hop.ts). */
 const HOP = process.env.CLUSTER_BENCH_HOP !== "0"
+/** `CLUSTER_BENCH_LOCAL=0`: a runner's own sessions' runs go through their effect/cluster entity (`--no-local-runs`). */
+const LOCAL_RUNS = process.env.CLUSTER_BENCH_LOCAL !== "0"
 
 const admin = <A>(f: (sql: any) => Effect.Effect<A, any>) => Effect.runPromise(Postgres.withClient(ADMIN, f))
 
@@ -105,7 +107,8 @@ const startRunner = (
       "8",
       "--drain-timeout",
       "2000",
-      ...(HOP ? [] : ["--no-hop"])
+      ...(HOP ? [] : ["--no-hop"]),
+      ...(LOCAL_RUNS ? [] : ["--no-local-runs"])
     ], {
       cwd: root,
       stdio: ["ignore", "pipe", "inherit"],

@@ -22,7 +22,8 @@ import type {
   ClusterFuture,
   ClusterQueue,
   ClusterQueueOptions,
-  DrainOptions
+  DrainOptions,
+  RunNowPayload
 } from "./ClusterQueueTypes.js"
 import * as Coalesce from "./Coalesce.js"
 import { Fence } from "./Fencing.js"
@@ -98,7 +99,7 @@ export const make = (
     }).pipe(Effect.orDie)
     const coalescing = yield* Coalesce.make(options.prefix)
     const answers = yield* Answers.make(options.prefix)
-    yield* KeyRunner.register({
+    const keyRunner = yield* KeyRunner.register({
       answers,
       markStarted: coalescing.markStarted,
       local,
@@ -127,15 +128,24 @@ export const make = (
     // and the drain would wait for futures nobody settles.
     const scope = yield* Scope.fork(yield* Effect.scope)
 
-    // `forwarded`: runs answered by the short way to their owner (options.forward).
+    // `forwarded`: runs answered by the short way to their owner (options.forward); `local`: volatile runs
+    // answered the local way (KeyRunner.ts `local`), this runner's own and those other runners forwarded.
     const counters: Record<string, number> = {
       dispatched: 0,
       succeeded: 0,
       failed: 0,
       queueFailures: 0,
       defects: 0,
-      forwarded: 0
+      forwarded: 0,
+      local: 0
     }
+    const localRuns = options.localRuns !== false && Option.isSome(fence)
+    /** A volatile run the local way; `undefined` when it was not answered here. */
+    const runLocal = (p: RunNowPayload) =>
+      Effect.tap(keyRunner.local(p), (exit) =>
+        Effect.sync(() => {
+          if (exit !== undefined) counters.local++
+        }))
     // By future, not by run id: coalesced futures share their run's id.
     const outstanding = new Map<number, Outstanding>()
     let futureSeq = 0
@@ -212,8 +222,13 @@ export const make = (
         }
         // Durable once this returns (the inbox row, or the saved Run); the reply settles the future later.
         if (volatile) {
-          // The short way to the shard's owner (Hop.ts) when another runner holds it.
-          const forward = options.forward === undefined || shardId === undefined || sharding.hasShardId(shardId)
+          // The local way when this runner holds the shard; the short way to the shard's owner (Hop.ts) when
+          // another runner holds it.
+          const forward = shardId === undefined
+            ? undefined
+            : sharding.hasShardId(shardId)
+            ? (localRuns ? runLocal : undefined)
+            : options.forward === undefined
             ? undefined
             : (p: typeof payload) =>
               Effect.tap(options.forward!(`${shardId.group}:${shardId.id}`, p), (exit) =>
@@ -363,6 +378,11 @@ export const make = (
       ),
       ...LocalLanes.controls(local, lanes),
       members: Effect.orDie(generations.members),
+      runNow: (p) =>
+        Effect.flatMap(
+          localRuns ? runLocal(p) : Effect.succeed(undefined),
+          (exit) => exit !== undefined ? Effect.succeed(exit) : Effect.exit(makeClient(entityId(p.lane, p.key)).RunNow(p))
+        ),
       counters: Effect.sync(() => {
         const replay = replayStats()
         return { ...counters, outstanding: outstanding.size, replaySweeps: replay.sweeps, replayed: replay.replayed }

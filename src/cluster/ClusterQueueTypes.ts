@@ -42,6 +42,12 @@ export interface ClusterQueueOptions {
     shard: string,
     payload: RunNowPayload
   ) => Effect.Effect<Exit.Exit<unknown, unknown> | undefined>
+  /**
+   * A volatile run whose shard this runner holds goes straight into its local lane, without effect/cluster's
+   * send (KeyRunner.ts `local`; docs/cluster.md "The local way"); default true. False: through its key's
+   * entity, as every other run.
+   */
+  readonly localRuns?: boolean
 }
 
 /** The payload of a volatile run (protocol.ts `RunNow`). */
@@ -136,6 +142,11 @@ export interface ClusterQueue {
   readonly members: Effect.Effect<
     ReadonlyArray<{ readonly member: string; readonly seenAgoMs: number; readonly applied: Record<string, number> }>
   >
+  /**
+   * Runs a volatile run another runner's ingress sent here (Hop.ts): the local way when this runner holds
+   * its shard, else a send to its key's entity from here. Its answer, or the transport's failure.
+   */
+  readonly runNow: (payload: RunNowPayload) => Effect.Effect<Exit.Exit<unknown, unknown>>
   /** Counters of this process: dispatched, settled by outcome, outstanding futures. */
   readonly counters: Effect.Effect<Readonly<Record<string, number>>>
 }

@@ -37,6 +37,14 @@ export interface FenceShape {
    * effect/cluster runs anything of them (Replay.ts runs their unanswered inbox); returns its removal.
    */
   readonly onAcquired: (listener: (shards: ReadonlyArray<string>) => void) => () => void
+  /** Whether this runner holds `shard` now: acquired (epoch bumped), not released or lost since. */
+  readonly holds: (shard: string) => boolean
+  /**
+   * Runs `listener` when shards are let go (`"all"`: every shard, at shutdown), after they stopped being
+   * held and before their locks are released: what runs of them outside effect/cluster's entities
+   * (KeyRunner.ts, the local way) is stopped there, as the entities are. Returns its removal.
+   */
+  readonly beforeRelease: (listener: (shards: ReadonlyArray<string> | "all") => Effect.Effect<void>) => () => void
 }
 
 export class Fence extends Context.Service<Fence, FenceShape>()("switchyard/cluster/Fence") {}
@@ -60,6 +68,8 @@ export class Fenced extends Error {
 /** The fence with what the wrapped RunnerStorage tells it: shards released or lost. */
 interface FenceState extends FenceShape {
   readonly released: (shards: ReadonlyArray<string> | "all") => void
+  /** The {@link FenceShape.beforeRelease} listeners, run one after the other (none fails). */
+  readonly releasing: (shards: ReadonlyArray<string> | "all") => Effect.Effect<void>
 }
 
 /** The fence of this runner, on the schema's `<prefix>_shard_epochs`. */
@@ -70,6 +80,7 @@ export const make = (prefix = "switchyard"): Effect.Effect<FenceState, never, Sq
     const epochs = new Map<string, number>()
     const held = new Set<string>()
     const listeners = new Set<(shards: ReadonlyArray<string>) => void>()
+    const releaseListeners = new Set<(shards: ReadonlyArray<string> | "all") => Effect.Effect<void>>()
     const claim = (shards: ReadonlyArray<string>) =>
       shards.length === 0 ? Effect.succeed([]) : Effect.map(
         sql.unsafe<{ readonly shard: string; readonly epoch: number }>(
@@ -107,10 +118,19 @@ export const make = (prefix = "switchyard"): Effect.Effect<FenceState, never, Sq
         listeners.add(listener)
         return () => listeners.delete(listener)
       },
+      holds: (shard) => held.has(shard),
+      beforeRelease: (listener) => {
+        releaseListeners.add(listener)
+        return () => releaseListeners.delete(listener)
+      },
       released: (shards) => {
         if (shards === "all") held.clear()
         else for (const sh of shards) held.delete(sh)
-      }
+      },
+      releasing: (shards) =>
+        Effect.suspend(() =>
+          Effect.forEach([...releaseListeners], (listener) => Effect.ignoreCause(listener(shards)), { discard: true })
+        )
     }
   })
 
@@ -180,13 +200,13 @@ export const layer = (prefix = "switchyard", options: { readonly refreshReuseMs?
         Effect.suspend(() => {
           refreshed.delete(ShardId.toString(shardId))
           fence.released([ShardId.toString(shardId)])
-          return inner.release(address, shardId)
+          return Effect.andThen(fence.releasing([ShardId.toString(shardId)]), inner.release(address, shardId))
         }),
       releaseAll: (address) =>
         Effect.suspend(() => {
           refreshed.clear()
           fence.released("all")
-          return inner.releaseAll(address)
+          return Effect.andThen(fence.releasing("all"), inner.releaseAll(address))
         })
     }
     const shape: FenceShape = fence

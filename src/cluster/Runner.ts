@@ -7,7 +7,6 @@
  */
 import type { PgClient } from "@effect/sql-pg"
 import { Deferred, Effect, Layer } from "effect"
-import type { Exit } from "effect"
 import type { Context, Scope } from "effect"
 import * as AnthropicModel from "../agent/AnthropicModel.js"
 import { ConsoleChannel, FileChannel, replyOf } from "../agent/Channel.js"
@@ -29,7 +28,6 @@ import * as Hop from "./Hop.js"
 import * as Inbox from "./Inbox.js"
 import * as Ingress from "./Ingress.js"
 import * as PgDeliveryLog from "./PgDeliveryLog.js"
-import { entityId, KeyEntity } from "./protocol.js"
 import * as Retention from "./Retention.js"
 import { probeListen } from "./StartupFailure.js"
 
@@ -77,6 +75,11 @@ export interface RunnerOptions {
    * `port` reachable from the others) rather than over effect/cluster's runners' socket; default true.
    */
   readonly hop?: boolean
+  /**
+   * Run the ingress's messages of sessions whose shard this runner holds straight in the local lane, not
+   * through their effect/cluster entity (ClusterQueue `localRuns`; docs/cluster.md "The local way"); default true.
+   */
+  readonly localRuns?: boolean
   /**
    * Record Effect spans (effect/cluster's requests, SQL statements, HTTP requests) for a tracer you
    * provide; default false: a span costs CPU on every message even when nothing reads it.
@@ -196,17 +199,12 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
     const hop = yield* provide(
       Hop.make({ self: fence.token, prefix, ...(options.token === undefined ? {} : { token: options.token }) })
     )
-    const makeClient = yield* provide(KeyEntity.client)
-    const relay = (payload: ClusterQueue.RunNowPayload) =>
-      Effect.provideContext(
-        Effect.exit(makeClient(entityId(payload.lane, payload.key)).RunNow(payload)),
-        cluster
-      ) as Effect.Effect<Exit.Exit<unknown, unknown>>
     const queue = yield* provide(ClusterQueue.make({
       handlers,
       member: name,
       prefix,
       ...(options.hop === false ? {} : { forward: hop.send }),
+      ...(options.localRuns === false ? { localRuns: false } : {}),
       ...(options.lanes === undefined ? {} : { lanes: options.lanes }),
       drainTimeoutMs
     }))
@@ -223,7 +221,7 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
       delivery,
       outbox,
       inbox,
-      relay,
+      relay: queue.runNow,
       // The agent's history (its default limit, two rows a turn): an idle session's turn gets it from the slot.
       historyRows: ClusterAgent.DEFAULT_HISTORY_LIMIT * 2,
       port: options.port,

@@ -85,6 +85,10 @@ const program = new Command("runner")
     "--no-hop",
     "send runs to their owner over the runners' cluster socket only, not to the owner's HTTP ingress (for runners whose HTTP ports cannot reach each other)"
   )
+  .option(
+    "--no-local-runs",
+    "run the messages of sessions whose shard this runner holds through their effect/cluster entity too, not straight in the local lane"
+  )
   .parse(process.argv)
 
 const opts = program.opts<{
@@ -106,6 +110,7 @@ const opts = program.opts<{
   token?: string
   heartbeat?: number
   hop: boolean
+  localRuns: boolean
 }>()
 
 if (opts.postgres === undefined || opts.postgres === "") {
@@ -137,6 +142,7 @@ const options: Runner.RunnerOptions = {
   retainMs: opts.retain,
   leaseMs: opts.lease,
   hop: opts.hop,
+  localRuns: opts.localRuns,
   ...(token === undefined ? {} : { token }),
   ...(opts.heartbeat === undefined ? {} : { heartbeatMs: opts.heartbeat }),
   ...(opts.clusterPort === undefined ? {} : { clusterPort: opts.clusterPort }),
