@@ -381,7 +381,8 @@ export const make = (
       runNow: (p) =>
         Effect.flatMap(
           localRuns ? runLocal(p) : Effect.succeed(undefined),
-          (exit) => exit !== undefined ? Effect.succeed(exit) : Effect.exit(makeClient(entityId(p.lane, p.key)).RunNow(p))
+          (exit) =>
+            exit !== undefined ? Effect.succeed(exit) : Effect.exit(makeClient(entityId(p.lane, p.key)).RunNow(p))
         ),
       counters: Effect.sync(() => {
         const replay = replayStats()

@@ -459,7 +459,9 @@ export const register = (
           Deferred.doneUnsafe(answered, Exit.succeed(undefined))
         }
         return Effect.andThen(
-          onRun(key, sink, p, { onEnd }).pipe(Effect.onExit((exit) => Exit.isFailure(exit) ? Effect.sync(onEnd) : Effect.void)),
+          onRun(key, sink, p, { onEnd }).pipe(
+            Effect.onExit((exit) => Exit.isFailure(exit) ? Effect.sync(onEnd) : Effect.void)
+          ),
           Deferred.await(answered)
         )
       })

@@ -35,9 +35,10 @@ describe.skipIf(!up)("the short way to a key's owner (two runner processes)", ()
   }, 60_000)
 
   const forwarded = async (r: RunnerProcess) => (await status(r.port)).counters.forwarded ?? 0
+  const local = async (r: RunnerProcess) => (await status(r.port)).counters.local ?? 0
 
   it(
-    "a message to the runner that does not own its session goes to the owner's ingress and is answered there; with that ingress unreachable it goes the usual way; each answered once",
+    "a message to the runner that does not own its session goes to the owner's ingress and is answered there, the local way (as the owner's own messages); with that ingress unreachable it goes the usual way; each answered once",
     async () => {
       const [ingress, owner] = runners
       // Both runners know where the other's ingress is, and which shards it holds (read once a second).
@@ -60,11 +61,17 @@ describe.skipIf(!up)("the short way to a key's owner (two runner processes)", ()
         return (await forwarded(ingress)) > before
       })
       const before = await forwarded(ingress)
+      const ownerLocal = await local(owner)
       for (const session of theirs) {
         const r = await postMessage(ingress.port, session, "short", 30_000)
         expect([r.status, r.body.reply?.text, r.body.reply?.turnRunner]).toEqual([200, "You said: short", owner.name])
       }
       expect((await forwarded(ingress)) - before).toBe(theirs.length)
+      // On the owner each forwarded run went the local way (no effect/cluster send), as its own messages do.
+      expect((await local(owner)) - ownerLocal).toBe(theirs.length)
+      const direct = await postMessage(owner.port, theirs[0], "to the owner", 30_000)
+      expect([direct.status, direct.body.reply?.turnRunner]).toEqual([200, owner.name])
+      expect((await local(owner)) - ownerLocal).toBe(theirs.length + 1)
 
       // The owner's ingress unreachable (its registration points nowhere): answered the usual way.
       await query(db!.url, `UPDATE switchyard_ingress_owners SET url = 'http://127.0.0.1:1' WHERE url LIKE $1`, [
