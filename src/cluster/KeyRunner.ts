@@ -296,14 +296,19 @@ export const register = (
         const entry = { future, local: sink.request === undefined }
         key.runs.set(p.runId, entry)
         if (token !== undefined) key.tokens.set(p.runId, token)
+        const forget = () => {
+          if (key.runs.get(p.runId) === entry) {
+            key.runs.delete(p.runId)
+            key.tokens.delete(p.runId)
+          }
+        }
         yield* sink.fork(
           Effect.exit(future.await).pipe(
+            // Interrupted (its scope closes at shutdown): nothing left to stop or report of it.
+            Effect.onInterrupt(() => Effect.sync(forget)),
             Effect.flatMap((exit) => {
               Timing.mark(p.runId, "taskEnd")
-              if (key.runs.get(p.runId) === entry) {
-                key.runs.delete(p.runId)
-                key.tokens.delete(p.runId)
-              }
+              forget()
               const out = Answers.alreadyAnswered(exit) === undefined
                 ? toReply(p, options.participation(p.lane), exit)
                 : exit
@@ -322,7 +327,12 @@ export const register = (
       })
 
     /** Cancels the runs of `key` that `which` picks, as their entity or shard stops; reports those fenced. */
-    const stopRuns = (key: KeyState, which: (local: boolean) => boolean, extra: Array<readonly [string, FenceToken]>) =>
+    const stopRuns = (
+      key: KeyState,
+      which: (local: boolean) => boolean,
+      extra: Array<readonly [string, FenceToken]>,
+      report = true
+    ) =>
       Effect.suspend(() => {
         // Stop answering: whatever did not end goes to the key's next runner. Cancel first, so no task of
         // this key still runs here when the next runner starts it.
@@ -337,7 +347,9 @@ export const register = (
           // let the awaiters of runs that ended by themselves send their answers
           Effect.andThen(Effect.yieldNow),
           // A run stopped because another runner took the shard (this one stalled past its lease) was fenced too.
-          Effect.andThen(held.length === 0 || Option.isNone(fence) ? Effect.void : reportFenced(fence.value, held))
+          Effect.andThen(
+            !report || held.length === 0 || Option.isNone(fence) ? Effect.void : reportFenced(fence.value, held)
+          )
         )
       })
 
@@ -346,7 +358,8 @@ export const register = (
       const remove = fence.value.beforeRelease((shards) =>
         Effect.forEach(
           [...keys.values()].filter((k) => shards === "all" || shards.includes(k.shard)),
-          (k) => stopRuns(k, (isLocal) => isLocal, []),
+          // At shutdown (`"all"`) no other runner took the shards: nothing to report as fenced.
+          (k) => stopRuns(k, (isLocal) => isLocal, [], shards !== "all"),
           { concurrency: "unbounded", discard: true }
         )
       )
