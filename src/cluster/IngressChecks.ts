@@ -89,8 +89,14 @@ export const errorsAsJson =
           _tag?: string
           kind?: string
         } | undefined
-        const reason = e?._tag === "HttpServerError" ? (e as { reason?: { _tag?: string } }).reason?._tag : e?._tag
-        const route = url.pathname.match(/^\/sessions\/([^/]+)\/(?:messages|cancel)$/)
+        const server = e?._tag === "HttpServerError"
+          ? (e as { reason?: { _tag?: string; reason?: string } }).reason
+          : undefined
+        const reason = server !== undefined ? server._tag : e?._tag
+        // A POST to a session path the router could not match: its session name does not decode.
+        const route = request.method === "POST"
+          ? url.pathname.match(/^\/sessions\/([^/]+)\/(?:messages|cancel)$/)
+          : null
         if (
           (HttpApiError.HttpApiSchemaError.is(e) && e.kind === "Params") ||
           (reason === "RouteNotFound" && route !== null)
@@ -116,7 +122,11 @@ export const errorsAsJson =
             "invalid"
           )
         }
-        if (HttpApiError.HttpApiPayloadTooLarge.is(e)) {
+        // Over MaxBodySize: the node server's body reader fails RequestParseError "BodyTooLarge".
+        if (
+          HttpApiError.HttpApiPayloadTooLarge.is(e) ||
+          (reason === "RequestParseError" && server?.reason === "BodyTooLarge")
+        ) {
           return errorBody(413, `Expected a body of at most ${maxBody} bytes, got more`, "too-large")
         }
         if (reason === "RouteNotFound") {

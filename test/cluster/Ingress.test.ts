@@ -101,6 +101,21 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
           "Expected `wait` to be an integer of milliseconds from 0 to 60000, got `abc`"
         )
         assert.deepStrictEqual([statuses[8].json.reason, statuses[9].json.reason], ["reserved", "reserved"])
+        // A body over 64 KiB is 413 too-large (valid JSON, so not a parse error); another method on a
+        // session path is an unknown route, not a malformed session name.
+        const big = JSON.stringify({ text: "a".repeat(70_000) })
+        const refused = yield* Effect.all([
+          call("POST", "/sessions/bob/messages", big),
+          call("PUT", "/lanes/main/limits", big),
+          call("GET", "/sessions/bob/messages"),
+          call("PUT", "/sessions/bob/cancel")
+        ])
+        assert.deepStrictEqual(refused.map((r) => [r.status, r.json._tag, r.json.reason]), [
+          [413, "TooLarge", "too-large"],
+          [413, "TooLarge", "too-large"],
+          [404, "NotFound", "not-found"],
+          [404, "NotFound", "not-found"]
+        ])
         // None of the refused messages reached the cluster: only the two accepted above were dispatched.
         const counters = (yield* call("GET", "/status")).json.counters
         assert.strictEqual(counters.dispatched, 2)
