@@ -42,7 +42,7 @@ export interface FenceShape {
   /**
    * Runs `listener` when shards are let go (`"all"`: every shard, at shutdown), after they stopped being
    * held and before their locks are released: what runs of them outside effect/cluster's entities
-   * (KeyRunner.ts, the local way) is stopped there, as the entities are. Returns its removal.
+   * (LocalWay.ts, the local way) is stopped there, as the entities are. Returns its removal.
    */
   readonly beforeRelease: (listener: (shards: ReadonlyArray<string> | "all") => Effect.Effect<void>) => () => void
 }

@@ -1,6 +1,6 @@
 /**
  * What a lane handler of the cluster queue is (the run it gets, {@link ClusterTask}) and the marks a
- * handler carries to tell the key entity (KeyRunner.ts) which writes it makes itself: the coalescing
+ * handler carries to tell the key entity (KeyRun.ts) which writes it makes itself: the coalescing
  * slot's start ({@link marksSlot}) and the answer of a volatile run ({@link writesAnswer}).
  */
 import type { Effect } from "effect"

@@ -2,7 +2,7 @@
  * The volatile runs (protocol.ts `RunNow`) of one key entity: a run is recognised by its id, so a run
  * sent again (by its dispatcher, the acquisition replay, the sweep: Replay.ts) is never run twice; and a
  * run's answer is stored in its inbox rows before it is sent (Answers.ts), so the sweep does not run an
- * answered run again. KeyRunner.ts runs the rest of a run as it does a persisted `Run`.
+ * answered run again. KeyRun.ts runs the rest of a run as it does a persisted `Run`.
  */
 import { Deferred, Effect, Exit, Option, Schedule } from "effect"
 import * as Answers from "./Answers.js"

@@ -6,7 +6,8 @@
  *
  * Reading order, bottom-up (every file imports only files before it, and the other parts):
  * - `protocol.ts`, `json.ts`, `Coalesce.ts`, `Generations.ts`, `Postgres.ts`, `MigrationsSql.ts` -> `Migrations.ts`.
- * - The queue: `wire.ts`, `LaneHandler.ts` -> `KeyRunner.ts` (one key entity) -> `ClusterQueue.ts` ->
+ * - The queue: `wire.ts`, `LaneHandler.ts` -> `KeyState.ts`, `KeyRun.ts` (a run on its key's
+ *   runner), `LocalWay.ts` -> `KeyRunner.ts` (one key entity) -> `ClusterQueue.ts` ->
  *   `ClusterCronJobs.ts`. Delivery: `PgDeliveryLog.ts` -> `ClusterDelivery.ts`, `Retention.ts`.
  *   `ClusterAgent.ts` (turns as lane handlers), `ClusterLayer.ts`.
  * - `RunnerStatus.ts`, `IngressChecks.ts` -> `Ingress.ts` (HTTP) -> `Runner.ts` (all of it in one Scope) -> `runner-main.ts`.

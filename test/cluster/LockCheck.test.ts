@@ -3,7 +3,7 @@
  * recent refresh (Fencing.layer's `refreshReuseMs`): a refresh of shards that were all refreshed
  * within the window costs no statements; anything else, or later, goes to the storage. Time is the
  * TestClock; the storage is a fake that counts its refreshes (no Postgres needed). And a shard's release
- * waits for the fence's `beforeRelease` listeners (where KeyRunner.ts stops the shard's local runs).
+ * waits for the fence's `beforeRelease` listeners (where LocalWay.ts stops the shard's local runs).
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Layer } from "effect"
