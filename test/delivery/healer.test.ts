@@ -2,11 +2,12 @@
  * The file log's healer on its own, under the TestClock: after a failed write it re-opens at once and
  * refuses writes for the backoff; a failure of the core it re-opened, in the background during that
  * backoff (a roll, a compaction), is healed too: the backoff's end re-opens again instead of resuming
- * writes on the failed core.
+ * writes on the failed core. Re-opens that keep failing back off 1 s, doubling to 30 s (delivery.md, "Health").
  */
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Clock, Effect } from "effect"
 import { TestClock } from "effect/testing"
+import { vi } from "vitest"
 import { DeliveryLogError } from "../../src/delivery/errors.js"
 import { makeHealer, REOPEN_MS } from "../../src/delivery/healer.js"
 import { LogCore } from "../../src/delivery/logCore.js"
@@ -59,6 +60,38 @@ describe("healer", () => {
       yield* TestClock.adjust(2 * REOPEN_MS.first)
       yield* untilHealed(() => !healer.failing)
       assert.strictEqual(healer.core, third)
+      assert.deepStrictEqual(yield* healer.health, { status: "ok" })
+    })))
+
+  it.effect("re-opens that keep failing back off 1 s, doubling to 30 s; health says failing with the latest error until one works", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const o = resolveOptions({ dir: tmp.next(), fsync: "never" }) as ResolvedOptions
+      const healer = yield* makeHealer(o, {}, LogCore.open(o, yield* Clock.currentTimeMillis, {}), () => {})
+      yield* Effect.addFinalizer(() => healer.close)
+      // The next 8 re-opens fail (a disk still failing); each records when it ran (the healer's clock).
+      const real = LogCore.open.bind(LogCore)
+      const at: Array<number> = []
+      const open = vi.spyOn(LogCore, "open").mockImplementation((options, now, hooks, lock) => {
+        at.push(now)
+        if (at.length <= 8) throw io(`EIO: re-open ${at.length}`)
+        return real(options, now, hooks, lock)
+      })
+      yield* Effect.addFinalizer(() => Effect.sync(() => open.mockRestore()))
+
+      yield* healer.failed(io("EIO: the first failure"))
+      assert.deepStrictEqual(at, [0], "the first re-open runs at once")
+      const waits = [1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000]
+      for (const [i, wait] of waits.entries()) {
+        const h = yield* healer.health
+        assert.isTrue(h.status === "failing" && h.error.message === `EIO: re-open ${i + 1}`, `after re-open ${i + 1}`)
+        yield* TestClock.adjust(wait - 1)
+        yield* Effect.yieldNow
+        assert.strictEqual(at.length, i + 1, `no re-open before ${wait} ms`)
+        yield* TestClock.adjust(1)
+        yield* untilHealed(() => at.length === i + 2)
+      }
+      yield* untilHealed(() => !healer.failing)
+      assert.deepStrictEqual(at, [0, 1_000, 3_000, 7_000, 15_000, 31_000, 61_000, 91_000, 121_000])
       assert.deepStrictEqual(yield* healer.health, { status: "ok" })
     })))
 })
