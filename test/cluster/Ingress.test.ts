@@ -4,6 +4,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
+import * as http from "node:http"
 import { afterAll, beforeAll } from "vitest"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import * as Runner from "../../src/cluster/Runner.js"
@@ -234,6 +235,69 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         }
         const health = yield* call("GET", "/healthz")
         assert.deepStrictEqual([health.status, health.json.ok], [200, true])
+      })),
+    60_000
+  )
+
+  /** As `call`, on a connection of its own (a stopping runner closes the idle ones `fetch` would reuse). */
+  const fresh = (method: string, path: string, body?: string) =>
+    Effect.promise(() =>
+      new Promise<{ status: number; json: any }>((resolve, reject) => {
+        const req = http.request({ host: "127.0.0.1", port, path, method, agent: false }, (res) => {
+          let text = ""
+          res.setEncoding("utf8")
+          res.on("data", (c: string) => (text += c))
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, json: JSON.parse(text) }))
+        })
+        req.on("error", reject)
+        req.end(body)
+      })
+    )
+
+  /** Until `check` holds, asking every 10 ms, for at most 10 s. */
+  const until = (what: string, check: Effect.Effect<boolean>) =>
+    Effect.gen(function*() {
+      for (let i = 0; !(yield* check); i++) {
+        if (i === 1_000) assert.fail(`${what} within 10 s`)
+        yield* Effect.sleep("10 millis")
+      }
+    })
+
+  it.live(
+    "shutting down (Runner.stop) while a turn runs: /healthz is 503 `ok: false`, a new message 503 `closed`; the client waiting on the turn gets its reply",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const runner = yield* Runner.start({
+          postgres: db!.url,
+          port,
+          clusterPort,
+          latencyMs: 3_000,
+          shardsPerGroup: 8,
+          name: "ingress"
+        })
+        const waiting = yield* Effect.forkChild(
+          call("POST", "/sessions/erin/messages?wait=20000", JSON.stringify({ text: "slow" }))
+        )
+        yield* until(
+          "the turn started",
+          Effect.map(call("GET", "/lanes"), (r) =>
+            r.json.lanes.find((l: { lane: string }) => l.lane === "main").running === 1)
+        )
+        const stopping = yield* Effect.forkChild(runner.stop)
+        yield* until(
+          "/healthz answered 503",
+          Effect.map(fresh("GET", "/healthz"), (r) =>
+            r.status === 503)
+        )
+        const [down, late] = yield* Effect.all([
+          fresh("GET", "/healthz"),
+          fresh("POST", "/sessions/frank/messages", JSON.stringify({ text: "late" }))
+        ])
+        assert.deepStrictEqual([down.status, down.json.ok], [503, false])
+        assert.deepStrictEqual([late.status, late.json._tag, late.json.reason], [503, "Closed", "closed"])
+        const reply = yield* Fiber.join(waiting)
+        assert.deepStrictEqual([reply.status, reply.json.reply?.text], [200, "You said: slow"])
+        assert.deepStrictEqual(yield* Fiber.join(stopping), { completed: 1, canceled: 0, timedOut: false })
       })),
     60_000
   )
