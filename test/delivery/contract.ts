@@ -145,6 +145,17 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
         assert.deepStrictEqual(yield* log.dead, [])
       }))
 
+    it.effect("finishing is one record: attempt with dead moves the entry to dead in one call; ack of a dead entry fails not-pending and leaves it", () =>
+      Effect.gen(function*() {
+        const log = yield* makeLog()
+        const e = yield* log.append(msg("a", 1))
+        const last = yield* log.attempt(e.id, { error: "boom", nextAttemptAt: 100, dead: true })
+        assert.deepStrictEqual([last.status, last.attempts, last.lastError], ["dead", 1, "boom"])
+        yield* expectReason(log.ack(e.id), "not-pending")
+        assert.deepStrictEqual((yield* log.dead).map((x) => [x.id, x.status, x.attempts]), [[e.id, "dead", 1]])
+        assert.deepStrictEqual(yield* log.pending, [])
+      }))
+
     it.effect("idempotency: a key of a pending or dead entry returns that entry and adds nothing", () =>
       Effect.gen(function*() {
         const log = yield* makeLog()
