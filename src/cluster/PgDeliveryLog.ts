@@ -237,6 +237,19 @@ export const make = (
         )
       )
 
+    /** Why a call that needs a pending entry changed no row: the entry is dead (`not-pending`), or gone (`unknown-id`). */
+    const notPendingOrUnknown = (id: string, what: string): Effect.Effect<DeliveryLogError, SqlError> =>
+      Effect.map(
+        sql.unsafe<{ readonly status: string }>(`SELECT status FROM ${table} WHERE id = $1 AND status = 'dead'`, [id]),
+        (dead) =>
+          dead.length > 0
+            ? new DeliveryLogError({
+              reason: "not-pending",
+              message: `Expected a pending entry to ${what}, got dead entry \`${id}\` in ${table}`
+            })
+            : unknownId(id)
+      )
+
     const ackAndClaim: PgDeliveryLog["ackAndClaim"] = ({ acks, leaseMs, limit, owner }) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) =>
         guard(
@@ -256,17 +269,20 @@ export const make = (
       appendGuarded,
       prepareGuarded,
       attempt: (id, failure) =>
-        updateLive(
+        guard(
           "attempt",
-          id,
-          sql.unsafe<Row>(
-            `UPDATE ${table} SET attempts = attempts + 1, last_error = $2, attempt_started = false,
-             next_attempt_at = CASE WHEN $4 THEN NULL ELSE $3 END,
-             status = CASE WHEN $4 THEN 'dead' ELSE status END,
-             lease_owner = NULL, lease_until = NULL
-             WHERE id = $1 AND status <> 'acked' RETURNING ${cols}`,
-            [id, failure.error, Math.round(failure.nextAttemptAt), failure.dead === true]
-          )
+          Effect.gen(function*() {
+            const rows = yield* sql.unsafe<Row>(
+              `UPDATE ${table} SET attempts = attempts + 1, last_error = $2, attempt_started = false,
+               next_attempt_at = CASE WHEN $4 THEN NULL ELSE $3 END,
+               status = CASE WHEN $4 THEN 'dead' ELSE status END,
+               lease_owner = NULL, lease_until = NULL
+               WHERE id = $1 AND status = 'pending' RETURNING ${cols}`,
+              [id, failure.error, Math.round(failure.nextAttemptAt), failure.dead === true]
+            )
+            if (rows.length > 0) return toEntry(rows[0])
+            return yield* Effect.fail(yield* notPendingOrUnknown(id, "record an attempt of"))
+          })
         ),
       ack: (id) =>
         Effect.flatMap(Clock.currentTimeMillis, (now) =>
@@ -325,18 +341,7 @@ export const make = (
               [id]
             )
             if (rows.length > 0) return
-            const other = yield* sql.unsafe<{ readonly status: string }>(
-              `SELECT status FROM ${table} WHERE id = $1 AND status <> 'acked'`,
-              [id]
-            )
-            return yield* Effect.fail(
-              other.length > 0
-                ? new DeliveryLogError({
-                  reason: "not-pending",
-                  message: `Expected a pending entry to start an attempt of, got dead entry \`${id}\` in ${table}`
-                })
-                : unknownId(id)
-            )
+            return yield* Effect.fail(yield* notPendingOrUnknown(id, "start an attempt of"))
           })
         ),
       get: (id) =>

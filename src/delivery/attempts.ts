@@ -46,7 +46,7 @@ export const makeAttempts = (q: {
   /**
    * Runs the owed log call of the head. On success the head moves on (acked or dead: removed); the last
    * failed attempt is one `attempt` record with `dead: true` (a crash cannot leave it half done). On failure the call stays owed and
-   * `opRetryAt` says when to retry; `unknown-id` means the log no longer holds the entry: it is dropped.
+   * `opRetryAt` says when to retry; `unknown-id` or `not-pending` means the log no longer holds the entry as pending: it is dropped.
    */
   const runOp = (rec: Recipient, node: Node, markNext?: Node): Effect.Effect<void> =>
     Effect.suspend(() => {
@@ -83,10 +83,12 @@ export const makeAttempts = (q: {
             }
           }),
         onFailure: (error) => {
-          if (error.reason === "unknown-id") {
+          // Gone from the log, or dead-lettered there by someone else meanwhile (`not-pending`: the log
+          // keeps it dead, `retryDead` brings it back): either way the head is not the queue's to retry.
+          if (error.reason === "unknown-id" || error.reason === "not-pending") {
             held.removeHead(rec)
             return Effect.logWarning(
-              `DeliveryQueue: entry ${id} is no longer in the log (${op._tag.toLowerCase()} failed: ${error.message}); dropping it from memory`
+              `DeliveryQueue: entry ${id} is no longer pending in the log (${op._tag.toLowerCase()} failed: ${error.message}); dropping it from memory`
             )
           }
           node.opFailures++

@@ -55,7 +55,9 @@ export const attempt = (
   const live = h.state.live.get(id)
   if (live === undefined) return done(unknownId(String(id)))
   if (live.status === "dead") {
-    return done(invalid(`Expected a pending entry, got dead entry \`${id}\`; requeue it before recording an attempt`))
+    return done(
+      notPending(`Expected a pending entry, got dead entry \`${id}\`; requeue it before recording an attempt`)
+    )
   }
   const attempts = live.attempts + 1
   const lastError = clipError(failure.error)

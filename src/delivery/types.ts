@@ -54,6 +54,7 @@ export interface DeliveryLog {
   /**
    * Records a failed attempt (attempts + 1, `lastError`, `nextAttemptAt`). With `dead: true` it is the
    * last one: the same single record also moves the entry to dead (a crash cannot split the two).
+   * Fails `unknown-id`, or `not-pending` for a dead entry (and leaves it: requeue it first).
    */
   readonly attempt: (
     id: string,

@@ -156,6 +156,21 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
         assert.deepStrictEqual(yield* log.pending, [])
       }))
 
+    it.effect("an attempt of a dead entry fails not-pending and leaves it as it was", () =>
+      Effect.gen(function*() {
+        const log = yield* makeLog()
+        const e = yield* log.append(msg("a", 1))
+        yield* log.deadLetter(e.id, "gone")
+        const before = (yield* log.get(e.id)).pipe(Option.getOrThrow)
+        yield* expectReason(log.attempt(e.id, { error: "late", nextAttemptAt: 1 }), "not-pending")
+        yield* expectReason(log.attempt(e.id, { error: "late", nextAttemptAt: 1, dead: true }), "not-pending")
+        const after = (yield* log.get(e.id)).pipe(Option.getOrThrow)
+        assert.deepStrictEqual(
+          [after.status, after.attempts, after.lastError],
+          [before.status, before.attempts, before.lastError]
+        )
+      }))
+
     it.effect("idempotency: a key of a pending or dead entry returns that entry and adds nothing", () =>
       Effect.gen(function*() {
         const log = yield* makeLog()

@@ -211,6 +211,12 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
       Effect.flatMap(Clock.currentTimeMillis, (at) =>
         lift("attempt", { op: "attempt", id, ...failure, at }, () => {
           const { maybeSent: _m, ...e } = mustGet(id)
+          if (e.status === "dead") {
+            throw new DeliveryLogError({
+              reason: "not-pending",
+              message: `Expected a pending entry to record an attempt of, got dead entry \`${id}\``
+            })
+          }
           if (failure.dead === true) {
             const { nextAttemptAt: _n, ...rest } = e
             const next: DeliveryEntry = { ...rest, attempts: e.attempts + 1, lastError: failure.error, status: "dead" }
