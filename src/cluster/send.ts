@@ -168,23 +168,38 @@ export const sendVolatile = (options: {
     const { client, forward, payload } = options
     Timing.mark(payload.runId, "slotDone")
     const answered = Deferred.makeUnsafe<Exit.Exit<unknown, unknown>>()
+    // Wakes the loop: an answer (whichever send's), or the time for the next send. One per send; an answer
+    // wakes the current one.
+    let wake = Deferred.makeUnsafe<void>()
     const viaCluster = (again: boolean) =>
       Effect.exit(client.RunNow(again ? { ...payload, replay: "dispatcher" } : payload))
-    const attempt = (again: boolean) =>
-      (again || forward === undefined
-        ? viaCluster(again)
-        : Effect.flatMap(forward(payload), (exit) => exit === undefined ? viaCluster(false) : Effect.succeed(exit)))
-        .pipe(Effect.flatMap((exit) => isAnswer(exit) ? Deferred.succeed(answered, exit) : Effect.void))
-    const resend = Effect.sleep(Duration.millis(options.resendMs))
+    // A send, then (no answer) the next one 100 ms after it ended, or `resendMs` after it began if it waits.
+    // Two fibers per send, no race: the local way's send is answered at once, and every message takes it.
+    const attempt = (again: boolean, next: Deferred.Deferred<void>) =>
+      Effect.exit(
+        again || forward === undefined
+          ? viaCluster(again)
+          : Effect.flatMap(forward(payload), (exit) => exit === undefined ? viaCluster(false) : Effect.succeed(exit))
+      ).pipe(
+        Effect.flatMap((sent) => {
+          if (Exit.isSuccess(sent) && isAnswer(sent.value)) {
+            Deferred.doneUnsafe(answered, Exit.succeed(sent.value))
+            Deferred.doneUnsafe(wake, Exit.void)
+            return Effect.void
+          }
+          return Effect.andThen(Effect.sleep("100 millis"), Deferred.succeed(next, undefined))
+        })
+      )
+    const resend = Duration.millis(options.resendMs)
     const loop = Effect.gen(function*() {
       for (let n = 0;; n++) {
+        const next = wake
         // Children of this fiber: the sends still waiting are interrupted (here only) once it has the answer.
-        const sent = yield* Effect.forkChild(attempt(n > 0))
-        const done = yield* Effect.raceFirst(
-          Effect.as(Deferred.await(answered), true),
-          Effect.as(Effect.raceFirst(Effect.andThen(Fiber.await(sent), Effect.sleep("100 millis")), resend), false)
-        )
-        if (done) return yield* Deferred.await(answered)
+        yield* Effect.forkChild(attempt(n > 0, next))
+        yield* Effect.forkChild(Effect.andThen(Effect.sleep(resend), Deferred.succeed(next, undefined)))
+        yield* Deferred.await(next)
+        if (Deferred.isDoneUnsafe(answered)) return yield* Deferred.await(answered)
+        wake = Deferred.makeUnsafe<void>()
       }
     })
     yield* loop.pipe(
