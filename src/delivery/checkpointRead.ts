@@ -9,12 +9,15 @@ import { endianness } from "node:os"
 import { join } from "node:path"
 import { crc32 } from "node:zlib"
 import {
+  BY_PLACE,
   CHECKPOINT,
   type CheckpointState,
   type Header,
   MAGIC,
+  MAGIC_2,
   NONE,
   type PlacedEntry,
+  type PlacedState,
   TRAILER_BYTES
 } from "./checkpoint.js"
 import { capacityFor, inAckOrder, type Runs } from "./idRing.js"
@@ -102,7 +105,7 @@ const readHeader = (fd: number, size: number) => {
   // Another format (format 1's header is at the front) is dropped before its end is read as a header.
   const magic = Buffer.allocUnsafe(MAGIC.length)
   readFully(fd, magic, 0)
-  if (!magic.equals(MAGIC)) return undefined
+  if (!magic.equals(MAGIC) && !magic.equals(MAGIC_2)) return undefined
   const trailer = Buffer.allocUnsafe(TRAILER_BYTES)
   readFully(fd, trailer, size - TRAILER_BYTES)
   const jsonLen = trailer.readUInt32LE(0)
@@ -112,7 +115,27 @@ const readHeader = (fd: number, size: number) => {
   readFully(fd, json, start)
   const h = JSON.parse(json.toString("utf8")) as Header
   if (h.endian !== endianness()) return undefined
-  return { h, start, json, trailer }
+  return { h, start, json, trailer, magic }
+}
+
+/** A live entry by place (`BY_PLACE`): its id and state, filling `[start, end)` exactly (else `Short`). */
+const readPlaced = (buf: Buffer, start: number, end: number, bytes: number): PlacedState => {
+  const idEnd = start + 1 + buf[start]!
+  if (idEnd + 17 > end) throw new Short()
+  const status = buf[idEnd]!
+  const errLen = buf.readUInt32BE(idEnd + 13)
+  const errAt = idEnd + 17
+  if (status > 3 || (errLen === NONE ? errAt : errAt + errLen) !== end) throw new Short()
+  const next = buf.readDoubleBE(idEnd + 5)
+  return {
+    id: buf.toString("utf8", start + 1, idEnd),
+    status: (status & 1) === 1 ? "dead" : "pending",
+    started: (status & 2) === 2,
+    attempts: buf.readUInt32BE(idEnd + 1),
+    nextAttemptAt: Number.isNaN(next) ? undefined : next,
+    lastError: errLen === NONE ? undefined : buf.toString("utf8", errAt, end),
+    bytes
+  }
 }
 
 /** The checkpoint of `dir`, or `undefined`: none, damaged, or written on a machine of the other byte order or by another version. */
@@ -127,7 +150,7 @@ export const readCheckpoint = (dir: string): CheckpointState | undefined => {
   try {
     const found = readHeader(fd, fs.fstatSync(fd).size)
     if (found === undefined) return undefined
-    const { h, start, json, trailer } = found
+    const { h, start, json, trailer, magic } = found
     const [pn, pr] = h.plain
     const [kn, kr] = h.keyed
     const [pt, kt, dt] = h.tables
@@ -136,7 +159,9 @@ export const readCheckpoint = (dir: string): CheckpointState | undefined => {
     // Nothing is allocated for counts the file cannot hold (the CRC-32 is checked only at the end).
     if (MAGIC.length + 16 * pn + 37 * kn + 4 * (pt + kt + dt) + 12 * (pr + kr) > start) return undefined
     const f = new FileCursor(fd, 0, start)
-    if (!f.bytes(MAGIC.length).equals(MAGIC)) return undefined
+    if (!f.bytes(MAGIC.length).equals(magic)) return undefined
+    // Entries by place come with format 3.
+    const byPlace = magic.equals(MAGIC)
     // The rings' columns go straight into arrays of the size a restore gives the ring (no second copy).
     const pc = capacityFor(pn)
     const plainWords = f.array(Uint32Array, 4 * pn, 4 * pc)
@@ -168,6 +193,13 @@ export const readCheckpoint = (dir: string): CheckpointState | undefined => {
       const code = c.u32()
       const offset = c.u32()
       const bytes = c.f64()
+      if ((n & BY_PLACE) !== 0) {
+        // Its record must be found: a place not located when it was written leaves the checkpoint unusable.
+        if (!byPlace || code === NONE) return undefined
+        const from = c.take(n & ~BY_PLACE)
+        live.push({ entry: undefined, placed: readPlaced(entries, from, c.at, bytes), code, offset })
+        continue
+      }
       const entry = readEntry(entries, c.take(n), c.at)
       entry.bytes = bytes
       live.push({ entry, code: code === NONE ? -1 : code, offset })

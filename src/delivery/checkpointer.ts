@@ -30,7 +30,6 @@ import {
   type Covered,
   dropCheckpoint,
   frameCheckpoint,
-  type LiveAt,
   writeCheckpoint
 } from "./checkpoint.js"
 import type { KeptSegment } from "./recovery.js"
@@ -50,12 +49,10 @@ export type Mark = (done: (error: Error | undefined) => void) => void
 
 /** Capture the log now into `CHECKPOINT.tmp` of `dir` (checkpoint.ts). Throws the I/O error. */
 const capture = (dir: string, at: CaptureAt): CapturedCheckpoint => {
-  const live: Array<LiveAt> = []
-  for (const entry of at.state.live.values()) live.push({ entry, address: entry.key !== undefined ? entry.pos : -1 })
   return captureCheckpoint(
     dir,
     { nextLsn: at.nextLsn, nextSeq: at.state.nextSeq, liveBytes: at.state.liveBytes },
-    live,
+    at.state.live.list(),
     // Views of the rings' arrays: written out in this same step, before anything changes.
     at.state.acked.view()
   )

@@ -63,14 +63,14 @@ const writeAll = async (
   return crc32(one, crc)
 }
 
-/** A written snapshot: its size and CRC-32, and where the records of keyed entries went in it. */
+/** A written snapshot: its size and CRC-32, and where the records of keyed ids and of the live entries went in it. */
 export interface WrittenSnapshot {
   readonly size: number
   readonly crc: number
   /** Offset of the acked record of `captured.acked.keyed`'s i-th id. */
   readonly keyedAt: Float64Array
-  /** Offset of the entry record of each keyed pending or dead entry, by id. */
-  readonly entriesAt: Map<string, number>
+  /** Offset of the entry record of `captured.entries`' i-th (pending or dead) entry. */
+  readonly entriesAt: Float64Array
 }
 
 /**
@@ -123,7 +123,7 @@ const write = async (
   let crc = 0
   const keyed = captured.acked.keyed
   const keyedAt = new Float64Array(keyed.count)
-  const entriesAt = new Map<string, number>()
+  const entriesAt = new Float64Array(captured.entries.length)
   try {
     let lsn = 0
     let bufs: Array<Buffer> = []
@@ -157,8 +157,9 @@ const write = async (
       acked: captured.acked.size,
       plain: captured.acked.plain
     })
-    for (const e of captured.entries) {
-      if (e.key !== undefined) entriesAt.set(e.id, here())
+    for (let i = 0; i < captured.entries.length; i++) {
+      const e = captured.entries[i]!
+      entriesAt[i] = here()
       await putBinary(Kind.snapshotEntry, entryBytes(e), (buf, at) => writeEntry(buf, at, e))
     }
     const putAcked = (id: string, time: number, entry: EntryData | undefined): Promise<void> =>

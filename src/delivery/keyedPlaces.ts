@@ -84,8 +84,9 @@ export class KeyedPlaces {
     (this.reader ??= new RecordReader(this.dir, this.maxPayload)).entryAt(code, offset)
 
   /**
-   * Snapshot `reserved` now holds the records of keyed entries that were in the files it replaces
-   * (`replaced`, still there): point the dedupe window and the live entries at it, then forget them.
+   * Snapshot `reserved` now holds the records of keyed acked entries and of the live entries that were
+   * in the files it replaces (`replaced`, still there): point the dedupe window and the live entries
+   * at it, then forget them.
    */
   installed(
     state: LogState,
@@ -102,12 +103,13 @@ export class KeyedPlaces {
     for (let i = 0; i < k.count; i++) {
       state.acked.relocate(k.words.subarray(4 * i, 4 * i + 4), reserved, code, snap.keyedAt[i]!)
     }
-    for (const [id, offset] of snap.entriesAt) {
+    captured.entries.forEach(({ id, key }, i) => {
+      const offset = snap.entriesAt[i]!
       const live = state.live.get(id)
       if (live !== undefined) {
         if (!this.addresses.locate(live.pos, place) || codeNumber(place[0]!) < reserved) live.pos = base + offset
-      } else if (parseUuid(id, idWords)) state.acked.relocate(idWords, reserved, code, offset)
-    }
+      } else if (key !== undefined && parseUuid(id, idWords)) state.acked.relocate(idWords, reserved, code, offset)
+    })
     for (const s of replaced) {
       const c = fileCode(s.number, s.kind)
       this.addresses.drop(c)

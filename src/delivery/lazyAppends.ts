@@ -203,7 +203,7 @@ export class LazyAppends {
   private entry(s: number) {
     const e = readAppend(this.data(s), this.starts[s]!, this.ends[s]!)
     e.bytes = this.sizes[s]!
-    if (e.key !== undefined) e.pos = this.addresses[s]!
+    e.pos = this.addresses[s]!
     if ((this.flags[s]! & STARTED) !== 0) e.started = true
     return e
   }

@@ -138,6 +138,17 @@ export class LiveEntries {
     return true
   }
 
+  /** Entries in insertion order, in a new array. */
+  list(): Array<EntryData> {
+    const out: Array<EntryData> = []
+    const entries = this.entries
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i]
+      if (e !== undefined) out.push(e)
+    }
+    return out
+  }
+
   /** Entries in insertion order. */
   *values(): IterableIterator<EntryData> {
     const entries = this.entries

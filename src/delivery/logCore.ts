@@ -304,7 +304,7 @@ export class LogCore implements CallHost {
       false,
       HEADER_BYTES + payloadBytes
     )
-    if (key !== undefined) data.pos = pos
+    data.pos = pos
     if (text === undefined) texts.adopt(enc.buf, enc.start, textBytes, enc.ascii, data)
     state.insertNew(data)
     this.uncommitted++

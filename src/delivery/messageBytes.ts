@@ -46,7 +46,7 @@ const wellFormed: (s: string) => boolean = "isWellFormed" in String.prototype
 const goodField = (v: unknown): v is string => typeof v === "string" && v.length > 0 && wellFormed(v)
 
 /** Buffer methods Node has on every supported version (the documented wrappers add argument checks per call). */
-interface RawBuffer {
+export interface RawBuffer {
   latin1Slice(start: number, end: number): string
   utf8Slice(start: number, end: number): string
   utf8Write(s: string, offset: number, length: number): number

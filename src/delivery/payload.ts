@@ -7,6 +7,7 @@
  * Writers compute the payload size first (`*Bytes`), then fill a buffer at an offset (`write*`), so a
  * record is framed with one allocation. Readers throw `BadPayload` when the bytes do not add up.
  */
+import type { RawBuffer } from "./messageBytes.js"
 import type { TextChunk } from "./textArena.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 
@@ -53,7 +54,10 @@ export class EntryData {
     public bytes: number,
     /** An attempt was started (kind 7) and no outcome recorded since: reads `maybeSent: true`. */
     public started = false,
-    /** Where its record is (addresses.ts), for a keyed entry: the dedupe window keeps that once it is acked. -1: not known. */
+    /**
+     * Where its record is (addresses.ts): a checkpoint points at it instead of copying the entry, and the
+     * dedupe window keeps it for a keyed entry once it is acked. -1: not known.
+     */
     public pos = -1
   ) {
     this.textString = text
@@ -306,19 +310,26 @@ export const entryBytes = (e: EntryData): number =>
 /** Write a whole entry at `at`; returns its end. */
 export const writeEntry = (buf: Buffer, at: number, e: EntryData): number => {
   at = writeHead(buf, at, e.id, utf8Bytes(e.id), e.seq, e.enqueuedAt, e.key, e.key === undefined ? 0 : utf8Bytes(e.key))
+  return e.writeText(buf, writeState(buf, at, e))
+}
+
+/** Bytes of an entry's delivery state as kind 17 holds it (status | attempts | nextAttemptAt | errLen | lastError). */
+export const stateBytes = (e: EntryData): number =>
+  1 + 4 + 8 + 4 + (e.lastError === undefined ? 0 : utf8Bytes(e.lastError))
+
+/** Write an entry's delivery state at `at` (`stateBytes`); returns its end. */
+export const writeState = (buf: Buffer, at: number, e: EntryData): number => {
   buf[at] = (e.status === "dead" ? 1 : 0) | (e.started ? 2 : 0)
   buf.writeUInt32BE(e.attempts, at + 1)
   buf.writeDoubleBE(e.nextAttemptAt ?? NONE_F64, at + 5)
   at += 13
   if (e.lastError === undefined) {
     buf.writeUInt32BE(NONE_U32, at)
-    at += 4
-  } else {
-    const n = utf8Bytes(e.lastError)
-    buf.writeUInt32BE(n, at)
-    at += 4 + buf.write(e.lastError, at + 4, n, "utf8")
+    return at + 4
   }
-  return e.writeText(buf, at)
+  const n = utf8Bytes(e.lastError)
+  buf.writeUInt32BE(n, at)
+  return at + 4 + buf.write(e.lastError, at + 4, n, "utf8")
 }
 
 const readEntryAt = (c: Cursor): EntryData => {
@@ -370,7 +381,8 @@ export const idRecordBytes = (idBytes: number, fixed: number, textBytes: number)
 export const writeId = (buf: Buffer, at: number, id: string, idBytes: number): number => {
   if (idBytes > 255) throw new RangeError(`an id over 255 bytes (${idBytes})`)
   buf[at] = idBytes
-  return 1 + at + buf.write(id, at + 1, idBytes, "utf8")
+  // `idBytes` is the id's length in UTF-8, and the caller made room for it: no need for `write`'s checks.
+  return 1 + at + (buf as unknown as RawBuffer).utf8Write(id, at + 1, idBytes)
 }
 
 /** An attempt record's fields. */

@@ -5,10 +5,13 @@
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
+import type { CheckpointState } from "./checkpoint.js"
 import { readCheckpoint } from "./checkpointRead.js"
 import { CorruptLog } from "./corrupt.js"
 import type { KeyDigest } from "./keyDigest.js"
 import { MANIFEST, readManifest } from "./manifest.js"
+import type { EntryData } from "./payload.js"
+import { RecordReader } from "./recordReader.js"
 import { replayLog, replaySnapshot, type Truncate, withFile } from "./replay.js"
 import { checksumFile, fileCode, fsyncDir, listSegments, ReadWindow, type SegmentFile, segmentName } from "./segment.js"
 import { LogState } from "./state.js"
@@ -106,6 +109,44 @@ interface Resumed {
   readonly nextLsn: number
 }
 
+/** An entry by place is not where its checkpoint says. */
+class Unplaced extends Error {}
+
+/** Bytes the reader of entries by place reads at a time: they are in file order, mostly next to each other. */
+const PLACED_WINDOW = 1 << 20
+
+/**
+ * The checkpoint's live entries, those by place read from their records in the files it covers
+ * (checked as recovery checks a record, and holding the id the checkpoint names), with the state the
+ * checkpoint gives them; `undefined` if one is not there (the checkpoint does not stand for these files).
+ */
+const liveOf = (dir: string, ck: CheckpointState, maxPayload: number): Array<EntryData> | undefined => {
+  const covered = new Map(ck.files.map((f) => [fileCode(f.number, f.kind), f.size]))
+  let reader: RecordReader | undefined
+  try {
+    return ck.live.map(({ code, entry, offset, placed }) => {
+      if (entry !== undefined) return entry
+      const size = covered.get(code)
+      if (placed === undefined || size === undefined || offset >= size) throw new Unplaced()
+      const e = (reader ??= new RecordReader(dir, maxPayload, PLACED_WINDOW, true)).entryAt(code, offset)
+      if (e.id !== placed.id) throw new Unplaced()
+      e.status = placed.status
+      e.started = placed.started
+      e.attempts = placed.attempts
+      e.nextAttemptAt = placed.nextAttemptAt
+      e.lastError = placed.lastError
+      e.bytes = placed.bytes
+      return e
+    })
+  } catch (e) {
+    // The files hash as the checkpoint says, so a record not found where it points is the checkpoint's fault.
+    if (e instanceof Unplaced || e instanceof CorruptLog) return undefined
+    throw e
+  } finally {
+    reader?.close()
+  }
+}
+
 /**
  * Start `state` from the CHECKPOINT of `dir` if every file it covers is the next of `order` and its
  * covered bytes still hash as recorded (otherwise: `undefined`, and nothing in `state` changed).
@@ -115,7 +156,8 @@ const fromCheckpoint = (
   order: ReadonlyArray<SegmentFile>,
   sizes: ReadonlyArray<number>,
   state: LogState,
-  window: ReadWindow
+  window: ReadWindow,
+  maxPayload: number
 ): Resumed | undefined => {
   const ck = readCheckpoint(dir)
   if (ck === undefined) return undefined
@@ -132,15 +174,18 @@ const fromCheckpoint = (
     const f = ck.files[i]!
     if (withFile(join(dir, order[i]!.name), (fd) => checksumFile(fd, f.size, 0, 0, window)) !== f.crc) return undefined
   }
+  const live = liveOf(dir, ck, maxPayload)
+  if (live === undefined) return undefined
   state.acked.restore(ck.acked)
   for (const [id, , entry] of ck.acked.kept) {
     if (entry?.key !== undefined) state.keys.set(entry.key, id)
     if (entry !== undefined && entry.seq >= state.nextSeq) state.nextSeq = entry.seq + 1
   }
-  for (const { code, entry, offset } of ck.live) {
+  ck.live.forEach(({ code, offset }, i) => {
+    const entry = live[i]!
     entry.pos = code < 0 ? -1 : state.addresses.addressOf(code, offset)
     state.insert(entry)
-  }
+  })
   if (ck.nextSeq > state.nextSeq) state.nextSeq = ck.nextSeq
   state.liveBytes = ck.liveBytes
   return { files: n, lastSize: ck.files[n - 1]!.size, crcs: ck.files.map((f) => f.crc), nextLsn: ck.nextLsn }
@@ -180,7 +225,7 @@ export const recover = (dir: string, maxPayload: number, below?: number, digest?
   })
   // One read buffer for every file of this pass (segment.ts, `ReadWindow`).
   const window = new ReadWindow()
-  const resumed = below === undefined ? fromCheckpoint(dir, order, sizes, state, window) : undefined
+  const resumed = below === undefined ? fromCheckpoint(dir, order, sizes, state, window, maxPayload) : undefined
   const kept: Array<KeptSegment> = []
   let expected = 1
   let truncate: Recovered["truncate"] = undefined

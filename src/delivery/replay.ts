@@ -55,7 +55,7 @@ const applyLogRecord = (
         lazy.flush()
         const e = readAppend(buf, start, end)
         e.bytes = d.bytes
-        if (e.key !== undefined) e.pos = address
+        e.pos = address
         state.insert(e)
         return
       }
@@ -161,7 +161,7 @@ export const replaySnapshot = (
         try {
           const e = readEntry(r.buf, r.start, r.end)
           e.bytes = r.bytes
-          if (e.key !== undefined) e.pos = base + at
+          e.pos = base + at
           state.insert(e)
         } catch (e) {
           badPayload(e, path, at)

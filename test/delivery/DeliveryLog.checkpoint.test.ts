@@ -35,7 +35,7 @@ const msg = (n: number, key?: string) => ({
   ...(key !== undefined ? { idempotencyKey: key } : {})
 })
 
-/** A log with keyed and plain entries acked, some pending, one with an attempt, one dead; closed. */
+/** A log with keyed and plain entries acked, some pending, some with an attempt or an attempt started, some dead; closed. */
 const build = async (dir: string) => {
   const { core } = LogCore.open(options(dir), 1000, {})
   const acked: Array<string> = []
@@ -45,6 +45,7 @@ const build = async (dir: string) => {
     const e = await call<DeliveryEntry>((d) => core.append(msg(i, key), 1000 + i, d, undefined))
     if (key !== undefined) keys[key] = e.id
     if (i % 5 === 4) await call((d) => core.attempt(e.id, { error: "down", nextAttemptAt: 5 }, d))
+    if (i % 4 === 3 && i % 3 === 0) await call<void>((d) => core.markStarted(e.id, d))
     if (i % 11 === 10) await call<void>((d) => core.deadLetter(e.id, "gone", d))
     else if (i % 4 !== 3) {
       await call<void>((d) => core.ack(e.id, 1000 + i, d))
@@ -60,8 +61,9 @@ const state = async (dir: string, known: { acked: Array<string>; keys: Record<st
   const copy = copyDir(dir)
   const { core, notes } = LogCore.open(options(copy), 2000, {})
   try {
-    const pending = core.list("pending").map((e) => `${e.id}/${e.attempts}`)
-    const dead = core.list("dead").map((e) => e.id)
+    // Whole entries: message, attempts, error, next attempt, maybeSent (the checkpoint holds most by place).
+    const pending = core.list("pending")
+    const dead = core.list("dead")
     const ids: Array<string> = []
     for (const id of known.acked) {
       if (await call<void>((d) => core.ack(id, 2000, d)).then(() => true, () => false)) ids.push(id)

@@ -2,14 +2,15 @@
  * The CHECKPOINT file's dedupe window (checkpoint.ts writes the rings straight from their arrays,
  * checkpointRead.ts reads them back): after random acks and evictions (the rings' oldest id anywhere,
  * their ids wrapping around the arrays' end), the window read back is the one written, tables
- * included (they are written as they are and renumbered on read); a flipped or missing byte anywhere
- * means no checkpoint.
+ * included (they are written as they are and renumbered on read); live entries whole or by place
+ * (format 3; format 2 is read when it has none); a flipped or missing byte anywhere means no checkpoint.
  */
 import { assert, describe, it } from "@effect/vitest"
 import fc from "fast-check"
 import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
 import { join } from "node:path"
+import { crc32 } from "node:zlib"
 import { afterAll } from "vitest"
 import { AckedWindow } from "../../src/delivery/ackedWindow.js"
 import { captureCheckpoint, CHECKPOINT, frameCheckpoint, writeCheckpoint } from "../../src/delivery/checkpoint.js"
@@ -36,10 +37,14 @@ const keyedEntry = (seq: number) =>
     seq % 3 === 0
   )
 
-/** Write `w` as a checkpoint of `dir` covering one made-up file; its bytes. */
-const write = (dir: string, w: AckedWindow): Buffer => {
-  const c = captureCheckpoint(dir, { nextLsn: 7, nextSeq: 9, liveBytes: 123 }, [], w.view())
-  const rest = frameCheckpoint(c, [{ number: 1, kind: "log", size: 10, crc: 5 }], () => false)
+/** Write `w` (and `live`, their places found in file 1) as a checkpoint of `dir` covering one made-up file; its bytes. */
+const write = (dir: string, w: AckedWindow, live: Array<EntryData> = []): Buffer => {
+  const c = captureCheckpoint(dir, { nextLsn: 7, nextSeq: 9, liveBytes: 123 }, live, w.view())
+  const rest = frameCheckpoint(c, [{ number: 1, kind: "log", size: 10, crc: 5 }], (address, out) => {
+    out[0] = 1
+    out[1] = address
+    return true
+  })
   writeCheckpoint(dir, c, rest)
   assert.isFalse(fs.existsSync(join(dir, `${CHECKPOINT}.tmp`)))
   return fs.readFileSync(join(dir, CHECKPOINT))
@@ -103,6 +108,66 @@ describe("CHECKPOINT file: the dedupe window", () => {
     )
   })
 
+  it("live entries: whole where their record's place is not known, by place (id and state) where it is", () => {
+    const whole = keyedEntry(1)
+    const placed = keyedEntry(2)
+    placed.pos = 1234
+    placed.attempts = 3
+    placed.lastError = "zeitüberschreitung"
+    placed.nextAttemptAt = 99
+    placed.status = "dead"
+    const w = new AckedWindow()
+    w.add(randomUUID(), 1000, undefined, 80)
+    const dir = tmp.next()
+    fs.mkdirSync(dir)
+    const files = [{ number: 1, kind: "log" as const, size: 10, crc: 5 }]
+    const save = (locate: (address: number, out: Uint32Array) => boolean): Buffer => {
+      const c = captureCheckpoint(dir, { nextLsn: 7, nextSeq: 9, liveBytes: 123 }, [whole, placed], w.view())
+      writeCheckpoint(dir, c, frameCheckpoint(c, files, locate))
+      return fs.readFileSync(join(dir, CHECKPOINT))
+    }
+    const bytes = save((address, out) => {
+      out[0] = 1
+      out[1] = address + 1
+      return address === 1234
+    })
+    const read = readCheckpoint(dir)!
+    assert.strictEqual(read.live.length, 2)
+    assert.deepStrictEqual(read.live[0], { entry: whole, code: -1, offset: 0 })
+    assert.deepStrictEqual(read.live[1], {
+      entry: undefined,
+      code: 1,
+      offset: 1235,
+      placed: {
+        id: placed.id,
+        status: "dead",
+        started: false,
+        attempts: 3,
+        nextAttemptAt: 99,
+        lastError: "zeitüberschreitung",
+        bytes: placed.bytes
+      }
+    })
+    assert.strictEqual(bytes.indexOf(placed.text), -1, "its message is not copied")
+    assert.notStrictEqual(bytes.indexOf(whole.text), -1)
+    // Format 2 (the same magic but for its last digit) has no entries by place: such a file is not read.
+    const two = Buffer.from(bytes)
+    two.write("SYCKPT02", 0, "latin1")
+    two.writeUInt32LE(crc32(two.subarray(0, two.length - 4)), two.length - 4)
+    fs.writeFileSync(join(dir, CHECKPOINT), two)
+    assert.isUndefined(readCheckpoint(dir))
+    // A place not located when it was framed: the checkpoint cannot stand for the files.
+    save(() => false)
+    assert.isUndefined(readCheckpoint(dir))
+    // Format 2 with every entry whole is read as before.
+    placed.pos = -1
+    const whole2 = Buffer.from(save(() => false))
+    whole2.write("SYCKPT02", 0, "latin1")
+    whole2.writeUInt32LE(crc32(whole2.subarray(0, whole2.length - 4)), whole2.length - 4)
+    fs.writeFileSync(join(dir, CHECKPOINT), whole2)
+    assert.deepStrictEqual(readCheckpoint(dir)!.live.map((p) => p.entry), [whole, placed])
+  })
+
   it("a flipped byte anywhere, or the file cut anywhere, means no checkpoint", () => {
     const w = new AckedWindow()
     for (let i = 1; i <= 300; i++) {
@@ -112,7 +177,9 @@ describe("CHECKPOINT file: the dedupe window", () => {
     w.add("kept-id", 2000, keyedEntry(999), 300)
     const dir = tmp.next()
     fs.mkdirSync(dir)
-    const bytes = write(dir, w)
+    const placed = keyedEntry(1000)
+    placed.pos = 77
+    const bytes = write(dir, w, [keyedEntry(1001), placed])
     assert.isDefined(readCheckpoint(dir))
     const path = join(dir, CHECKPOINT)
     for (let at = 0; at < bytes.length; at += 1 + (at % 61)) {
