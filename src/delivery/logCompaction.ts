@@ -108,7 +108,7 @@ export class LogCompaction {
     const r = recover(o.dir, o.maxRecordBytes + this.host.readSlack, reserved, hooks.digest)
     r.state.evict(this.host.now(), o.dedupeWindowMs)
     return {
-      entries: Array.from(r.state.live.values()),
+      entries: r.state.live.list(),
       acked: r.state.acked.copy(),
       nextSeq: r.state.nextSeq,
       nextLsn: r.nextLsn
