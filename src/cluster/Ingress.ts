@@ -21,8 +21,9 @@
  * - `GET /openapi.json`: the OpenAPI document of the API.
  * - `GET /healthz`: 200 while the runner takes messages, 503 once it stops.
  *
- * With a token every route but `/healthz` wants `Authorization: Bearer <token>` (401 otherwise);
- * without one the ingress refuses to listen on an address that is not loopback.
+ * With a token every request but `GET /healthz` wants `Authorization: Bearer <token>`: without it, 401
+ * before routing (an unknown path or a bad body says nothing about the routes); without a token the
+ * ingress refuses to listen on an address that is not loopback.
  * Every error is JSON `{ "_tag", "error": "<what was expected, what was given>", "reason": "..." }`.
  * On shutdown (`stopAccepting`, then `close`) new messages get 503 `closed` while requests already
  * waiting for a reply keep their connection until they are answered.
@@ -40,7 +41,7 @@ import type { RunNowPayload } from "./ClusterQueueTypes.js"
 import { RUNS_PATH } from "./Hop.js"
 import type * as Inbox from "./Inbox.js"
 import * as IngressApi from "./IngressApi.js"
-import { errorsAsJson, failureOf, isLoopback, sameToken } from "./IngressChecks.js"
+import { authorized, errorsAsJson, failureOf, isLoopback, sameToken, tokenFree, UNAUTHORIZED } from "./IngressChecks.js"
 import * as IngressLanes from "./IngressLanes.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 import { RunNow } from "./protocol.js"
@@ -258,10 +259,6 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
       }
       if (req.method !== "POST") return refuse(405, "Expected POST")
       if (!accepting) return refuse(503, "Expected a runner that takes messages, got one shutting down")
-      const bearer = /^Bearer (.+)$/.exec(req.headers.authorization ?? "")?.[1]
-      if (token !== undefined && (bearer === undefined || !sameToken(bearer, token))) {
-        return refuse(401, "Expected `Authorization: Bearer <the runner's token>`")
-      }
       const chunks: Array<Buffer> = []
       let size = 0
       req.on("data", (c: Buffer) => {
@@ -291,6 +288,17 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
         inFlight--
         if (inFlight === 0 && idle !== undefined) Deferred.doneUnsafe(idle, Effect.void)
       })
+      // With a token, a request without it is refused before routing: whatever it asks (an unknown path,
+      // a bad body), the answer is this 401 and says nothing of the routes. Only GET /healthz is open.
+      if (!tokenFree(req.method, req.url) && !authorized(req.headers.authorization, token)) {
+        req.resume()
+        res.writeHead(401, {
+          "content-type": "application/json",
+          "content-length": Buffer.byteLength(UNAUTHORIZED),
+          "www-authenticate": "Bearer"
+        })
+        return res.end(UNAUTHORIZED)
+      }
       if (options.relay !== undefined && req.url === RUNS_PATH) return relayed(options.relay, req, res)
       if (!accepting) res.setHeader("connection", "close")
       // Bodies are JSON whatever the client labels them (`curl -d`, `fetch` with a string body).

@@ -56,6 +56,33 @@ export const sameToken = (a: string, b: string): boolean =>
     nodeCrypto.createHash("sha256").update(b).digest()
   )
 
+/**
+ * The credential of an `Authorization: Bearer <credential>` header (the scheme in any case, one or more
+ * spaces after it, as `effect/http-api`'s bearer security reads it), or `undefined`.
+ */
+export const bearerOf = (header: string | undefined): string | undefined => {
+  const match = header === undefined ? null : /^bearer +(.+)$/i.exec(header)
+  return match === null ? undefined : match[1]
+}
+
+/** True when no token is set, or the request's bearer credential is the token (constant time). */
+export const authorized = (header: string | undefined, token: string | undefined): boolean => {
+  if (token === undefined) return true
+  const bearer = bearerOf(header)
+  return bearer !== undefined && sameToken(bearer, token)
+}
+
+/** The one route a request may take without the token: `GET` (or `HEAD`) `/healthz`, no more. */
+export const tokenFree = (method: string | undefined, url: string | undefined): boolean =>
+  (method === "GET" || method === "HEAD") && (url ?? "").split("?", 1)[0] === "/healthz"
+
+/** The 401 of a request without the token, as JSON with the `_tag` and `reason` of the API's `Unauthorized`. */
+export const UNAUTHORIZED = JSON.stringify({
+  _tag: "Unauthorized",
+  error: "Expected `Authorization: Bearer <the runner's token>`, got none or another",
+  reason: "unauthorized"
+})
+
 /** True for a host only this machine can reach (`127.0.0.0/8`, `::1`, `localhost`). */
 export const isLoopback = (host: string): boolean =>
   host === "localhost" || host === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host)

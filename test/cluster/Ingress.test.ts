@@ -38,6 +38,7 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
       const text = await res.text()
       return {
         status: res.status,
+        headers: res.headers,
         text,
         json: (() => {
           try {
@@ -333,6 +334,31 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
           refused.map((r) => [r.status, r.json?._tag, r.json?.reason]),
           refused.map(() => [401, "Unauthorized", "unauthorized"])
         )
+        // Without the token nothing is routed: an unknown path, another method on /healthz, a bad body, a
+        // reserved session, a body over the limit are all 401 too, and no answer names a route.
+        const unrouted = yield* Effect.all([
+          call("GET", "/nowhere"),
+          call("GET", "/nowhere", undefined, { authorization: "Bearer x" }),
+          call("POST", "/healthz"),
+          call("GET", "/healthz/"),
+          call("GET", "/sessions/dora/messages"),
+          call("POST", "/sessions/dora/messages", "not json"),
+          call("POST", "/sessions/heartbeat/messages", JSON.stringify({ text: "hi" })),
+          call("POST", "/sessions/dora/messages?wait=abc", JSON.stringify({ text: "hi" })),
+          call("POST", "/sessions/dora/messages", JSON.stringify({ text: "a".repeat(70_000) }))
+        ])
+        assert.deepStrictEqual(
+          unrouted.map((r) => [r.status, r.json?._tag, r.json?.reason]),
+          unrouted.map(() => [401, "Unauthorized", "unauthorized"])
+        )
+        for (const r of [...refused, ...unrouted]) {
+          assert.notInclude(r.text, "/sessions/:id")
+          assert.strictEqual(r.headers.get("www-authenticate"), "Bearer")
+        }
+        // With the token an unknown path is the 404 that lists the routes.
+        const lost = yield* call("GET", "/nowhere", undefined, { authorization: "bearer  s3cret-token" })
+        assert.deepStrictEqual([lost.status, lost.json._tag], [404, "NotFound"])
+        assert.include(lost.json.error, "POST /sessions/:id/messages")
         const health = yield* call("GET", "/healthz")
         assert.deepStrictEqual([health.status, health.json.ok], [200, true])
         const sent = yield* call("POST", "/sessions/dora/messages?wait=10000", JSON.stringify({ text: "hi" }), auth)
