@@ -21,7 +21,33 @@
  *   `CommandQueue.ts` (Effect) and `promise.ts` (Promise), whose task is its own future
  *   (`asyncTask.ts`).
  */
-export * as CommandQueue from "./CommandQueue.js"
+import * as CommandQueueModule from "./CommandQueue.js"
+
+// `CommandQueue` is three things under one name, so both spellings of the spec work: the module
+// (`CommandQueue.make`, `CommandQueue.keepAlive`), the queue's interface as a type (`queue: CommandQueue`,
+// as spec/command-queue.md's signatures write it) and a namespace of the module's types
+// (`CommandQueue.CommandQueue`, `CommandQueue.LaneLimits`, ...). A type added to the module is listed in
+// the namespace here too (test/house/namespaces.test.ts checks).
+
+/** The command queue's module: `CommandQueue.make(options)` (see CommandQueue.ts). */
+export const CommandQueue = CommandQueueModule
+/** A running command queue: `dispatch`, `restartLane`, `drain`, `snapshot`, ... */
+export type CommandQueue = CommandQueueModule.CommandQueue
+// eslint-disable-next-line @typescript-eslint/no-namespace -- types only, merged with the const and type above
+export declare namespace CommandQueue {
+  export type CommandQueue = CommandQueueModule.CommandQueue
+  export type CommandQueueOptions = CommandQueueModule.CommandQueueOptions
+  export type DispatchOptions<A, E> = CommandQueueModule.DispatchOptions<A, E>
+  export type DrainReport = CommandQueueModule.DrainReport
+  export type Future<A, E> = CommandQueueModule.Future<A, E>
+  export type GroupLimits = CommandQueueModule.GroupLimits
+  export type GroupSnapshot = CommandQueueModule.GroupSnapshot
+  export type LaneLimits = CommandQueueModule.LaneLimits
+  export type LaneSnapshot = CommandQueueModule.LaneSnapshot
+  export type TaskReport = CommandQueueModule.TaskReport
+  export type UnknownLaneLimits = CommandQueueModule.UnknownLaneLimits
+  export type WaitInfo = CommandQueueModule.WaitInfo
+}
 export type {
   CommandQueueOptions,
   DispatchOptions,

@@ -74,7 +74,7 @@ const checkAndRun = async (app: string, file: string): Promise<string> => {
 
 // Uses each entry point for real: a Promise-API queue and an Effect queue run a task, a delivery log on disk
 // takes an entry and the delivery queue delivers it, the scripted model answers a turn.
-const CORE = `import { Effect } from "effect"
+const CORE = `import { Effect, type Scope } from "effect"
 import * as fs from "node:fs"
 import * as os from "node:os"
 import * as path from "node:path"
@@ -91,12 +91,16 @@ await promiseQueue.close()
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-consumer-log-"))
 const delivered: Array<unknown> = []
 const transcript: Array<TranscriptMessage> = [{ role: "user", content: "hello" }]
+// The spec's spellings: each name is a type too (\`log: DeliveryLog\`), and a namespace of types.
+const outboxOf = (log: DeliveryLog, _options?: DeliveryLog.OpenOptions): Effect.Effect<DeliveryQueue, never, Scope.Scope> =>
+  DeliveryQueue.make({ log, deliver: (entry) => Effect.sync(() => void delivered.push(entry.message.body)) })
+export const typed: [CommandQueue.CommandQueue, DeliveryQueue.Options] | CommandQueue | undefined = undefined
 const effectResult = await Effect.runPromise(Effect.scoped(Effect.gen(function* () {
   const queue = yield* CommandQueue.make()
   const task = yield* queue.dispatch("main", "session:2", Effect.succeed("from the Effect queue"))
   const result = yield* task.await
   const log = yield* DeliveryLog.open({ dir })
-  const outbox = yield* DeliveryQueue.make({ log, deliver: (entry) => Effect.sync(() => void delivered.push(entry.message.body)) })
+  const outbox = yield* outboxOf(log)
   yield* outbox.enqueue({ channel: "console", to: "42", body: { text: result } })
   yield* outbox.idle
   const model = yield* Model
