@@ -19,6 +19,7 @@ import * as ScriptedModel from "../src/agent/ScriptedModel.js"
 import * as ClusterLayer from "../src/cluster/ClusterLayer.js"
 import * as ClusterQueue from "../src/cluster/ClusterQueue.js"
 import * as Postgres from "../src/cluster/Postgres.js"
+import * as Timing from "../src/cluster/Timing.js"
 import { CommandQueue } from "../src/queue/index.js"
 import { freePort, ratio, table } from "./lib.js"
 import { attribute, readStatements } from "./pglog.js"
@@ -128,7 +129,19 @@ const startRunner = (
     })
   })
 
+/** With `CLUSTER_BENCH_TIMING=1`, the file the runners mark into; the client's marks go there too (bench/timing.ts). */
+let timingFile: string | undefined
+const clientMark = (session: string, point: string) => {
+  if (timingFile !== undefined) {
+    fs.appendFileSync(
+      timingFile,
+      JSON.stringify({ t: Timing.now(), pid: process.pid, id: session, point }) + "\n"
+    )
+  }
+}
+
 const post = async (port: number, session: string, text: string) => {
+  clientMark(session, "clientSent")
   const t = performance.now()
   const res = await fetch(`http://127.0.0.1:${port}/sessions/${session}/messages?wait=60000`, {
     method: "POST",
@@ -138,7 +151,40 @@ const post = async (port: number, session: string, text: string) => {
   const body = (await res.json()) as { reply?: unknown }
   if (res.status === 429) return undefined
   if (res.status !== 200 || body.reply === undefined) throw new Error(`status ${res.status}: ${JSON.stringify(body)}`)
-  return performance.now() - t
+  const ms = performance.now() - t
+  clientMark(session, "clientGot")
+  return ms
+}
+
+/** How long the shards' placement must stay the same before a run measures: above Hop.ts's 1 s refresh of their owners. */
+const SETTLED_MS = 1_500
+
+/**
+ * Waits until the shards stop moving: every runner holds some (`/status` `cluster.shards`) and no count
+ * changed for {@link SETTLED_MS}. A runner that joins takes its shards from the others over a second or so
+ * after it is ready (they let them go, it acquires them), and the others learn where they went within
+ * Hop.ts's refresh; a message meanwhile waits for its shard or takes a second hop. That is start-up, not
+ * what a message costs, so the rows measure after it. Returns how long it took (ms).
+ */
+const settle = async (ports: ReadonlyArray<number>) => {
+  const start = performance.now()
+  let last = ""
+  let since = start
+  while (performance.now() - start < 30_000) {
+    const counts = await Promise.all(ports.map(async (port) => {
+      const res = await fetch(`http://127.0.0.1:${port}/status`)
+      return ((await res.json()) as { cluster: { shards: number } }).cluster.shards
+    }))
+    const now = performance.now()
+    const key = counts.join(" ")
+    if (key !== last || counts.some((n) => n === 0)) {
+      last = key
+      since = now
+    } else if (now - since >= SETTLED_MS) return now - start
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  console.log(`(the shards did not settle in 30 s: ${last}; measuring anyway)`)
+  return performance.now() - start
 }
 
 const percentile = (xs: Array<number>, p: number) => {
@@ -164,6 +210,7 @@ const cluster = async (
   const children: Array<ChildProcess> = []
   const ports: Array<number> = []
   const timing = TIMING && latency === LATENCY ? path.join(dir, "timing.jsonl") : undefined
+  timingFile = timing
   try {
     for (let i = 0; i < runners; i++) {
       const port = await freePort()
@@ -173,6 +220,7 @@ const cluster = async (
       )
     }
     // Let the shard assignment settle, then warm up every runner.
+    const settledAfterMs = await settle(ports)
     for (let i = 0; i < 3 * runners; i++) await post(ports[i % runners], `warm${i}`, "warm")
     const latencies: Array<number> = []
     const samples = latency > 100 ? 2 : LATENCY_SAMPLES
@@ -182,7 +230,7 @@ const cluster = async (
       table(
         `Where one message's time goes: ${runners} runner(s), ${LATENCY} ms turn, median of ${b.samples} samples (ingress to response ${
           b.total.toFixed(1)
-        } ms; load average ${os.loadavg()[0].toFixed(1)})`,
+        } ms, client to client ${b.client.toFixed(1)} ms; load average ${os.loadavg()[0].toFixed(1)})`,
         b.rows.map((r) => ({ name: r.what, "p50 ms": r.ms, samples: String(r.samples) }))
       )
     }
@@ -258,6 +306,7 @@ const cluster = async (
       p50: percentile(latencies, 0.5),
       p95: percentile(latencies, 0.95),
       busy,
+      settledAfterMs,
       cpuMsPerMessage,
       sysMsPerMessage,
       commitsPerMessage
@@ -266,6 +315,7 @@ const cluster = async (
     for (const c of children) c.kill("SIGTERM")
     await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(undefined) : c.once("exit", r)))))
     await admin((sql) => sql.unsafe(`DROP DATABASE IF EXISTS ${name}`))
+    timingFile = undefined
     fs.rmSync(dir, { recursive: true, force: true })
   }
 }
@@ -485,6 +535,13 @@ if (!(await reachable())) {
       `(where the turns ran, 3 runners: ${slowThree.spread}; the busiest runner's 8 slots bound the cluster to ${
         (16 / slowThree.busiestShare).toFixed(1)
       } messages/s = ${ratio(16 / slowThree.busiestShare, slowOne.perSecond)} of 1 runner)\n`
+    )
+  }
+  if (one !== undefined && three !== undefined) {
+    console.log(
+      `(the shards settled ${(one.settledAfterMs / 1000).toFixed(1)} s (1 runner), ${
+        (three.settledAfterMs / 1000).toFixed(1)
+      } s (3 runners) after the last runner was ready; the rows measure after that)\n`
     )
   }
   console.log(

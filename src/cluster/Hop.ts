@@ -24,6 +24,7 @@ import type { SqlError } from "effect/sql/SqlError"
 import * as http from "node:http"
 import * as Answers from "./Answers.js"
 import type { RunNow } from "./protocol.js"
+import * as Timing from "./Timing.js"
 
 type RunNowPayload = typeof RunNow.payloadSchema.Type
 
@@ -118,7 +119,9 @@ export const make = (options: HopOptions): Effect.Effect<Hop, never, PgClient.Pg
       send: (shard, payload) => {
         const url = owners.get(shard)
         if (url === undefined || (failedUntil.get(url) ?? 0) > Date.now()) return Effect.succeed(undefined)
+        Timing.mark(payload.runId, "hopSent")
         return Effect.map(post(url, JSON.stringify(payload)), (text) => {
+          Timing.mark(payload.runId, "hopAnswered")
           if (text === undefined) {
             hopFailures++
             failedUntil.set(url, Date.now() + FAILURE_BACKOFF_MS)

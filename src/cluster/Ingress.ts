@@ -265,6 +265,7 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
         size += c.length
         if (size <= maxBody) chunks.push(c)
       })
+      const arrived = Timing.enabled ? Timing.now() : 0
       req.on("end", () => {
         if (size > maxBody) return reply(413, JSON.stringify({ error: "body too large" }))
         let payload: Option.Option<RunNowPayload>
@@ -274,8 +275,12 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
           payload = Option.none()
         }
         if (Option.isNone(payload)) return reply(400, JSON.stringify({ error: "Expected a run" }))
+        const runId = payload.value.runId
+        Timing.mark(runId, "relayArrived", arrived)
+        Timing.mark(runId, "relayDecoded")
         // The run goes on if the sender stops waiting (only Cancel stops a run).
         void Effect.runPromiseWith(services)(relay(payload.value)).then((exit) => {
+          Timing.mark(runId, "relayAnswered")
           const answer = Answers.encode(exit)
           return answer === undefined ? reply(502, JSON.stringify({ error: "no answer" })) : reply(200, answer)
         }, () => reply(502, JSON.stringify({ error: "no answer" })))
@@ -283,6 +288,18 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
     }
 
     const server = http.createServer((req, res) => {
+      // Where a message's request meets the HTTP server and where its response is written (marked by
+      // session, as the handler's "ingress" mark is; at `end` itself: "finish" comes after the write
+      // completed, often after the client has the reply).
+      if (Timing.enabled && req.method === "POST" && req.url?.startsWith("/sessions/") === true) {
+        const session = req.url.split("/")[2] ?? ""
+        Timing.mark(session, "httpIn")
+        const end = res.end.bind(res) as (...args: Array<unknown>) => http.ServerResponse
+        res.end = ((...args: Array<unknown>) => {
+          Timing.mark(session, "httpOut")
+          return end(...args)
+        }) as typeof res.end
+      }
       inFlight++
       res.once("close", () => {
         inFlight--
