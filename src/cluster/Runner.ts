@@ -81,6 +81,14 @@ export interface RunnerOptions {
    */
   readonly localRuns?: boolean
   /**
+   * The sweep of unanswered ingress runs (Replay.ts): every `sweepMs` (default 2_000) it sends again the
+   * runs of this runner's shards whose first message is older than `sweepAgeMs` (default 5_000): a send
+   * lost with its dispatcher. A shorter age answers such a message sooner and sends runs still on their
+   * way again more often (harmless: a run is recognised by its id, never run twice).
+   */
+  readonly sweepMs?: number
+  readonly sweepAgeMs?: number
+  /**
    * Record Effect spans (effect/cluster's requests, SQL statements, HTTP requests) for a tracer you
    * provide; default false: a span costs CPU on every message even when nothing reads it.
    */
@@ -206,6 +214,8 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
       ...(options.hop === false ? {} : { forward: hop.send }),
       ...(options.localRuns === false ? { localRuns: false } : {}),
       ...(options.lanes === undefined ? {} : { lanes: options.lanes }),
+      ...(options.sweepMs === undefined ? {} : { sweepMs: options.sweepMs }),
+      ...(options.sweepAgeMs === undefined ? {} : { sweepAgeMs: options.sweepAgeMs }),
       drainTimeoutMs
     }))
     if (jobs.length > 0) yield* provide(Layer.build(ClusterCronJobs.layer(jobs, queue, { prefix })))

@@ -80,6 +80,18 @@ const program = new Command("runner")
     integer("--lease", 1000),
     10_000
   )
+  .option(
+    "--sweep <ms>",
+    "how often to send again the unanswered ingress runs of this runner's shards (lost sends)",
+    integer("--sweep", 10),
+    2_000
+  )
+  .option(
+    "--sweep-age <ms>",
+    "how old an unanswered ingress run must be for the sweep to send it again",
+    integer("--sweep-age", 0),
+    5_000
+  )
   .option("--main-concurrent <n>", "turns at once per runner on lane main", integer("--main-concurrent", 1))
   .option(
     "--no-hop",
@@ -107,6 +119,8 @@ const opts = program.opts<{
   deliveryTimeout: number
   retain: number
   lease: number
+  sweep: number
+  sweepAge: number
   token?: string
   heartbeat?: number
   hop: boolean
@@ -141,6 +155,8 @@ const options: Runner.RunnerOptions = {
   deliveryTimeoutMs: opts.deliveryTimeout,
   retainMs: opts.retain,
   leaseMs: opts.lease,
+  sweepMs: opts.sweep,
+  sweepAgeMs: opts.sweepAge,
   hop: opts.hop,
   localRuns: opts.localRuns,
   ...(token === undefined ? {} : { token }),

@@ -23,8 +23,15 @@ const up = await postgresAvailable("test/cluster/Volatile.test.ts")
 const FULL = process.env.SWITCHYARD_CLUSTER_FULL === "1"
 const LEASE_MS = 3_000
 const SHARDS = 8
-/** Replay.ts's default sweep: unanswered runs whose first message is this old are sent again. */
+/** Replay.ts's default sweep age: unanswered runs whose first message is this old are sent again. */
 const SWEEP_AGE_MS = 5_000
+/** The runners sweep this often (`--sweep`; default 2 s), so waiting for sweeps takes little real time. */
+const SWEEP_MS = 250
+/**
+ * The lost run's first message is dated this long before the sweep's age is reached (the test does not
+ * wait out the age in real time): a sweep that ignored the age would send it within {@link SWEEP_MS}.
+ */
+const AGE_LEFT_MS = 4 * SWEEP_MS
 
 interface Answer {
   readonly status: number
@@ -48,6 +55,10 @@ const lane = (port: number, action: "pause" | "resume") =>
 /** How many times `r` logged that it sent the unanswered runs of shards it acquired (Replay.ts). */
 const acquisitionReplays = (r: RunnerProcess) =>
   (r.log.join("").match(/replay: \d+ unanswered run\(s\) of acquired shards sent to their keys/g) ?? []).length
+
+/** How many times `r` logged that its sweep sent unanswered runs (Replay.ts). */
+const sweepReplays = (r: RunnerProcess) =>
+  (r.log.join("").match(/replay: \d+ unanswered run\(s\) found by the sweep/g) ?? []).length
 
 const waitingHere = async (port: number) => (await status(port)).lanes.find((l) => l.lane === "main")?.waiting ?? 0
 
@@ -112,7 +123,9 @@ describe.skipIf(!up)("volatile ingress runs: the inbox row is the durability (tw
       "--shards",
       String(SHARDS),
       "--drain-timeout",
-      "2000"
+      "2000",
+      "--sweep",
+      String(SWEEP_MS)
     ]
     runners.push(
       ...await Promise.all([startRunner({ url: db.url, outbox, args }), startRunner({ url: db.url, outbox, args })])
@@ -136,17 +149,25 @@ describe.skipIf(!up)("volatile ingress runs: the inbox row is the durability (tw
         `SELECT shard, generation::float8 AS generation FROM switchyard_inbox WHERE run_id = $1`,
         [probe.body.runId]
       )
-      // What a dispatcher that died between its accept and its send leaves: the slot and the inbox row, no send.
+      // What a dispatcher that died between its accept and its send leaves: the slot and the inbox row, no
+      // send. Dated as if it had waited most of the sweep's age already (the age is not waited out here).
+      const sweptBefore = runners.map(sweepReplays)
       const [{ run_id: runId }] = await query<{ run_id: string }>(
         db!.url,
         `SELECT out_run_id AS run_id FROM switchyard_coalesce_slot('main', $1, $1, 'lost-1', 'lost', $2, $3, $4)`,
-        [session, Date.now(), shard, generation]
+        [session, Date.now() - SWEEP_AGE_MS + AGE_LEFT_MS, shard, generation]
       )
       await until("the sweep to answer the lost run", 20_000, async () => (await recordOf(runId)).turns.length > 0)
       const record = await recordOf(runId)
       expect(record).toMatchObject({ replies: 1, transcript: ["lost", "You said: lost"], answered: [true] })
       expect(record.turns).toHaveLength(1)
-      // Sent by the sweep (its first message older than the sweep's age), not by anything sooner.
+      // Sent by a sweep (one runner logged that it found it), once its first message was older than the
+      // sweep's age, not by anything sooner (sweeps ran every 250 ms during the last AGE_LEFT_MS).
+      await until(
+        "a runner to log that its sweep sent the lost run",
+        10_000,
+        async () => runners.some((r, i) => sweepReplays(r) > sweptBefore[i]!)
+      )
       expect(record.turns[0].startedAt - record.receivedAt[0]).toBeGreaterThanOrEqual(SWEEP_AGE_MS)
       // Later sweeps find it answered. A sweep in flight when the turn was seen may have read the inbox
       // before the answer committed, so: one more sweep of every runner (`mid`: every sweep counted after
