@@ -60,7 +60,12 @@ export interface DeliveryLog {
     id: string,
     failure: { readonly error: string; readonly nextAttemptAt: number; readonly dead?: boolean }
   ) => Effect.Effect<DeliveryEntry, DeliveryLogError>
-  /** Removes a pending entry (delivered). Fails `not-pending` for a dead entry, and leaves it. */
+  /**
+   * Removes a pending entry (delivered). Fails `not-pending` for a dead entry, and leaves it. An ack of an
+   * entry acked less than `dedupeWindowMs` ago succeeds and writes nothing; an id acked before that is
+   * forgotten (the file log at once, the Postgres log at its next compaction) and fails `unknown-id`, as
+   * an id never appended does: ids are random, so the two cannot be told apart without keeping every id.
+   */
   readonly ack: (id: string) => Effect.Effect<void, DeliveryLogError>
   readonly deadLetter: (id: string, reason: string) => Effect.Effect<void, DeliveryLogError>
   /** dead -> pending, attempts back to 0. */

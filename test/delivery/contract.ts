@@ -202,6 +202,25 @@ export const deliveryLogContract = (name: string, makeLog: MakeLog, makeReopenab
         assert.deepStrictEqual((yield* log.pending).map((x) => x.id), [fresh.id])
       }))
 
+    it.effect("ack of an acked entry succeeds within dedupeWindowMs (24 h); past it (and a compaction) the id is forgotten: unknown-id", () =>
+      Effect.gen(function*() {
+        yield* TestClock.setTime(1_000_000)
+        const log = yield* makeLog()
+        const e = yield* log.append(msg("a", 1))
+        yield* log.ack(e.id)
+        yield* log.ack(e.id)
+        yield* TestClock.adjust(24 * 60 * 60 * 1000 - 1)
+        yield* log.compact
+        yield* log.ack(e.id)
+        assert.deepStrictEqual(yield* log.pending, [], "an acked entry does not come back")
+        yield* TestClock.adjust(1)
+        yield* log.compact
+        // Ids are random: one acked before the window cannot be told from one never appended.
+        const forgotten = yield* expectReason(log.ack(e.id), "unknown-id")
+        assert.include(forgotten.message, e.id)
+        assert.deepStrictEqual(yield* log.pending, [])
+      }))
+
     it.effect("bad input: empty channel or to is invalid and nothing is written", () =>
       Effect.gen(function*() {
         const log = yield* makeLog()

@@ -1,6 +1,7 @@
 /**
  * An in-memory `DeliveryLog` for fast unit tests of the delivery queue: the same contract as the file
- * log (seq order, idempotency keys and their 24 h window, bad input, unknown-id, idempotent ack, closed;
+ * log (seq order, idempotency keys and their 24 h window, bad input, unknown-id, ack idempotent within
+ * the window, closed;
  * checked by DeliveryQueue.memoryLog.test.ts against test/delivery/contract.ts), no disk. Fault injection: `failNext(op)`
  * makes the next call(s) of `op` fail with a `DeliveryLogError`; `hold(op)` parks the next call until
  * released. Every call is recorded in `calls`.
@@ -108,6 +109,8 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
   const keys = new Map<string, DeliveryEntry>()
   const calls: Array<LogCall & { readonly failed: boolean }> = []
   const acked: Array<string> = []
+  /** When each id was acked, while `ack` of it still succeeds (a compaction forgets ids past the window). */
+  const ackedAt = new Map<string, number>()
   const faults = new Map<LogOpName, { times: number; reason: DeliveryLogErrorReason }>()
   let health: DeliveryLogHealth = { status: "ok" }
   const holds = new Map<LogOpName, { reached: Deferred.Deferred<void>; gate: Deferred.Deferred<void> }>()
@@ -235,7 +238,7 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
     ack: (id) =>
       Effect.flatMap(Clock.currentTimeMillis, (now) =>
         lift("ack", { op: "ack", id }, () => {
-          if (acked.includes(id) && !live.has(id)) return
+          if (ackedAt.has(id) && !live.has(id)) return
           const e = mustGet(id)
           if (e.status === "dead") {
             throw new DeliveryLogError({
@@ -245,6 +248,7 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
           }
           live.delete(id)
           acked.push(id)
+          ackedAt.set(id, now)
           if (e.message.idempotencyKey !== undefined) ackedKeys.set(e.message.idempotencyKey, { entry: e, at: now })
         })),
     deadLetter: (id, reason) =>
@@ -282,7 +286,11 @@ export const makeMemoryLog = (options: MemoryLogOptions = {}): MemoryLog => {
       return { pending, dead, segments: 0, bytes: 0 }
     }),
     flush: lift("flush", { op: "flush" }, () => undefined),
-    compact: lift("compact", { op: "compact" }, () => undefined)
+    compact: Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      lift("compact", { op: "compact" }, () => {
+        // As the stores do: an id acked before the window is forgotten (its ack is then unknown-id).
+        for (const [id, at] of ackedAt) if (now - at >= DEDUPE_WINDOW_MS) ackedAt.delete(id)
+      }))
   }
   return log
 }
