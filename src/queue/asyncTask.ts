@@ -9,6 +9,7 @@ import { cancelTask, selfWait, waitsForItself } from "./engine/control.js"
 import { checkWaitTimeout } from "./engine/options.js"
 import { syncRunningTask } from "./engine/run.js"
 import { PromiseBodyTask } from "./engine/state.js"
+import type { LaneState, TaskOptions } from "./engine/state.js"
 import { FutureTimeout, RequestError } from "./errors.js"
 import { setLongTimeout } from "./longTimer.js"
 import type { Admission } from "./types.js"
@@ -71,6 +72,19 @@ export class AsyncTask<A = unknown> extends PromiseBodyTask implements AsyncFutu
    * with a rejected promise, which it adopts), half the closures of a pair.
    */
   private _resolve: ((a: unknown) => void) | undefined = undefined
+
+  // Spelled out, as `PromiseBodyTask`'s (an implicit one forwards through a generic builtin).
+  constructor(
+    seq: number,
+    laneState: LaneState,
+    key: string,
+    generation: number,
+    body: unknown,
+    admittedAt: number,
+    options: TaskOptions | undefined
+  ) {
+    super(seq, laneState, key, generation, body, admittedAt, options)
+  }
 
   get lane(): string {
     return this.laneState.name

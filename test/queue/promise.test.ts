@@ -270,6 +270,44 @@ describe("AsyncFuture", () => {
     expect(f.poll()).toEqual({ status: "failure", error })
   })
 
+  it("a late result of a cancelled task never settles the next tasks of its key, whichever promise settles first", async () => {
+    const q = await make({ lanes: { main: { concurrent: 1, queued: 8 } } })
+    const first = gated("first, late")
+    const second = gated("second")
+    const third = gated("third")
+    // one key, several tasks: they share the key's promise handlers while nothing else holds them
+    const f1 = q.dispatch("main", "k", first.task)
+    const f2 = q.dispatch("main", "k", second.task)
+    const f3 = q.dispatch("main", "k", third.task)
+    const f4 = q.dispatch("main", "k", async () => "fourth")
+    await first.started
+    await f1.cancel() // its promise is still out
+    await second.started
+    first.release() // the late result arrives while the second task runs
+    await flush()
+    expect(f2.poll()).toEqual({ status: "pending" })
+    second.release()
+    expect(await f2.result).toBe("second")
+    await third.started
+    third.release()
+    expect(await f3.result).toBe("third")
+    expect(await f4.result).toBe("fourth")
+    expect(await f1.result.catch((e) => e)).toMatchObject({ _tag: "QueueFailure", reason: "canceled" })
+  })
+
+  it("a task's promise that rejects fails its future with that error; the key's next task runs on", async () => {
+    const q = await make({ lanes: { main: { concurrent: 1, queued: 8 } } })
+    const boom = new Error("boom")
+    const f1 = q.dispatch("main", "k", async () => {
+      throw boom
+    })
+    const f2 = q.dispatch("main", "k", async () => 2)
+    const f3 = q.dispatch("main", "k", () => Promise.reject(boom))
+    expect(await f1.result.catch((e) => e)).toBe(boom)
+    expect(await f2.result).toBe(2)
+    expect(await f3.result.catch((e) => e)).toBe(boom)
+  })
+
   it("cancel() of a task that already ended keeps its outcome", async () => {
     const q = await make()
     const f = q.dispatch("main", "k", () => 1)

@@ -10,7 +10,17 @@ import { PENDING } from "../lanes/entry.js"
 import type { Entry } from "../lanes/entry.js"
 import { finish, VOID } from "./end.js"
 import type { EffectTask, EngineState, KeyTasks, LaneState, PromiseBodyTask, Task } from "./state.js"
-import { CurrentTask, EFFECT_BODY, failureOf, moreOf, RESUME_INLINE, RUNNING, stoppedOf, stopTimer } from "./state.js"
+import {
+  CurrentTask,
+  EFFECT_BODY,
+  failureOf,
+  KeyMore,
+  moreOf,
+  RESUME_INLINE,
+  RUNNING,
+  stoppedOf,
+  stopTimer
+} from "./state.js"
 import { waitStarted } from "./watch.js"
 
 /**
@@ -228,8 +238,48 @@ export function startPromise(
   })
 }
 
-/** Resumes the task with the promise's outcome (its two callbacks share a context of one slot). */
+// compared by identity only (never called detached)
+// eslint-disable-next-line @typescript-eslint/unbound-method
+const promiseThen = Promise.prototype.then
+
+/**
+ * The two handlers on the promises of one key's Promise tasks (`KeyMore.ok`/`err`), made once per
+ * key: a key runs one task at a time, so the one task whose promise has them attached
+ * (`KeyMore.task`) is the one they settle. Only a promise with the native `then` gets them (its
+ * reactions run once, never synchronously), and only while no other promise of the key still has
+ * them (a stopped task's late promise: the next task of its key then gets closures of its own, as
+ * a key with one task does).
+ */
+function watchOf(more: KeyMore): KeyMore {
+  more.ok = (value) => {
+    const task = more.task!
+    more.task = undefined
+    if (task.resume !== undefined) resumeTask(task, Exit.succeed(value), true)
+  }
+  more.err = (error) => {
+    const task = more.task!
+    more.task = undefined
+    if (task.resume !== undefined) resumeTask(task, Exit.fail(error), true)
+  }
+  return more
+}
+
+/** Resumes the task with the promise's outcome: through its key's shared handlers, or two callbacks of its own. */
 function awaitSettled(task: PromiseBodyTask, promise: PromiseLike<unknown>): void {
+  const ks = task.keyTasks
+  // a promise with the native `then` (a method load; `Object.getPrototypeOf` would be a runtime call)
+  if (ks !== undefined && promise.then === promiseThen) {
+    let more = ks.more
+    // made for a key with more tasks to run (a key with one task would pay for them and never reuse them)
+    if ((more === undefined || more.ok === undefined) && ks.head !== undefined) {
+      more = watchOf(ks.more ??= new KeyMore())
+    }
+    if (more !== undefined && more.ok !== undefined && more.task === undefined) {
+      void (promise as Promise<unknown>).then(more.ok, more.err)
+      more.task = task // after: a native `then` never calls them synchronously
+      return
+    }
+  }
   promise.then(
     (value) => {
       if (task.resume !== undefined) resumeTask(task, Exit.succeed(value), true)

@@ -128,6 +128,19 @@ export abstract class PromiseBodyTask extends Task {
    * is awaited inline, a callback inside an activation fiber, undefined otherwise.
    */
   resume: ((exit: Exit.Exit<any, any>) => void) | typeof RESUME_INLINE | undefined = undefined
+  // Spelled out: an implicit derived constructor forwards its arguments through a generic builtin
+  // (`(...args) => super(...args)`), which the compiler does not inline.
+  constructor(
+    seq: number,
+    laneState: LaneState,
+    key: string,
+    generation: number,
+    body: unknown,
+    admittedAt: number,
+    options: TaskOptions | undefined
+  ) {
+    super(seq, laneState, key, generation, body, admittedAt, options)
+  }
   get kind(): BodyKind {
     return PROMISE_BODY
   }
@@ -161,8 +174,17 @@ export class KeyTasks extends Entry<string> implements Ends<Task> {
   head: Task | undefined = undefined
   tail: Task | undefined = undefined
   running: Task | undefined = undefined
+  /** What few keys need (a cancel in flight, shared promise handlers), made when first needed. */
+  more: KeyMore | undefined = undefined
+
   /** A `lanes.cancel(key)` is in flight to drop an activation owed for tasks that are gone. */
-  cancelling = false
+  get cancelling(): boolean {
+    return this.more !== undefined && this.more.cancelling
+  }
+  set cancelling(cancelling: boolean) {
+    if (cancelling) (this.more ??= new KeyMore()).cancelling = true
+    else if (this.more !== undefined) this.more.cancelling = false
+  }
 
   /** Whether the key holds no task at all (nothing waits, nothing runs). */
   get idle(): boolean {
@@ -180,6 +202,18 @@ export class KeyTasks extends Entry<string> implements Ends<Task> {
     unlinkFrom(this, task)
     if (head && this.state === QUEUED) rerank(task.laneState, this)
   }
+}
+
+/**
+ * A key's rare fields. `ok`/`err` are the handlers its Promise tasks' promises settle through, made
+ * once for a key that has more tasks to run (`awaitSettled` in run.ts: a key runs one task at a
+ * time), instead of a pair of closures per task; `task` is the one whose promise has them.
+ */
+export class KeyMore {
+  cancelling = false
+  task: PromiseBodyTask | undefined = undefined
+  ok: ((value: unknown) => void) | undefined = undefined
+  err: ((error: unknown) => void) | undefined = undefined
 }
 
 /**

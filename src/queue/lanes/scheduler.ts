@@ -200,7 +200,8 @@ const make = <K, E, R>(
     const ended = e.work as Deferred.Deferred<void> | undefined
     e.work = undefined
     // From the callback of the work's own promise (nothing else on the stack): the slot's next
-    // activation starts right here, within the budget, instead of in a microtask of its own.
+    // activation starts right here, within the budget, instead of in a microtask of its own
+    // (one fork, as a run's first: no clock read; any other waits for a scheduled run).
     const now = startNow === true && starts.mayRunNow
     if (now) starts.startingNow = true
     try {
@@ -209,7 +210,7 @@ const make = <K, E, R>(
       starts.startingNow = false
     }
     if (ended !== undefined) Deferred.doneUnsafe(ended, Exit.void)
-    if (now && starts.list.head !== undefined) starts.run()
+    if (now && starts.list.head !== undefined) starts.runFirst()
   }
 
   /** The activation of `e` has ended (Scope closed, `onExit` returned): the key moves on, the slot passes on. */

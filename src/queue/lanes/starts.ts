@@ -33,17 +33,36 @@ export class StartList<K> {
   /** Appends `e` (STARTING) and makes sure a run will fork it. */
   add(e: Entry<K>): void {
     this.list.push(e)
-    if (!this.scheduled && !this.startingNow) {
-      this.scheduled = true
-      // a reaction on a settled promise: a microtask without `queueMicrotask`'s AsyncResource and bound function
-      if (this.sinceMacrotask < START_BUDGET) void RESOLVED.then(this.runInMicrotask)
-      else setImmediate(this.runAfterMacrotask)
-    }
+    if (!this.scheduled && !this.startingNow) this.schedule()
+  }
+
+  /** Schedules a run: in a microtask, or after a macrotask once the budget is spent. */
+  private schedule(): void {
+    this.scheduled = true
+    // a reaction on a settled promise: a microtask without `queueMicrotask`'s AsyncResource and bound function
+    if (this.sinceMacrotask < START_BUDGET) void RESOLVED.then(this.runInMicrotask)
+    else setImmediate(this.runAfterMacrotask)
   }
 
   /** Whether the caller may run the list now, in its own stack, within the budget. */
   get mayRunNow(): boolean {
     return !this.running && !this.scheduled && this.sinceMacrotask < START_BUDGET
+  }
+
+  /**
+   * Forks the head of the list now, in the caller's stack (`mayRunNow` said so): what `run` would
+   * do first, without reading the clock (a run's first fork goes whatever the time; only the
+   * forks after it are timed). The rest of the list, if any, is left to a scheduled run.
+   */
+  runFirst(): void {
+    this.running = true
+    try {
+      this.sinceMacrotask++
+      this.forkNow(this.list.head!)
+    } finally {
+      this.running = false
+    }
+    if (this.list.head !== undefined && !this.scheduled) this.schedule()
   }
 
   /**
