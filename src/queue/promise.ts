@@ -113,7 +113,7 @@ class AsyncQueue implements AsyncCommandQueue {
   ): AsyncFuture<A> {
     const engine = this.engine
     const signal = options?.signal
-    const aborted = signal instanceof AbortSignal && signal.aborted
+    const aborted = signal !== undefined && signal instanceof AbortSignal && signal.aborted
     const admitted = admit(engine, lane, key, task, PROMISE_BODY, AsyncTask, options, undefined, aborted)
     if (!(admitted instanceof AsyncTask)) throw admitted as AdmissionError | RequestError
     const how = engine.admission
@@ -126,7 +126,7 @@ class AsyncQueue implements AsyncCommandQueue {
       admitted.admission = admission
       future = admitted as AsyncTask<A>
     }
-    if (signal instanceof AbortSignal && !aborted && admitted.exit === undefined) {
+    if (signal !== undefined && signal instanceof AbortSignal && !aborted && admitted.exit === undefined) {
       const onAbort = () => {
         Effect.runFork(cancelTask(engine, admitted))
       }
