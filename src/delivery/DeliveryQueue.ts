@@ -10,7 +10,8 @@
  *
  * Before `deliver` the log gets a durable "attempt started" mark (`markStarted`, when the store has
  * it); a replayed entry whose mark has no outcome arrives `maybeSent`. The mark of a recipient's next
- * entry is written with the ack ahead of it (one group commit). Every failure goes through `classify`
+ * entry is written with the ack ahead of it (one group commit), and a recipient's first message, when a
+ * slot is free for it, is appended with its mark in one commit (`appendAndMark`). Every failure goes through `classify`
  * (HTTP status, `Retry-After`: classify.ts); `maxAgeMs` expires entries at replay and before each
  * attempt; `replay` paces what the log held at start (replayPacer.ts); retries.ts has `retryDead` and
  * `retryNow`; attempts.ts one attempt of a head and the log calls it owes. This file runs the
@@ -25,7 +26,7 @@ import { type Classification, defaultClassify as defaultClassifyImpl, makeJudge 
 import { LOG_RETRY_MS, resolvePolicy, TURN_BATCH } from "./deliveryPolicy.js"
 import type { DeliveryLogError } from "./errors.js"
 import type { DeliveryQueue, Options, Stats } from "./queueTypes.js"
-import { AppendOrder, dueAt, Recipients } from "./recipients.js"
+import { AppendOrder, dueAt, recipientKey, Recipients } from "./recipients.js"
 import type { Node, Recipient } from "./recipients.js"
 import { makePacer } from "./replayPacer.js"
 import { makeRetries } from "./retries.js"
@@ -279,8 +280,10 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
 
     /** Takes an entry the log holds as pending into memory and schedules its recipient. */
     const admit = (entry: DeliveryEntry): Effect.Effect<void> => {
+      const premarked = markedAtAppend.delete(entry.id)
       if (held.byId.has(entry.id) || entry.status !== "pending") return Effect.void
       const rec = held.insert(entry)
+      if (premarked) held.byId.get(entry.id)!.premarked = true
       // A new message is held behind its recipient's older entries only, never behind replay's pacing.
       unpace(rec)
       return scheduleHead(rec)
@@ -288,32 +291,68 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
 
     // Appended entries are admitted in seq order, whatever order concurrent appends complete in.
     const appendOrder = new AppendOrder()
+    // A recipient's first message, when a slot is free for it, is appended with its attempt-started mark
+    // in one commit (`appendAndMark`): one sync fewer for a message sent on its own (the chatbot's reply).
+    // Only then: a mark written for an entry that then waits reads `maybeSent` after a crash, never attempted.
+    const appendAndMarkOf = log.markStarted === undefined ? undefined : log.appendAndMark
+    /** Appends in flight per recipient key (only counted when the log has `appendAndMark`). */
+    const appending = new Map<string, number>()
+    /** Appends with their mark in flight: each will take a slot once admitted. */
+    let marking = 0
+    /** Entries appended with their mark, until admitted (then their node is `premarked`). */
+    const markedAtAppend = new Set<string>()
     /** Appends; returns the entry for the caller and the entry to schedule (none for a duplicate that is not pending). */
     const append = (
-      message: OutboundMessage
+      message: OutboundMessage,
+      withMark: boolean
     ): Effect.Effect<readonly [DeliveryEntry, DeliveryEntry | undefined], DeliveryLogError> =>
-      Effect.flatMap(log.append(message), (entry) => {
-        if (held.byId.has(entry.id) || message.idempotencyKey === undefined) {
-          return Effect.succeed([entry, entry] as const)
+      Effect.flatMap(
+        withMark
+          ? Effect.map(appendAndMarkOf!(message), ([entry, marked]) => {
+            if (marked) markedAtAppend.add(entry.id)
+            return entry
+          })
+          : log.append(message),
+        (entry) => {
+          if (held.byId.has(entry.id) || message.idempotencyKey === undefined) {
+            return Effect.succeed([entry, entry] as const)
+          }
+          // A duplicate key returns an existing entry that may be acked or dead: schedule only what the log holds as pending.
+          return Effect.map(
+            log.get(entry.id),
+            (current) =>
+              [entry, Option.isSome(current) && current.value.status === "pending" ? current.value : undefined] as const
+          )
         }
-        // A duplicate key returns an existing entry that may be acked or dead: schedule only what the log holds as pending.
-        return Effect.map(log.get(entry.id), (current) =>
-          [entry, Option.isSome(current) && current.value.status === "pending" ? current.value : undefined] as const)
-      })
+      )
 
     const enqueue = (message: OutboundMessage): Effect.Effect<DeliveryEntry, DeliveryLogError> =>
       // Not interruptible: an entry that reached the log is always scheduled, never left for the next start.
       Effect.uninterruptible(Effect.suspend(() => {
         const ticket = appendOrder.take()
-        return append(message).pipe(
+        let key: string | undefined
+        let withMark = false
+        if (appendAndMarkOf !== undefined) {
+          key = recipientKey(message)
+          const ahead = appending.get(key) ?? 0
+          withMark = ahead === 0 && !closing && held.byKey.get(key)?.head === undefined &&
+            awakeCount + marking < policy.concurrency
+          appending.set(key, ahead + 1)
+          if (withMark) marking++
+        }
+        return append(message, withMark).pipe(
           Effect.onExit((exit) =>
             Effect.forEach(appendOrder.settle(ticket, Exit.isSuccess(exit) ? exit.value[1] : undefined), admit, {
               discard: true
-            })
+            }).pipe(Effect.ensuring(Effect.sync(() => {
+              if (key === undefined) return
+              if (withMark) marking--
+              const left = appending.get(key)! - 1
+              if (left === 0) appending.delete(key)
+              else appending.set(key, left)
+            })))
           ),
-          Effect.map(([entry]) =>
-            entry
-          )
+          Effect.map(([entry]) => entry)
         )
       }))
 

@@ -105,6 +105,18 @@ export const openFileLog = (
           if (refused !== undefined) return resume(Effect.fail(refused))
           healer.core.append(message, fiberNow(), appended, resume)
         }),
+      appendAndMark: (message) =>
+        Effect.callback<readonly [DeliveryEntry, boolean], DeliveryLogError>((resume) => {
+          const refused = healer.refusal
+          if (refused !== undefined) return resume(Effect.fail(refused))
+          healer.core.appendAndMark(message, fiberNow(), (err, entry, marked) => {
+            if (err === undefined) {
+              healer.succeeded()
+              return resume(Effect.succeed([entry!, marked] as const))
+            }
+            resume(err.reason === "io" ? Effect.andThen(healer.failed(err), Effect.fail(err)) : Effect.fail(err))
+          })
+        }),
       attempt: (id, failure) => call((core, done) => core.attempt(id, failure, done)),
       ack: (id) =>
         Effect.clockWith((clock) => call<void>((core, done) => core.ack(id, clock.currentTimeMillisUnsafe(), done))),

@@ -42,6 +42,8 @@ export class LogCore implements CallHost {
   /** Appends staged whose record is not durable yet (counted in `state.pending`, not listed). */
   private uncommitted = 0
   private lastNow = 0
+  /** The entry the last `append` staged a record for (`appendAndMark` reads it right after the call). */
+  private lastStaged: EntryData | undefined
   /** The append path's check-and-encode walk and its scratch buffer. */
   private readonly messageBytes = new MessageBytes()
   /** Called when dead weight passed the threshold; the owner runs `compact()` in the background. */
@@ -308,10 +310,46 @@ export class LogCore implements CallHost {
     if (text === undefined) texts.adopt(enc.buf, enc.start, textBytes, enc.ascii, data)
     state.insertNew(data)
     this.uncommitted++
+    this.lastStaged = data
     // Nobody knows the id before this call returns, so the entry cannot change before it is durable: it is
     // made now. The copy made while checking the body is the message as replay will parse it from the record.
     this.inflight.push(data, copy === undefined ? data.toEntry() : data.toEntry(copy), done, arg)
     this.writer.push(this.appendDurable)
+  }
+
+  /**
+   * `append(m)`, and when it staged a new record, `markStarted` of that entry staged right after it (one
+   * commit for both). `done(error, entry, marked)` once both are durable: the append's error or entry as
+   * `append` gives them; `marked` false when no mark was written (an idempotency key's existing entry) or it failed.
+   */
+  appendAndMark(
+    m: OutboundMessage,
+    now: number,
+    done: (error: DeliveryLogError | undefined, entry: DeliveryEntry | undefined, marked: boolean) => void
+  ): void {
+    let returned = false
+    let appended: { error: DeliveryLogError | undefined; entry: DeliveryEntry | undefined } | undefined
+    // undefined: no mark staged (yet); null: staged, not settled; else settled (true: durable).
+    let mark: boolean | null | undefined
+    const finish = () => {
+      if (returned && appended !== undefined && mark !== null) done(appended.error, appended.entry, mark === true)
+    }
+    this.lastStaged = undefined
+    this.append(m, now, (error, entry) => {
+      appended = { error, entry }
+      finish()
+    }, undefined)
+    const staged = this.lastStaged as EntryData | undefined
+    this.lastStaged = undefined
+    if (staged !== undefined) {
+      mark = null
+      calls.markStarted(this, staged.id, (error) => {
+        mark = error === undefined
+        finish()
+      })
+    }
+    returned = true
+    finish()
   }
 
   /** The keyed entry acked within the window under `key` (its record read back), or why it cannot be checked. */

@@ -86,6 +86,17 @@ export interface DeliveryLog {
    * entry is due; optional: without it, the queue runs `ack` and `markStarted` side by side.
    */
   readonly ackAndMark?: (id: string, next: string) => Effect.Effect<boolean, DeliveryLogError>
+  /**
+   * `append(message)`, and when it wrote a new entry, that entry's attempt-started mark (`markStarted`) in
+   * the same commit: for a message the caller will attempt at once (a recipient with nothing ahead of
+   * it), one sync instead of two. Succeeds and fails exactly as `append` does, with `marked`: `true` once
+   * the mark is durable, `false` when none was written (an idempotency key's existing entry) or it failed
+   * (an `io` failure counts against the store's health as any call's does). Optional: without it, the
+   * queue appends and marks in two calls.
+   */
+  readonly appendAndMark?: (
+    message: OutboundMessage
+  ) => Effect.Effect<readonly [entry: DeliveryEntry, marked: boolean], DeliveryLogError>
   readonly get: (id: string) => Effect.Effect<Option.Option<DeliveryEntry>>
   /** Oldest first. */
   readonly pending: Effect.Effect<ReadonlyArray<DeliveryEntry>>

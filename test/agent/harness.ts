@@ -7,12 +7,21 @@ import * as path from "node:path"
 import { Agent, Model, ScriptedModel } from "../../src/agent/index.js"
 import type { AgentEvent, AgentOptions, Channel, ModelRequest } from "../../src/agent/index.js"
 import { scriptedReply } from "../../src/agent/ScriptedModel.js"
-import type { DeliveryEntry } from "../../src/delivery/index.js"
+import type { DeliveryEntry, DeliveryLog } from "../../src/delivery/index.js"
 
 export const tempDir = Effect.acquireRelease(
   Effect.sync(() => fs.mkdtempSync(path.join(os.tmpdir(), "switchyard-agent-"))),
   (dir) => Effect.sync(() => fs.rmSync(dir, { recursive: true, force: true }))
 )
+
+/**
+ * `log` without its fused calls (`appendAndMark`, `ackAndMark`): a wrapper that overrides `append` or
+ * `ack` must drop them, or the queue would call past it.
+ */
+export const withoutFused = <L extends DeliveryLog>(log: L): Omit<L, "appendAndMark" | "ackAndMark"> => {
+  const { ackAndMark: _ackAndMark, appendAndMark: _appendAndMark, ...rest } = log
+  return rest
+}
 
 /** The scripted model, recording every request. */
 export const recording = (latencyMs = 0) => {

@@ -13,14 +13,15 @@ import { MessageTooLarge, Transcripts } from "../../src/agent/index.js"
 import type { AgentEvent } from "../../src/agent/index.js"
 import { splitText } from "../../src/agent/replies.js"
 import { DeliveryLog, DeliveryLogError } from "../../src/delivery/index.js"
-import { bodyOf, gated, harness, isDelivered, recording, started, tempDir } from "./harness.js"
+import { bodyOf, gated, harness, isDelivered, recording, started, tempDir, withoutFused } from "./harness.js"
 
 const lone = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/
 
 /** A file log that refuses, for good, every reply whose text says POISON. */
 const poisonLog = (stateDir: string, reason: "invalid" | "too-large") =>
   Effect.map(DeliveryLog.open({ dir: path.join(stateDir, "deliveries"), fsync: "never" }), (real) => ({
-    ...real,
+    // A wrapper that overrides `append` drops `appendAndMark`, which would append past it.
+    ...withoutFused(real),
     append: (m: Parameters<typeof real.append>[0]) =>
       String((m.body as { text?: string }).text).includes("POISON")
         ? Effect.fail(

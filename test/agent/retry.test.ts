@@ -11,7 +11,7 @@ import * as path from "node:path"
 import { ModelError, ScriptedModel } from "../../src/agent/index.js"
 import type { AgentEvent, Model, ModelRequest } from "../../src/agent/index.js"
 import { DeliveryLog, DeliveryLogError } from "../../src/delivery/index.js"
-import { bodyOf, harness, isDelivered, tempDir } from "./harness.js"
+import { bodyOf, harness, isDelivered, tempDir, withoutFused } from "./harness.js"
 
 /** A model that fails the calls `fail(n)` says (n from 1), and replies by the scripted rule otherwise. */
 const flaky = (fail: (n: number) => ModelError | undefined) => {
@@ -132,7 +132,7 @@ describe("Agent retries", () => {
         message: `ENOSPC: no space left on device, write '${stateDir}/deliveries/00000001.seg'`
       })
       const log = {
-        ...real,
+        ...withoutFused(real),
         append: (m: Parameters<typeof real.append>[0]) => (failing ? Effect.fail(enospc) : real.append(m)),
         health: Effect.sync(
           () => (failing ? { status: "failing" as const, since, error: enospc } : { status: "ok" as const })
