@@ -95,6 +95,10 @@ export const mayReadSignal = (fn: (...args: ReadonlyArray<never>) => unknown): b
 const isThenable = (u: unknown): u is PromiseLike<unknown> =>
   typeof u === "object" && u !== null && typeof (u as { then?: unknown }).then === "function"
 
+// compared by identity only (never called detached)
+// eslint-disable-next-line @typescript-eslint/unbound-method
+const promiseThen = Promise.prototype.then
+
 /**
  * A fiber that stops the task `timeout` once its `deadline` passed (interrupted when the task ends
  * first). `keepAlive` moves the deadline; the fiber sleeps again until the new one.
@@ -214,7 +218,9 @@ export function startPromise(
     syncRunning = outer
   }
   if (!isThenable(out)) return Exit.succeed(out)
-  const promise = out
+  // Any other thenable is adopted by a native promise, which settles once and never inside `then`: a
+  // thenable may call back synchronously (the task would end inside its own start), twice, or throw.
+  const promise = out.then === promiseThen ? out : Promise.resolve(out)
   if (inline) {
     // Stopped while the function ran: its late result is dropped (and its rejection handled).
     const stopped = stoppedOf(task)
@@ -237,10 +243,6 @@ export function startPromise(
     if (stopped !== undefined) resumeTask(task, Exit.fail(stopped))
   })
 }
-
-// compared by identity only (never called detached)
-// eslint-disable-next-line @typescript-eslint/unbound-method
-const promiseThen = Promise.prototype.then
 
 /**
  * The two handlers on the promises of one key's Promise tasks (`KeyMore.ok`/`err`), made once per
