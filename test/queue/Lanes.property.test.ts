@@ -9,7 +9,8 @@
 import { Deferred, Effect } from "effect"
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { type ActivationExit, createLanes } from "../../src/queue/index.js"
+import { type ActivationExit, createLanes, type LanesOptions } from "../../src/queue/index.js"
+import { createLanesInternal } from "../../src/queue/lanes/scheduler.js"
 
 type Command =
   | { readonly op: "wake"; readonly key: number }
@@ -126,7 +127,30 @@ class Model {
 const kindOf = (exit: ActivationExit<number, never>): string =>
   exit._tag === "ActivationSucceeded" ? "ok" : exit._tag === "ActivationInterrupted" && !exit.started ? "drop" : "int"
 
-const run = (config: Config, commands: ReadonlyArray<Command>) =>
+/**
+ * How the lanes under test are made: `createLanes` with the model's numbers as keys, or (`alone`)
+ * lanes that queue a string key alone, without an entry, behind a single waiting key (`aloneFrom: 1`;
+ * by default past 8,192: `waiting.ts`), the model's key `n` as `k<n>`.
+ */
+const makeLanes = (alone: boolean, options: LanesOptions<number>) => {
+  if (!alone) return createLanes<number>(options)
+  const toNumber = (key: string) => Number(key.slice(1))
+  return Effect.map(
+    createLanesInternal<string>({
+      ...options,
+      activate: (key) => options.activate(toNumber(key)),
+      onExit: (exit) => options.onExit!({ ...exit, key: toNumber(exit.key) } as ActivationExit<number, never>)
+    }, { aloneFrom: 1 }),
+    (lanes) => ({
+      wake: (key: number) => lanes.wake(`k${key}`),
+      cancel: (key: number) => lanes.cancel(`k${key}`),
+      close: lanes.close,
+      stats: lanes.stats
+    })
+  )
+}
+
+const run = (config: Config, commands: ReadonlyArray<Command>, alone = false) =>
   Effect.gen(function*() {
     const model = new Model(config)
     const violations: Array<string> = []
@@ -137,7 +161,7 @@ const run = (config: Config, commands: ReadonlyArray<Command>) =>
     const lastStart = new Map<number, number>() // seq of the latest activation start, by key
     let seq = 0
 
-    const lanes = yield* createLanes<number>({
+    const lanes = yield* makeLanes(alone, {
       maxConcurrent: config.maxConcurrent,
       ...(config.maxQueued === undefined ? {} : { maxQueued: config.maxQueued }),
       // activate is called when the activation gets its slot; its Effect runs in the activation's fiber
@@ -235,24 +259,38 @@ const configArb: fc.Arbitrary<Config> = fc.record({
   maxQueued: fc.option(fc.integer({ min: 0, max: 6 }), { nil: undefined })
 })
 
-const key = fc.integer({ min: 0, max: 11 })
-const commandArb: fc.Arbitrary<Command> = fc.oneof(
-  { weight: 6, arbitrary: key.map((k) => ({ op: "wake" as const, key: k })) },
-  { weight: 4, arbitrary: key.map((k) => ({ op: "finish" as const, key: k })) },
-  { weight: 1, arbitrary: key.map((k) => ({ op: "cancel" as const, key: k })) },
-  { weight: 1, arbitrary: fc.constant({ op: "close" as const }) }
-)
+const commandsOf = (keys: number): fc.Arbitrary<ReadonlyArray<Command>> => {
+  const key = fc.integer({ min: 0, max: keys - 1 })
+  const commandArb: fc.Arbitrary<Command> = fc.oneof(
+    { weight: 6, arbitrary: key.map((k) => ({ op: "wake" as const, key: k })) },
+    { weight: 4, arbitrary: key.map((k) => ({ op: "finish" as const, key: k })) },
+    { weight: 1, arbitrary: key.map((k) => ({ op: "cancel" as const, key: k })) },
+    { weight: 1, arbitrary: fc.constant({ op: "close" as const }) }
+  )
+  return fc.array(commandArb, { minLength: 1, maxLength: 80 }).map((cs) =>
+    // a close ends a sequence most of the time: keep the rest of it interesting
+    cs.filter((c, i) => c.op !== "close" || i > cs.length * 0.8)
+  )
+}
 
 describe("Lanes: model-based property", () => {
   it("random wake / cancel / finish / close sequences match the reference model and keep every invariant", async () => {
     await fc.assert(
       fc.asyncProperty(
         configArb,
-        fc.array(commandArb, { minLength: 1, maxLength: 80 }).map((cs) =>
-          // a close ends a sequence most of the time: keep the rest of it interesting
-          cs.filter((c, i) => c.op !== "close" || i > cs.length * 0.8)
-        ),
+        commandsOf(12),
         (config, commands) => Effect.runPromise(Effect.scoped(run(config, commands)))
+      ),
+      { numRuns: Number(process.env.LANES_PROPERTY_RUNS ?? 1_000) }
+    )
+  })
+
+  it("the same with string keys queued alone (no entry) behind one waiting key, fewer keys (they come back)", async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        configArb,
+        commandsOf(6),
+        (config, commands) => Effect.runPromise(Effect.scoped(run(config, commands, true)))
       ),
       { numRuns: Number(process.env.LANES_PROPERTY_RUNS ?? 1_000) }
     )

@@ -4,10 +4,11 @@
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Context, Deferred, Effect, Fiber } from "effect"
-import { createLanes, LaneQueueFull, LanesClosed } from "../../src/queue/index.js"
+import { type ActivationExit, createLanes, LaneQueueFull, LanesClosed } from "../../src/queue/index.js"
 import { PENDING, RunInline } from "../../src/queue/lanes/entry.js"
+import { ALONE_FROM } from "../../src/queue/lanes/keyTable.js"
 import { createLanesInternal } from "../../src/queue/lanes/scheduler.js"
-import { idle, lanesWith } from "./Lanes.probe.js"
+import { idle, lanesWith, makeProbe } from "./Lanes.probe.js"
 
 describe("Lanes: the wake table", () => {
   it.effect("wake on an idle key with a free slot and no key waiting returns started and starts it", () =>
@@ -165,6 +166,98 @@ describe("Lanes: the bound (maxQueued)", () => {
       for (let i = 0; i < 20_000; i++) yield* lanes.wake(`k${i}`)
       for (let i = 0; i < 20_000; i++) yield* lanes.wake(`k${i}`)
       expect(yield* lanes.stats).toEqual({ running: 1, waiting: 20_000, keys: 20_001 })
+    }))
+})
+
+describe("Lanes: keys queued alone, without an entry (waiting.ts)", () => {
+  /** Lanes that queue a new string key alone behind `aloneFrom` waiting keys, each start recorded. */
+  const aloneLanes = (maxConcurrent: number, aloneFrom?: number) =>
+    Effect.gen(function*() {
+      const probe = makeProbe<string>()
+      const lanes = yield* createLanesInternal<string, string>(
+        { maxConcurrent, activate: probe.activate, onExit: probe.onExit },
+        aloneFrom === undefined ? {} : { aloneFrom }
+      )
+      return { lanes, probe }
+    })
+  const starts = (probe: ReturnType<typeof makeProbe<string>>) =>
+    probe.events.filter((e) => e.startsWith("start:")).map((e) => e.slice(6))
+
+  it.effect("first come, first served across the FIFO, keys alone and entries queued by place", () =>
+    Effect.gen(function*() {
+      const { lanes, probe } = yield* aloneLanes(1, 1)
+      yield* lanes.wake("x")
+      yield* probe.started("x")
+      yield* lanes.wake("a") // the FIFO
+      yield* probe.release("x") // "x" stays IDLE in the table ("a" is held)
+      yield* probe.started("a")
+      yield* lanes.wake("b") // the FIFO
+      yield* lanes.wake("c") // alone, at place 1
+      yield* lanes.wake("x") // its IDLE entry, queued by place behind "c"
+      yield* lanes.wake("d") // alone
+      expect(yield* lanes.wake("c")).toBe("coalesced")
+      expect(yield* lanes.wake("x")).toBe("coalesced")
+      yield* lanes.cancel("x") // its place goes stale...
+      expect(yield* lanes.wake("x")).toBe("queued") // ... and it joins the tail again, behind "d"
+      expect(yield* lanes.wake("f")).toBe("queued") // alone
+      yield* lanes.cancel("f") // its entry is made to be dropped
+      expect(yield* lanes.wake("e")).toBe("queued")
+      yield* lanes.wake("a") // a follow-up owed by a running key: behind every key queued by place
+      expect(yield* lanes.stats).toEqual({ running: 1, waiting: 6, keys: 6 })
+      for (const [k, n] of [["a", 1], ["b", 1], ["c", 1], ["d", 1], ["x", 2], ["e", 1], ["a", 2]] as const) {
+        yield* probe.started(k, n)
+        yield* probe.release(k)
+      }
+      yield* idle(lanes)
+      expect(starts(probe)).toEqual(["x", "a", "b", "c", "d", "x", "e", "a"])
+      expect(probe.events.filter((e) => e.startsWith("exit:x:") || e.startsWith("exit:f:"))).toEqual([
+        "exit:x:ActivationSucceeded",
+        "exit:x:ActivationInterrupted:cancel:false",
+        "exit:f:ActivationInterrupted:cancel:false",
+        "exit:x:ActivationSucceeded"
+      ])
+    }))
+
+  it.effect("a burst past ALONE_FROM: every key served once in order, coalesced and cancelled ones too; close drops the rest", () =>
+    Effect.gen(function*() {
+      // past BURST_HELD held keys too: entries released then leave tombstones (keyTable.ts), until a
+      // new key sweeps them out (the records of the keys still alone are renumbered, their places follow)
+      const n = ALONE_FROM + 4_000
+      const served = 8_500
+      const stopAt = `k${served}`
+      const started: Array<string> = []
+      const exits: Array<ActivationExit<string, never>> = []
+      const gate = yield* Deferred.make<void>()
+      const lanes = yield* createLanesInternal<string>({
+        maxConcurrent: 1,
+        activate: (key) => {
+          started.push(key)
+          return key === "run" ? Deferred.await(gate) : key === stopAt ? Effect.never : Effect.void
+        },
+        onExit: (exit) => void exits.push(exit)
+      }, {})
+      yield* lanes.wake("run")
+      for (let i = 0; i < n; i++) expect(yield* lanes.wake(`k${i}`)).toBe("queued")
+      for (let i = 0; i < n; i += 7) expect(yield* lanes.wake(`k${i}`)).toBe("coalesced")
+      expect(yield* lanes.stats).toEqual({ running: 1, waiting: n, keys: n + 1 })
+      // a key alone cancelled, then woken again: once, at the tail
+      const again = `k${n - 100}`
+      yield* lanes.cancel(again)
+      expect(yield* lanes.wake(again)).toBe("queued")
+      expect(yield* lanes.stats).toEqual({ running: 1, waiting: n, keys: n + 1 })
+      yield* Deferred.succeed(gate, undefined)
+      for (let turn = 0; turn < 100_000 && started.length < served + 2; turn++) yield* Effect.yieldNow
+      expect(started).toEqual(["run", ...Array.from({ length: served + 1 }, (_, i) => `k${i}`)])
+      expect(yield* lanes.wake("late")).toBe("queued") // sweeps: more IDLE entries and tombstones than held keys + 4,096
+      expect(yield* lanes.wake(`k${served + 1}`)).toBe("coalesced")
+      expect(yield* lanes.wake(again)).toBe("coalesced")
+      yield* lanes.close
+      // every key still queued is reported dropped, the cancelled one twice (its cancel, then the close)
+      const dropped = exits.filter((e) => e._tag === "ActivationInterrupted" && !e.started).map((e) => e.key)
+      const rest = Array.from({ length: n - served - 1 }, (_, i) => `k${served + 1 + i}`).filter((k) => k !== again)
+      expect(dropped).toEqual([again, ...rest, again, "late"])
+      expect(exits.filter((e) => e._tag === "ActivationSucceeded").length).toBe(served + 1)
+      expect(yield* lanes.stats).toEqual({ running: 0, waiting: 0, keys: 0 })
     }))
 })
 

@@ -1,7 +1,16 @@
 import fc from "fast-check"
 import { describe, expect, it } from "vitest"
-import { IDLE, RUNNING } from "../../src/queue/lanes/entry.js"
-import { DEAD_PER_HELD, hashOf, KeyTable, SWEEP_SLACK } from "../../src/queue/lanes/keyTable.js"
+import { IDLE, QUEUED, RUNNING } from "../../src/queue/lanes/entry.js"
+import {
+  ALONE,
+  BURST_HELD,
+  DEAD_PER_HELD,
+  hashOf,
+  KeyTable,
+  type Renumbered,
+  renumbered,
+  SWEEP_SLACK
+} from "../../src/queue/lanes/keyTable.js"
 
 /** Takes `key` up as the lanes do: its IDLE entry if the table has one, else a new one. */
 const take = <K>(table: KeyTable<K>, key: K) => {
@@ -96,6 +105,60 @@ describe("KeyTable (the lanes' keys)", () => {
     expect(table.held).toBe(10)
     expect(table.size).toBeLessThanOrEqual(10 + 10 * DEAD_PER_HELD + SWEEP_SLACK)
     for (let i = burst.length - 10; i < burst.length; i++) expect(table.lookup(`burst-${i}`)).toBe(burst[i])
+  })
+
+  it("past BURST_HELD held keys a released entry goes (a tombstone): it dies young, and its key comes back as a new one", () => {
+    const table = new KeyTable<string>(undefined)
+    const burst = Array.from({ length: BURST_HELD + 10 }, (_, i) => take(table, `burst-${i}`))
+    const gone = burst[5]!
+    table.release(gone)
+    expect(table.get("burst-5")).toBeUndefined()
+    expect([...table.values()]).not.toContain(gone)
+    const back = take(table, "burst-5")
+    expect(back).not.toBe(gone)
+    expect(table.lookup("burst-5")).toBe(back)
+    expect(table.held).toBe(BURST_HELD + 10)
+    // below it, a released entry stays IDLE and is taken up again
+    for (let i = 0; i < 20; i++) if (i !== 5) table.release(burst[i]!)
+    const idle = burst[BURST_HELD + 9]!
+    table.release(idle)
+    expect(table.get(`burst-${BURST_HELD + 9}`)).toBe(idle)
+  })
+
+  it("keys held without an entry: found by key, made into entries when looked up or taken off the queue by record", () => {
+    const moves: Array<Renumbered> = []
+    const table = new KeyTable<string>(undefined, 2, (moved) => moves.push(moved))
+    const [ra, rb, rc] = ["a", "b", "c"].map((k) => table.acquireAlone(k))
+    expect(table.held).toBe(3)
+    expect(table.peek("a")).toBe(ALONE)
+    expect(table.aloneAt(rb!)).toBe("b")
+    expect([...table.values()]).toEqual([])
+    // looked up: an entry, QUEUED, naming its record
+    const b = table.get("b")!
+    expect(b.state).toBe(QUEUED)
+    expect(b.seq).toBe(-(rb! + 1))
+    expect(table.peek("b")).toBe(b)
+    expect(table.aloneAt(rb!)).toBe("b")
+    // taken off the queue by record: its entry (made now if it had none)
+    const a = table.takeUp(ra!)!
+    expect(a.key).toBe("a")
+    expect(table.get("a")).toBe(a)
+    expect(table.takeUp(rb!)).toBe(b)
+    a.state = RUNNING
+    b.state = RUNNING
+    // a record whose entry left the queue is a stale place
+    expect(table.takeUp(ra!)).toBeUndefined()
+    expect(table.aloneAt(ra!)).toBeUndefined()
+    expect(table.held).toBe(3)
+    // a sweep renumbers the records: told how, keys alone included
+    const idle = Array.from({ length: 8 }, (_, i) => take(table, `idle-${i}`))
+    for (const e of idle) table.release(e)
+    take(table, "new")
+    expect(moves.length).toBeGreaterThan(0)
+    const c = renumbered(moves[moves.length - 1]!, rc!)
+    expect(table.aloneAt(c)).toBe("c")
+    expect(renumbered(moves[moves.length - 1]!, ra!)).toBe(-1) // an entry's record: not a key alone's
+    expect(table.takeUp(c)!.key).toBe("c")
   })
 
   it("shared with the engine, an entry leaves the map once neither side holds it", () => {

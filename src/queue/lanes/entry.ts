@@ -84,6 +84,11 @@ export interface InternalOptions<K = unknown> {
    * entry (in state IDLE); the lanes delete one they are done with only when `keep(e)` is false
    * (else it stays, IDLE, and the engine deletes it once both sides are done).
    */
+  /**
+   * Waiting keys beyond which a new string key is queued alone, without an entry (`waiting.ts`);
+   * `ALONE_FROM` by default, lower in tests. Only lanes of their own (no `entries`, `group` or `ranking`).
+   */
+  readonly aloneFrom?: number | undefined
   /** Called instead of `activate(key)` with the key's entry (an entry of the shared map). */
   readonly activateEntry?: ((e: Entry<K>) => unknown) | undefined
   readonly entries?: {

@@ -31,7 +31,7 @@ import {
   STARTING,
   wakeEffect
 } from "./entry.js"
-import { KeyTable } from "./keyTable.js"
+import { ALONE, ALONE_FROM, KeyTable, SWEEP_SLACK } from "./keyTable.js"
 import { StartList } from "./starts.js"
 import type { StopHost } from "./stops.js"
 import { cancelOf, closeOf } from "./stops.js"
@@ -80,9 +80,19 @@ const make = <K, E, R>(
   const onExit = options.onExit
   const fork = Effect.runForkWith(context as Context.Context<never>)
 
-  // The keys the lanes hold (the map may be shared with the command queue's engine: `keyTable.ts`).
-  const table = new KeyTable<K>(internal?.entries)
   const shared = internal?.entries !== undefined
+  /** The keys queued for a slot (new string keys alone past `aloneFrom`, in lanes of their own: `waiting.ts`). */
+  const queue = new WaitingKeys<K>(
+    group,
+    internal?.ranking,
+    shared || group !== undefined || internal?.ranking !== undefined
+      ? Number.POSITIVE_INFINITY
+      : internal?.aloneFrom ?? ALONE_FROM
+  )
+  const aloneFrom = queue.aloneFrom
+  // The keys the lanes hold (the map may be shared with the command queue's engine: `keyTable.ts`).
+  const table = new KeyTable<K>(internal?.entries, SWEEP_SLACK, queue.renumber)
+  queue.table = table
   // The last lookup made by `wake(key)`, valid until an entry changes hands (every acquire/release
   // clears it; never used with a shared map, which the engine changes too).
   let lookedUp = false
@@ -98,8 +108,6 @@ const make = <K, E, R>(
     lookedUpEntry = undefined
     table.release(e)
   }
-  /** The keys queued for a slot. */
-  const queue = new WaitingKeys<K>(group, internal?.ranking)
   let running = 0
   let waiting = 0
   let closed = false
@@ -189,7 +197,7 @@ const make = <K, E, R>(
 
   /** The inline activation of `key` (it returned `PENDING`) is over: the key moves on, the slot passes on. */
   const endInline = (key: K): void => {
-    const e = table.get(key)
+    const e = table.peek(key)
     if (e !== undefined) endInlineEntry(e)
   }
 
@@ -232,7 +240,7 @@ const make = <K, E, R>(
   /** Gives free slots to waiting keys (through the group, when the lanes are in one). */
   const drain = (): void => {
     if (group !== undefined) return group.pump()
-    while (running < cap && queue.head !== undefined) startNext()
+    while (running < cap && queue.any) startNext()
   }
 
   const member = {
@@ -263,7 +271,7 @@ const make = <K, E, R>(
   const wakeUnsafe = (key: K): WakeResult | LaneQueueFull | LanesClosed => {
     if (closed) return CLOSED_ERROR
     // the lookup `wake(key)` just made, when nothing changed since (one Map lookup per wake, not two)
-    const e = lookedUp && lookedUpKey === key ? lookedUpEntry : table.get(key)
+    const e = lookedUp && lookedUpKey === key ? lookedUpEntry : table.peek(key)
     lookedUp = false
     return e === undefined || e.state === IDLE ? wakeIdle(key, e) : wakeHeld(e)
   }
@@ -283,7 +291,11 @@ const make = <K, E, R>(
       return "started"
     }
     if (waiting >= maxQueued) return queueFull(key, maxQueued)
-    queue.push(acquire(key, idle))
+    if (idle === undefined && (waiting >= aloneFrom || queue.byPlace) && typeof key === "string") {
+      // behind many others: queued as the key alone, its entry made when it leaves the queue
+      lookedUp = false
+      queue.pushAlone(key)
+    } else queue.push(acquire(key, idle))
     waiting++
     return "queued"
   }
@@ -307,7 +319,8 @@ const make = <K, E, R>(
   // coalesced case) allocates nothing at all; the Effect looks the key up afresh each time it runs.
   const wake = (key: K): Effect.Effect<WakeResult, LaneQueueFull | LanesClosed> => {
     if (shared) return makeWake(key)
-    const e = table.get(key)
+    const e = table.peek(key)
+    if (e === ALONE) return makeWake(key) // its state changes with no entry to read it from: not kept
     lookedUp = true
     lookedUpKey = key
     lookedUpEntry = e
