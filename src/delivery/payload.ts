@@ -19,9 +19,32 @@ const NONE_F64 = Number.NaN
 /** No `lastError` (snapshot entries). */
 const NONE_U32 = 0xffff_ffff
 
+/** An entry's attempt state, once it has any (a fresh entry has none: no object for it). */
+class Attempts {
+  constructor(
+    public attempts: number,
+    public lastError: string | undefined,
+    public nextAttemptAt: number | undefined,
+    public started: boolean
+  ) {}
+}
+
+/** `EntryData.flags`: the entry is dead; its append record is durable. */
+const DEAD = 1
+const COMMITTED = 2
+
+/** `enqueuedAt` as two small integers (high and low 26 bits), when it is a whole number of ms in [0, 2^53) (not -0). */
+const TIME_SPLIT = 2 ** 26
+
 /**
  * An entry as the log holds it: the message as its JSON text (parsed into a fresh object on every
  * read), the delivery state as plain fields. One shape for every entry (fast property access).
+ *
+ * What every pending entry keeps is kept small, because it stays in the heap until acked and the
+ * collector copies and marks it: the attempt state (`attempts`, `lastError`, `nextAttemptAt`,
+ * `started`) is an object of its own made at the first attempt or mark (a fresh entry has none), and
+ * `enqueuedAt` is held as two small integers (a number field holding a time would be a heap number of its
+ * own); the accessors read and write them as plain fields.
  */
 export class EntryData {
   /** The message's JSON text as a string, or `undefined` while its bytes are in `arena`. */
@@ -32,11 +55,18 @@ export class EntryData {
   private textAt = 0
   /** Bytes of the text in `arena`. */
   textBytes = 0
+  /** `enqueuedAt`: `timeHigh * TIME_SPLIT + timeLow`, or `timeLow` itself when `timeHigh` is -1. */
+  private timeHigh: number
+  private timeLow: number
+  /** The attempt state; `undefined`: none yet (0 attempts, no error, no time, not started). */
+  private tries: Attempts | undefined = undefined
+  /** `DEAD` (else pending) | `COMMITTED`: one small integer for `status` and `committed`. */
+  private flags: number
 
   constructor(
     readonly id: string,
     readonly seq: number,
-    readonly enqueuedAt: number,
+    enqueuedAt: number,
     /** `message.idempotencyKey`, kept apart so that replay need not parse the message. */
     readonly key: string | undefined,
     /**
@@ -44,16 +74,14 @@ export class EntryData {
      * `undefined` only for an entry whose text goes into an arena (`TextArena.put`) next.
      */
     text: string | undefined,
-    public attempts: number,
-    public lastError: string | undefined,
-    public nextAttemptAt: number | undefined,
-    public status: "pending" | "dead",
-    /** Its append record is durable (reads hide it before). */
-    public committed: boolean,
+    attempts: number,
+    lastError: string | undefined,
+    nextAttemptAt: number | undefined,
+    status: "pending" | "dead",
+    committed: boolean,
     /** Bytes its latest state takes on disk, roughly: counted as live weight for compaction. */
     public bytes: number,
-    /** An attempt was started (kind 7) and no outcome recorded since: reads `maybeSent: true`. */
-    public started = false,
+    started = false,
     /**
      * Where its record is (addresses.ts): a checkpoint points at it instead of copying the entry, and the
      * dedupe window keeps it for a keyed entry once it is acked. -1: not known.
@@ -61,6 +89,83 @@ export class EntryData {
     public pos = -1
   ) {
     this.textString = text
+    this.flags = (status === "dead" ? DEAD : 0) | (committed ? COMMITTED : 0)
+    if (Number.isSafeInteger(enqueuedAt) && (enqueuedAt > 0 || Object.is(enqueuedAt, 0))) {
+      this.timeHigh = Math.floor(enqueuedAt / TIME_SPLIT)
+      this.timeLow = enqueuedAt - this.timeHigh * TIME_SPLIT
+    } else {
+      this.timeHigh = -1
+      this.timeLow = enqueuedAt
+    }
+    if (attempts !== 0 || lastError !== undefined || nextAttemptAt !== undefined || started) {
+      this.tries = new Attempts(attempts, lastError, nextAttemptAt, started)
+    }
+  }
+
+  get status(): "pending" | "dead" {
+    return (this.flags & DEAD) === 0 ? "pending" : "dead"
+  }
+  set status(s: "pending" | "dead") {
+    this.flags = s === "dead" ? this.flags | DEAD : this.flags & ~DEAD
+  }
+
+  /** Its append record is durable (reads hide it before). */
+  get committed(): boolean {
+    return (this.flags & COMMITTED) !== 0
+  }
+  set committed(b: boolean) {
+    this.flags = b ? this.flags | COMMITTED : this.flags & ~COMMITTED
+  }
+
+  /** Epoch ms of the append. */
+  get enqueuedAt(): number {
+    return this.timeHigh < 0 ? this.timeLow : this.timeHigh * TIME_SPLIT + this.timeLow
+  }
+
+  /**
+   * Set field `k` of the attempt state to `v` (`atDefault`: the value a fresh entry has): the state is made
+   * on the first write that is not a default, and dropped again once every field is back at its default
+   * (one representation for one state, so that equal entries compare equal).
+   */
+  private setTry<K extends keyof Attempts>(k: K, v: Attempts[K], atDefault: boolean): void {
+    let t = this.tries
+    if (t === undefined) {
+      if (atDefault) return
+      t = this.tries = new Attempts(0, undefined, undefined, false)
+    }
+    t[k] = v
+    if (t.attempts === 0 && t.lastError === undefined && t.nextAttemptAt === undefined && !t.started) {
+      this.tries = undefined
+    }
+  }
+
+  get attempts(): number {
+    return this.tries === undefined ? 0 : this.tries.attempts
+  }
+  set attempts(n: number) {
+    this.setTry("attempts", n, n === 0)
+  }
+
+  get lastError(): string | undefined {
+    return this.tries?.lastError
+  }
+  set lastError(e: string | undefined) {
+    this.setTry("lastError", e, e === undefined)
+  }
+
+  get nextAttemptAt(): number | undefined {
+    return this.tries?.nextAttemptAt
+  }
+  set nextAttemptAt(at: number | undefined) {
+    this.setTry("nextAttemptAt", at, at === undefined)
+  }
+
+  /** An attempt was started (kind 7) and no outcome recorded since: reads `maybeSent: true`. */
+  get started(): boolean {
+    return this.tries !== undefined && this.tries.started
+  }
+  set started(b: boolean) {
+    this.setTry("started", b, !b)
   }
 
   /** The message as JSON, exactly as written (made from the arena's bytes when it is there). */
