@@ -72,19 +72,47 @@ interface Result {
   readonly latencies: Array<number>
   /** Process CPU time (all threads) per append, µs: what the shared machine's load does not inflate much. */
   cpuUs?: number
+  /** Of `cpuUs`: the main thread's, and every other thread's (the thread pool's writes and syncs, the collector's helpers). */
+  mainUs?: number
+  otherUs?: number
   syncs?: number
   /** Durations of those syncs, ms, sorted. */
   syncMs?: Array<number>
 }
 
-/** Run `f` and record the process CPU time it took per append. */
+/**
+ * CPU time (ns) of the main thread and of all the others together, from `/proc/self/task/<tid>/schedstat`
+ * (Linux); undefined where there is no such file.
+ */
+const threadCpuNs = (): { main: number; others: number } | undefined => {
+  try {
+    let main = 0
+    let others = 0
+    for (const t of fs.readdirSync("/proc/self/task")) {
+      const ns = Number(fs.readFileSync(`/proc/self/task/${t}/schedstat`, "utf8").split(" ")[0])
+      if (t === String(process.pid)) main += ns
+      else others += ns
+    }
+    return { main, others }
+  } catch {
+    return undefined
+  }
+}
+
+/** Run `f` and record the process CPU time it took per append (and the main thread's share). */
 const withCpu = async (f: () => Promise<Result>): Promise<Result> => {
+  const t0 = threadCpuNs()
   const c0 = process.cpuUsage()
   const s0 = syncs
   syncMs.length = 0
   const r = await f()
   const c = process.cpuUsage(c0)
+  const t1 = threadCpuNs()
   r.cpuUs = (c.user + c.system) / r.appends
+  if (t0 !== undefined && t1 !== undefined) {
+    r.mainUs = (t1.main - t0.main) / 1000 / r.appends
+    r.otherUs = (t1.others - t0.others) / 1000 / r.appends
+  }
   r.syncs = syncs - s0
   r.syncMs = syncMs.slice().sort((a, b) => a - b)
   return r
@@ -318,6 +346,8 @@ const main = async () => {
       seconds: rs.reduce((x, r) => x + r.seconds, 0),
       latencies: rs.flatMap((r) => r.latencies).sort((a, b) => a - b),
       cpuUs: rs.reduce((x, r) => x + (r.cpuUs ?? 0) * r.appends, 0) / appends,
+      mainUs: rs.reduce((x, r) => x + (r.mainUs ?? Number.NaN) * r.appends, 0) / appends,
+      otherUs: rs.reduce((x, r) => x + (r.otherUs ?? Number.NaN) * r.appends, 0) / appends,
       syncs: rs.reduce((x, r) => x + (r.syncs ?? 0), 0),
       syncMs: rs.flatMap((r) => r.syncMs ?? []).sort((a, b) => a - b)
     }
@@ -482,6 +512,19 @@ const main = async () => {
         medianOf(kept.fibers.map((r, i) => r.cpuUs! / kept.sqlite[i]!.cpuUs!)).toFixed(2)
       }x)`
   )
+  // Where the CPU goes, per thread (Linux): better-sqlite3 syncs on the main thread; the log's durable
+  // writes run on the thread pool (each a hop there and back), the collector's helpers on V8's threads.
+  if (Number.isFinite(kf.mainUs) && Number.isFinite(ks.mainUs)) {
+    console.log(
+      `kept open, CPU µs/append by thread: main ${kf.mainUs!.toFixed(2)} vs ${ks.mainUs!.toFixed(2)}, the others ${
+        kf.otherUs!.toFixed(2)
+      } vs ${ks.otherUs!.toFixed(2)} (the log's thread pool and both sides' collector helpers); ${
+        (kf.appends / kf.syncs!).toFixed(1)
+      } records per durable write, the other threads' CPU per durable write ${
+        (kf.otherUs! * kf.appends / kf.syncs!).toFixed(0)
+      } µs`
+    )
+  }
   // What makes the appends' tail: the log's own fdatasyncs in the same runs (an append waits for the
   // one in flight when it came, then its own).
   const sm = b.syncMs ?? []
