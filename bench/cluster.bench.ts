@@ -41,6 +41,14 @@ const SLOW_SHARDS = Number(process.env.CLUSTER_BENCH_SLOW_SHARDS ?? 300)
 const SLOW_SESSIONS = Number(process.env.CLUSTER_BENCH_SLOW_SESSIONS ?? 480)
 const SLOW_MESSAGES = Number(process.env.CLUSTER_BENCH_SLOW_MESSAGES ?? 480)
 const MESSAGES = Number(process.env.CLUSTER_BENCH_MESSAGES ?? 600)
+/**
+ * Messages per runner sent between the cold and the warm throughput phases (`CLUSTER_BENCH_WARM`; 0 skips
+ * the warm phase). A runner's first thousands of messages run code V8 has not optimized yet: interpreted,
+ * then compiled on its worker threads, which the runner's CPU counts. The cold phase (the first 600 after
+ * the latency samples, as this bench always measured) pays that; the warm phase measures a message once
+ * the runner's code is compiled, as a runner that has been up a while runs it (bench/README.md, session 11).
+ */
+const WARM = Number(process.env.CLUSTER_BENCH_WARM ?? 1_500)
 const CONCURRENCY = 48
 const LATENCY_SAMPLES = 40
 const root = path.resolve(import.meta.dirname, "..")
@@ -240,30 +248,52 @@ const cluster = async (
         return sum + Number(f[field]) // utime (field 14) or stime (field 15)
       }, 0)
     const cpuTicks = () => cpuTicksOf(11) + cpuTicksOf(12)
-    const sys0 = cpuTicksOf(12)
     const commits = async () =>
       Number(
         ((await admin((sql) =>
           sql`SELECT xact_commit::float8 AS n FROM pg_stat_database WHERE datname = ${name}`
         )) as Array<{ n: number }>)[0].n
       )
-    const ticks0 = cpuTicks()
-    const commits0 = await commits()
-    const log0 = PGLOG === undefined ? 0 : fs.statSync(PGLOG).size
-    let next = 0
     let busy = 0
+    /** `count` messages from 48 clients to `sessions` sessions named `<prefix><n>`, each to a random runner. */
+    const load = async (count: number, prefix: string) => {
+      let next = 0
+      await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
+        while (next < count) {
+          const i = next++
+          while (
+            (await post(ports[Math.floor(Math.random() * runners)], `${prefix}${i % sessions}`, `m${i}`)) === undefined
+          ) {
+            busy++
+          }
+        }
+      }))
+    }
+    /** One throughput phase: messages/s, runner CPU (all, kernel) and transactions per message. */
+    const phase = async (prefix: string) => {
+      const sys0 = cpuTicksOf(12)
+      const ticks0 = cpuTicks()
+      const commits0 = await commits()
+      const start = performance.now()
+      await load(messages, prefix)
+      const seconds = (performance.now() - start) / 1000
+      return {
+        perSecond: messages / seconds,
+        cpuMsPerMessage: ((cpuTicks() - ticks0) * 10) / messages, // 100 ticks per second on Linux
+        sysMsPerMessage: ((cpuTicksOf(12) - sys0) * 10) / messages,
+        commitsPerMessage: ((await commits()) - commits0) / messages
+      }
+    }
+    // The 20 ms rows: a cold phase (the runners' first messages after the latency samples), then WARM messages
+    // per runner, then the warm phase. Each phase has sessions of its own (`c*`, `w*`, `s*`), so both measured
+    // phases start from the same history.
+    const warmed = latency === LATENCY && WARM > 0
+    const cold = warmed ? await phase("c") : undefined
+    if (warmed) await load(WARM * runners, "w")
+    const log0 = PGLOG === undefined ? 0 : fs.statSync(PGLOG).size
     // The throughput phase's window on the monotonic clock the runners' profiles use (µs), to cut start-up out.
     const window0 = process.hrtime.bigint() / 1000n
-    const start = performance.now()
-    await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-      while (next < messages) {
-        const i = next++
-        while ((await post(ports[Math.floor(Math.random() * runners)], `s${i % sessions}`, `m${i}`)) === undefined) {
-          busy++
-        }
-      }
-    }))
-    const seconds = (performance.now() - start) / 1000
+    const measured = await phase("s")
     if (PROFILE !== undefined) {
       fs.appendFileSync(
         path.join(PROFILE, "windows.jsonl"),
@@ -277,9 +307,7 @@ const cluster = async (
         }) + "\n"
       )
     }
-    const cpuMsPerMessage = ((cpuTicks() - ticks0) * 10) / messages // 100 ticks per second on Linux
-    const sysMsPerMessage = ((cpuTicksOf(12) - sys0) * 10) / messages
-    const commitsPerMessage = ((await commits()) - commits0) / messages
+    const { commitsPerMessage, cpuMsPerMessage, perSecond, sysMsPerMessage } = measured
     if (PGLOG !== undefined) {
       const { rows, transactions } = attribute(readStatements(PGLOG, name, log0, fs.statSync(PGLOG).size))
       table(
@@ -302,7 +330,8 @@ const cluster = async (
       spread: spread.map((r) => `${Number(r.n)} turns of ${Number(r.sessions)} sessions`).join(", "),
       /** The busiest runner's share of the turns: its slots bound the whole cluster's rate. */
       busiestShare: spread.length === 0 ? 1 : Number(spread[0].n) / turns,
-      perSecond: messages / seconds,
+      perSecond,
+      cold,
       p50: percentile(latencies, 0.5),
       p95: percentile(latencies, 0.95),
       busy,
@@ -396,13 +425,17 @@ const floor = async () => {
           yield* one(i)
           latencies.push(performance.now() - t)
         }
+        const runs = (count: number) =>
+          Effect.forEach(Array.from({ length: count }, (_, i) => i), one, { concurrency: CONCURRENCY, discard: true })
+        // Cold and warm as the runners' rows: the first 600 runs, then WARM more, then the measured 600.
+        const coldCpu0 = process.cpuUsage()
+        if (WARM > 0) yield* runs(MESSAGES)
+        const coldCpu = process.cpuUsage(coldCpu0)
+        if (WARM > 0) yield* runs(WARM)
         const commits0 = yield* commits
         const log0 = PGLOG === undefined ? 0 : fs.statSync(PGLOG).size
         const cpu0 = process.cpuUsage()
-        yield* Effect.forEach(Array.from({ length: MESSAGES }, (_, i) => i), one, {
-          concurrency: CONCURRENCY,
-          discard: true
-        })
+        yield* runs(MESSAGES)
         const cpu = process.cpuUsage(cpu0)
         if (PGLOG !== undefined) {
           const { rows, transactions } = attribute(readStatements(PGLOG, name, log0, fs.statSync(PGLOG).size))
@@ -412,6 +445,7 @@ const floor = async () => {
           )
         }
         return {
+          coldCpuMsPerRun: WARM > 0 ? (coldCpu.user + coldCpu.system) / 1000 / MESSAGES : undefined,
           cpuMsPerRun: (cpu.user + cpu.system) / 1000 / MESSAGES,
           commitsPerRun: ((yield* commits) - commits0) / MESSAGES,
           p50: percentile(latencies, 0.5)
@@ -437,8 +471,16 @@ if (!(await reachable())) {
   const one = skipShort ? undefined : await cluster(1)
   const three = skipShort ? undefined : await cluster(3)
   if (one !== undefined && three !== undefined) {
+    const coldOf = (r: typeof one) =>
+      r.cold === undefined
+        ? "-"
+        : `${r.cold.cpuMsPerMessage.toFixed(2)} ms, ${r.cold.commitsPerMessage.toFixed(2)} tx, ${
+          r.cold.perSecond.toFixed(0)
+        }/s`
     table(
-      `Cluster throughput: ${MESSAGES} messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${LATENCY} ms scripted turn, lane main concurrent 8 per runner`,
+      `Cluster throughput: ${MESSAGES} messages, ${SESSIONS} sessions, ${CONCURRENCY} clients, ${LATENCY} ms scripted turn, lane main concurrent 8 per runner; ${
+        WARM > 0 ? `warm: after ${WARM} messages per runner more than cold` : "no warm phase (CLUSTER_BENCH_WARM=0)"
+      }`,
       [
         {
           name: "single-process CommandQueue (the scripted model's 20 ms reply)",
@@ -446,7 +488,8 @@ if (!(await reachable())) {
           "vs 1 runner": ratio(local.perSecond, one.perSecond),
           "runner CPU ms/message": "-",
           "of which kernel": "-",
-          "Postgres transactions/message": "-"
+          "Postgres transactions/message": "-",
+          "cold: the first 600 after start (CPU, tx, rate)": "-"
         },
         {
           name: "cluster, 1 runner",
@@ -454,7 +497,8 @@ if (!(await reachable())) {
           "vs 1 runner": "1.00x",
           "runner CPU ms/message": one.cpuMsPerMessage,
           "of which kernel": one.sysMsPerMessage,
-          "Postgres transactions/message": one.commitsPerMessage
+          "Postgres transactions/message": one.commitsPerMessage,
+          "cold: the first 600 after start (CPU, tx, rate)": coldOf(one)
         },
         {
           name: "cluster, 3 runners",
@@ -462,7 +506,8 @@ if (!(await reachable())) {
           "vs 1 runner": ratio(three.perSecond, one.perSecond),
           "runner CPU ms/message": three.cpuMsPerMessage,
           "of which kernel": three.sysMsPerMessage,
-          "Postgres transactions/message": three.commitsPerMessage
+          "Postgres transactions/message": three.commitsPerMessage,
+          "cold: the first 600 after start (CPU, tx, rate)": coldOf(three)
         }
       ]
     )
@@ -501,12 +546,15 @@ if (!(await reachable())) {
   if (ONLY !== "slow") {
     const base = await floor()
     table(
-      `effect/cluster alone, as a floor: ClusterQueue dispatch + await of a handler that returns its command, one runner in this process (no HTTP, no turn, no coalescing), ${MESSAGES} runs, ${CONCURRENCY} at a time`,
+      `effect/cluster alone, as a floor: ClusterQueue dispatch + await of a handler that returns its command, one runner in this process (no HTTP, no turn, no coalescing), ${MESSAGES} runs, ${CONCURRENCY} at a time${
+        WARM > 0 ? `, after ${MESSAGES} cold and ${WARM} more` : ""
+      }`,
       [{
         name: "effect/cluster: persisted Run, its read, its reply",
         "CPU ms/run": base.cpuMsPerRun,
         "Postgres transactions/run": base.commitsPerRun,
-        "p50 ms one at a time": base.p50
+        "p50 ms one at a time": base.p50,
+        "cold: the first 600 CPU ms/run": base.coldCpuMsPerRun ?? "-"
       }]
     )
   }
