@@ -9,7 +9,8 @@
  *
  * Timing: the reply completes `latencyMs` after the call, measured on the Effect `Clock` (so a
  * `TestClock` drives it). The text streams through `onText` word by word during the end of that
- * wait, and the concatenated chunks always equal the reply text.
+ * wait, and the concatenated chunks always equal the reply text; without `onText` the reply is one wait
+ * (no timer per word: the cluster's turns and benchmarks pay for none).
  */
 import { Effect, Layer } from "effect"
 import {
@@ -78,14 +79,19 @@ export const make = (options: ScriptedModelOptions = {}): Model["Service"] => {
     reply: (request: ModelRequest): Effect.Effect<ModelReply> =>
       Effect.gen(function*() {
         const text = scriptedReply(request.transcript)
+        const onText = request.onText
+        // Nobody streams the text: one wait, the same reply at the same time, without a timer per word.
+        if (onText === undefined) {
+          yield* sleepMs(latencyMs)
+          return { text, stopReason: "end_turn" } satisfies ModelReply
+        }
         const chunks = wordChunks(text)
         const gaps = Math.max(chunks.length - 1, 0)
         const gap = gaps === 0 ? 0 : Math.min(MAX_CHUNK_GAP_MS, Math.floor(latencyMs / 2 / gaps))
         yield* sleepMs(latencyMs - gap * gaps)
-        const onText = request.onText
         for (let i = 0; i < chunks.length; i++) {
           if (i > 0) yield* sleepMs(gap)
-          if (onText !== undefined) onText(chunks[i]!)
+          onText(chunks[i]!)
         }
         return { text, stopReason: "end_turn" } satisfies ModelReply
       })
