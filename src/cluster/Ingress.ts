@@ -31,7 +31,7 @@
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import { ByteSize, Deferred, Effect, Exit, Layer, Option, Redacted, Schema } from "effect"
 import type { Scope } from "effect"
-import { HttpIncomingMessage, HttpRouter } from "effect/http"
+import { HttpIncomingMessage, HttpRouter, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import * as http from "node:http"
 import * as Answers from "./Answers.js"
@@ -118,6 +118,13 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
     const api = IngressApi.make(maxWaitMs)
     const openApi = IngressApi.openApi(api)
 
+    /**
+     * A message's 200 (`Replied`) or 202 (`Accepted`) as the API's encoder writes it (the JSON text, its status,
+     * `application/json`), built here: the hot route skips the Schema encode of a value this handler made.
+     */
+    const answer = (status: 200 | 202, body: typeof IngressApi.Replied.Type | typeof IngressApi.Accepted.Type) =>
+      HttpServerResponse.text(JSON.stringify(body), { status, contentType: "application/json" })
+
     const message = (session: string, body: typeof IngressApi.MessageBody.Type, waitMs: number) =>
       Effect.gen(function*() {
         if (!accepting) {
@@ -164,16 +171,16 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
         const future = dispatched.value
         const accepted = { runId: future.runId, session, runner: options.queue.member }
         if (waitMs <= 0) {
-          return accepted
+          return answer(202, accepted)
         }
         const outcome = yield* Effect.exit(future.awaitTimeout(`${waitMs} millis`))
         Timing.mark(future.runId, "respond")
-        if (Exit.isSuccess(outcome)) return { ...accepted, reply: outcome.value }
+        if (Exit.isSuccess(outcome)) return answer(200, { ...accepted, reply: outcome.value })
         const err = failureOf(outcome)
         // Not answered in time, or this runner stopped waiting (it shuts down): the run is durable and
         // answered through the outbox all the same.
         if (err?._tag === "FutureTimeout" || (err?._tag === "QueueFailure" && err.reason === "closed")) {
-          return { ...accepted, pending: true as const }
+          return answer(202, { ...accepted, pending: true as const })
         }
         return yield* new IngressApi.TurnFailed({
           ...accepted,
@@ -233,11 +240,9 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
     )
     const scope = yield* Effect.scope
     const app = yield* HttpRouter.toHttpEffect(routes)
-    const handle = yield* NodeHttpServer.makeHandler(
-      errorsAsJson(maxWaitMs, maxBody)(
-        Effect.provideService(app, HttpIncomingMessage.MaxBodySize, ByteSize.bytes(maxBody))
-      ),
-      { scope }
+    // The body limit is in the services every request starts from, not provided anew per request.
+    const handle = yield* NodeHttpServer.makeHandler(errorsAsJson(maxWaitMs, maxBody)(app), { scope }).pipe(
+      Effect.provideService(HttpIncomingMessage.MaxBodySize, ByteSize.bytes(maxBody))
     )
 
     const services = yield* Effect.context<never>()

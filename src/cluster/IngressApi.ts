@@ -88,7 +88,8 @@ export const MessageBody = Schema.Struct({
   id: Schema.optional(Schema.String)
 })
 
-const Accepted = Schema.Struct({
+/** The 202 of `POST /sessions/:id/messages`: the message is durable; no reply (yet). */
+export const Accepted = Schema.Struct({
   runId: Schema.String,
   session: Schema.String,
   runner: Schema.String,
@@ -96,7 +97,8 @@ const Accepted = Schema.Struct({
   pending: Schema.optional(Schema.Literal(true))
 }).pipe(HttpApiSchema.status(202))
 
-const Replied = Schema.Struct({
+/** The 200 of `POST /sessions/:id/messages?wait=`: the reply. */
+export const Replied = Schema.Struct({
   runId: Schema.String,
   session: Schema.String,
   runner: Schema.String,

@@ -61,6 +61,11 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         assert.match(accepted.json.runId, /^coalesce:main:bob:\d+$/)
         const again = yield* call("POST", "/sessions/bob/messages?wait=10000", JSON.stringify({ text: "hi", id: "m1" }))
         assert.strictEqual(again.status, 200)
+        // Both are JSON as the API declares them (the handler writes them itself, without the Schema encode).
+        assert.deepStrictEqual(
+          [accepted.headers.get("content-type"), again.headers.get("content-type")],
+          ["application/json", "application/json"]
+        )
         assert.strictEqual(again.json.runId, accepted.json.runId)
         assert.strictEqual(again.json.reply.text, "You said: hi")
         // The reply's fields say what they are: the runner whose turn committed, the id of its outbox entry.
