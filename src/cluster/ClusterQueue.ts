@@ -184,7 +184,10 @@ export const make = (
         }
         const generation = generations.current(lane)
         const id = entityId(lane, key)
-        const client = makeClient(id)
+        // The key's effect/cluster client, made when a send or a cancel needs it: a run that goes the local way
+        // or the short way (Hop.ts) and is not canceled never does.
+        let keyClient: ReturnType<typeof makeClient> | undefined
+        const client = () => (keyClient ??= makeClient(id))
         // With an inbox message the run is volatile: its inbox row, with the entity's shard, is its durability.
         const volatile = o?.inbox !== undefined && o.coalesce === true && Option.isSome(fence)
         const shardId = volatile
@@ -207,7 +210,7 @@ export const make = (
         const deferred = Deferred.makeUnsafe<unknown, unknown>()
         let settled: Exit.Exit<unknown, unknown> | undefined
         const cancel = Effect.gen(function*() {
-          yield* client.Cancel({ runId }).pipe(
+          yield* client().Cancel({ runId }).pipe(
             Effect.retry({ while: transient, schedule: Schedule.spaced("100 millis"), times: 50 }),
             Effect.ignore
           )
@@ -236,14 +239,14 @@ export const make = (
                   if (exit !== undefined) counters.forwarded++
                 }))
           yield* sendVolatile({
-            client,
+            client: { RunNow: (p) => client().RunNow(p) },
             payload,
             scope,
             resendMs,
             onReply: settleWith,
             ...(forward ? { forward } : {})
           })
-        } else yield* sendRun({ client, entityId: id, payload, saved, scope, onReply: settleWith })
+        } else yield* sendRun({ client: client(), entityId: id, payload, saved, scope, onReply: settleWith })
         counters.dispatched++
         const future: ClusterFuture<A, E> = {
           runId,

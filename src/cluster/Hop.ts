@@ -22,6 +22,7 @@ import { Duration, Effect, Schedule } from "effect"
 import type { Exit, Scope } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
 import * as http from "node:http"
+import { urlToHttpOptions } from "node:url"
 import * as Answers from "./Answers.js"
 import type { RunNow } from "./protocol.js"
 import * as Timing from "./Timing.js"
@@ -93,9 +94,19 @@ export const make = (options: HopOptions): Effect.Effect<Hop, never, PgClient.Pg
     let hopFailures = 0
     // An ingress that gave no answer is not asked again for a while (the usual way is taken at once).
     const failedUntil = new Map<string, number>()
+    // The request options of each ingress, parsed from its URL once (not on every run sent to it).
+    const targets = new Map<string, http.RequestOptions>()
+    const targetOf = (url: string) => {
+      let target = targets.get(url)
+      if (target === undefined) {
+        target = { ...urlToHttpOptions(new URL(`${url}${RUNS_PATH}`)), method: "POST", agent, headers }
+        targets.set(url, target)
+      }
+      return target
+    }
     const post = (url: string, body: string) =>
       Effect.callback<string | undefined>((resume) => {
-        const req = http.request(`${url}${RUNS_PATH}`, { method: "POST", agent, headers }, (res) => {
+        const req = http.request(targetOf(url), (res) => {
           const chunks: Array<Buffer> = []
           res.on("data", (c: Buffer) => chunks.push(c))
           res.on("end", () =>
