@@ -111,13 +111,16 @@ export const handlers = (
     ) =>
       Effect.gen(function*() {
         const startedAt = yield* Clock.currentTimeMillis
-        const history: Array<{ readonly role: "user" | "assistant"; readonly content: string }> = []
+        // The model's view of the session before this turn: `{ role, content }` rows, oldest first.
+        let history: ReadonlyArray<{ readonly role: "user" | "assistant"; readonly content: string }>
         const recorded: Array<string> = []
         const prefetched = task.prefetched
         if (prefetched !== undefined && prefetched.rows >= historyLimit * 2) {
           // Started by the dispatch's slot statement (an idle session): its messages and history came with
-          // the run (SlotStartSql.ts), so no statement before the model.
-          history.push(...prefetched.history.slice(Math.max(0, prefetched.history.length - historyLimit * 2)))
+          // the run (SlotStartSql.ts), so no statement before the model. Its rows are `{ role, content }`
+          // already (Coalesce.ts, or the RunNow's Schema decode), passed on as they are.
+          const extra = prefetched.history.length - historyLimit * 2
+          history = extra > 0 ? prefetched.history.slice(extra) : prefetched.history
           recorded.push(...prefetched.texts)
         } else {
           // The run's coalescing slot marked started (later messages take the next run), then the messages
@@ -139,7 +142,10 @@ export const handlers = (
             return yield* Effect.fail({ _tag: "AlreadyAnswered", answer: answered.content } satisfies AlreadyAnswered)
           }
           const byId = (a: { id: number }, b: { id: number }) => Number(a.id) - Number(b.id)
-          history.push(...rows.filter((r) => r.src === "history").sort(byId))
+          history = rows.filter((r) => r.src === "history").sort(byId).map((r) => ({
+            role: r.role,
+            content: r.content
+          }))
           recorded.push(...rows.filter((r) => r.src === "inbox").sort(byId).map((r) => r.content))
         }
         Timing.mark(task.runId, "turnStarted")
@@ -152,7 +158,7 @@ export const handlers = (
         const reply = yield* model.reply({
           system,
           transcript: [
-            ...history.map((h) => ({ role: h.role, content: h.content })),
+            ...history,
             ...texts.map((content) => ({ role: "user" as const, content }))
           ],
           maxTokens
