@@ -6,7 +6,7 @@
  */
 import { randomUUID } from "node:crypto"
 import { AckedWindow } from "../src/delivery/ackedWindow.js"
-import { EntryData } from "../src/delivery/payload.js"
+import { EntryData } from "../src/delivery/entryData.js"
 import { ratio, table } from "./lib.js"
 
 const N = 500_000

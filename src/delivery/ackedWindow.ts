@@ -9,10 +9,10 @@
  * - `kept`: anything else (an entry acked after failed attempts, an id of another shape), with its
  *   whole entry in a `Map`, as before.
  */
+import { EntryData } from "./entryData.js"
 import { type PlainColumns, PlainRing, type PlainView } from "./idRing.js"
 import { digestKey, type KeyDigest } from "./keyDigest.js"
 import { type KeyedColumns, KeyedFlag, KeyedRing, type KeyedView } from "./keyedRing.js"
-import { EntryData } from "./payload.js"
 import { formatUuid, parseUuid, scratch } from "./uuidWords.js"
 
 /** An id acked within the window, as a snapshot writes it: its entry (as acked) when it had a key. */

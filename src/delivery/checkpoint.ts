@@ -11,10 +11,10 @@ import { endianness } from "node:os"
 import { join } from "node:path"
 import { crc32 } from "node:zlib"
 import type { AckedParts, AckedView } from "./ackedWindow.js"
+import type { EntryData } from "./entryData.js"
 import {
   ackedBytes,
   entryBytes,
-  type EntryData,
   stateBytes,
   utf8Bytes,
   writeAcked,

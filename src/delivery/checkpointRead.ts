@@ -20,9 +20,10 @@ import {
   type PlacedState,
   TRAILER_BYTES
 } from "./checkpoint.js"
+import type { EntryData } from "./entryData.js"
 import { capacityFor, inAckOrder, type Runs } from "./idRing.js"
 import type { KeyedColumns } from "./keyedRing.js"
-import { type EntryData, readAcked, readEntry } from "./payload.js"
+import { readAcked, readEntry } from "./payload.js"
 
 class Short extends Error {}
 

@@ -3,8 +3,8 @@
  * the order they were staged, so one shared completion takes the oldest: no closure per append.
  * A ring of parallel arrays (doubling when full), so a log that is never idle does not grow it.
  */
+import type { EntryData } from "./entryData.js"
 import type { DeliveryLogError } from "./errors.js"
-import type { EntryData } from "./payload.js"
 import type { DeliveryEntry } from "./types.js"
 
 /** Completion of an append: an error, or the entry; `arg` is what the caller passed along (one function serves every call). */

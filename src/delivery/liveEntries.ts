@@ -10,7 +10,7 @@
  * store, its rehashing and the write barrier of every entry it points to. Removed entries leave a hole
  * in the array until holes outnumber the entries (then it is packed again, amortised O(1)).
  */
-import type { EntryData } from "./payload.js"
+import type { EntryData } from "./entryData.js"
 import { parseUuid } from "./uuidWords.js"
 
 const MIN_CAPACITY = 1024

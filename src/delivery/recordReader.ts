@@ -6,7 +6,8 @@
 import * as fs from "node:fs"
 import { join } from "node:path"
 import { CorruptLog } from "./corrupt.js"
-import { BadPayload, type EntryData, readAcked, readAppend, readEntry } from "./payload.js"
+import type { EntryData } from "./entryData.js"
+import { BadPayload, readAcked, readAppend, readEntry } from "./payload.js"
 import { decodeAt, describeInvalid, HEADER_BYTES, Kind } from "./record.js"
 import { codeName } from "./segment.js"
 

@@ -5,9 +5,9 @@
  */
 import { AckedWindow } from "./ackedWindow.js"
 import { Addresses } from "./addresses.js"
+import type { EntryData } from "./entryData.js"
 import type { KeyDigest } from "./keyDigest.js"
 import { LiveEntries } from "./liveEntries.js"
-import type { EntryData } from "./payload.js"
 import { TextArena } from "./textArena.js"
 
 /** First record of a snapshot: where the log goes on after it. */

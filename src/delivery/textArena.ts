@@ -16,7 +16,7 @@
  * through the arena are at most four times their live texts, plus the one being filled.
  */
 
-/** What the arena needs of an entry (`EntryData` in payload.ts, which imports this file). */
+/** What the arena needs of an entry (`EntryData` in entryData.ts, which imports this file). */
 export interface TextOwner {
   /** Bytes of its text in a chunk. */
   readonly textBytes: number

@@ -8,7 +8,7 @@ import { assert, describe, it } from "@effect/vitest"
 import fc from "fast-check"
 import { randomUUID } from "node:crypto"
 import { AckedWindow } from "../../src/delivery/ackedWindow.js"
-import { EntryData } from "../../src/delivery/payload.js"
+import { EntryData } from "../../src/delivery/entryData.js"
 
 const entry = (id: string, key: string) =>
   new EntryData(

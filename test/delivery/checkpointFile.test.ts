@@ -15,7 +15,7 @@ import { afterAll } from "vitest"
 import { AckedWindow } from "../../src/delivery/ackedWindow.js"
 import { captureCheckpoint, CHECKPOINT, frameCheckpoint, writeCheckpoint } from "../../src/delivery/checkpoint.js"
 import { readCheckpoint } from "../../src/delivery/checkpointRead.js"
-import { EntryData } from "../../src/delivery/payload.js"
+import { EntryData } from "../../src/delivery/entryData.js"
 import { tempRoot } from "./fixtures/files.js"
 
 const tmp = tempRoot("checkpoint-file")

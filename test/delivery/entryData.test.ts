@@ -7,7 +7,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import fc from "fast-check"
-import { EntryData } from "../../src/delivery/payload.js"
+import { EntryData } from "../../src/delivery/entryData.js"
 
 const make = (
   enqueuedAt: number,

@@ -10,8 +10,8 @@ import { assert, describe, it } from "@effect/vitest"
 import fc from "fast-check"
 import { randomUUID } from "node:crypto"
 import { AckedWindow, WrongRecord } from "../../src/delivery/ackedWindow.js"
+import { EntryData } from "../../src/delivery/entryData.js"
 import { digestKey, type KeyDigest } from "../../src/delivery/keyDigest.js"
-import { EntryData } from "../../src/delivery/payload.js"
 import { parseUuid, parseUuidBytes } from "../../src/delivery/uuidWords.js"
 
 /** A digest that collides for every two keys of one length. */

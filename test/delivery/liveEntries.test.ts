@@ -7,8 +7,8 @@
 import { assert, describe, it } from "@effect/vitest"
 import fc from "fast-check"
 import { randomUUID } from "node:crypto"
+import { EntryData } from "../../src/delivery/entryData.js"
 import { hashId, LiveEntries } from "../../src/delivery/liveEntries.js"
-import { EntryData } from "../../src/delivery/payload.js"
 
 const entry = (id: string, seq: number) =>
   new EntryData(
