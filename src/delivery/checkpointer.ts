@@ -34,7 +34,7 @@ import {
 } from "./checkpoint.js"
 import type { KeptSegment } from "./recovery.js"
 import { withFile } from "./replay.js"
-import { checksumFile, codeNumber, ReadWindow, segmentName, SNAP_BIT } from "./segment.js"
+import { checksumFile, codeNumber, PAGE, ReadWindow, segmentName, skewed, SNAP_BIT } from "./segment.js"
 import type { LogState } from "./state.js"
 
 /** The log when a checkpoint is due: `state` is exactly the records staged before address `end`. */
@@ -91,11 +91,13 @@ const MIN_SINCE = 4 << 20
 const checksumAsync = async (path: string, from: number, to: number, crc: number, buf: Buffer): Promise<number> => {
   const fh = await fs.promises.open(path, "r")
   try {
+    // Reads of `CHUNK` bytes keep the position's offset within a page, so the view stays placed for it.
+    const view = skewed(buf, from, CHUNK)
     let at = from
     while (at < to) {
-      const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, to - at), at)
+      const { bytesRead } = await fh.read(view, 0, Math.min(CHUNK, to - at), at)
       if (bytesRead === 0) return -1
-      crc = crc32(buf.subarray(0, bytesRead), crc)
+      crc = crc32(view.subarray(0, bytesRead), crc)
       at += bytesRead
     }
     return crc
@@ -223,7 +225,7 @@ export class Checkpointer {
     for (const { s, size } of files) {
       if (s.crcTo > size) return
       if (s.crcTo < size) {
-        this.chunk ??= Buffer.allocUnsafe(CHUNK)
+        this.chunk ??= Buffer.allocUnsafe(CHUNK + PAGE)
         const path = join(this.dir, segmentName(s.number, s.kind))
         const crc = await checksumAsync(path, s.crcTo, size, s.crc, this.chunk)
         if (crc < 0 || epoch !== this.epoch) return

@@ -8,7 +8,7 @@ import { join } from "node:path"
 import { crc32 } from "node:zlib"
 import { afterAll, assert, describe, it } from "vitest"
 import { encode, Kind } from "../../src/delivery/record.js"
-import { checksumFile, ReadWindow, SegmentReader } from "../../src/delivery/segment.js"
+import { checksumFile, ReadWindow, readBuffer, SegmentReader } from "../../src/delivery/segment.js"
 import { tempRoot } from "./fixtures/files.js"
 
 const tmp = tempRoot("read-window")
@@ -85,14 +85,25 @@ describe("one read window for many files", () => {
     assert.strictEqual(resumed.crc, crc32(a.bytes))
   })
 
-  it("hands out one buffer until it must grow (its pages touched once per pass)", () => {
+  it("hands out views of one buffer until it must grow (its pages touched once per pass)", () => {
     const window = new ReadWindow()
-    const first = window.get(100)
-    assert.isAtLeast(first.length, 1 << 20)
-    assert.strictEqual(window.get(1 << 20), first)
-    const grown = window.get((1 << 20) + 1)
-    assert.notStrictEqual(grown, first)
-    assert.isAtLeast(grown.length, (1 << 20) + 1)
-    assert.strictEqual(window.get(10), grown)
+    const first = window.forRead(0, 100)
+    assert.strictEqual(first.length, 100)
+    assert.isAtLeast(first.buffer.byteLength, 1 << 20)
+    assert.strictEqual(window.forRead(12345, 1 << 20).buffer, first.buffer)
+    const grown = window.forRead(0, (1 << 20) + 1)
+    assert.notStrictEqual(grown.buffer, first.buffer)
+    assert.strictEqual(grown.length, (1 << 20) + 1)
+    assert.strictEqual(window.forRead(7, 10).buffer, grown.buffer)
+  })
+
+  it("places a read 2 KiB past its position's offset within a page (no page aliasing in the kernel's copy)", () => {
+    const window = new ReadWindow()
+    for (const position of [0, 1, 16, 2047, 2048, 4095, 4096, 7 * 4096 + 5, 123_456_789]) {
+      for (const v of [window.forRead(position, 1 << 20), readBuffer(position, 100)]) {
+        assert.strictEqual(v.byteOffset % 4096, (position + 2048) % 4096)
+        assert.strictEqual(v.byteOffset + v.length <= v.buffer.byteLength, true)
+      }
+    }
   })
 })
