@@ -132,8 +132,7 @@ export class ReadWindow {
 }
 
 /** A new buffer of `n` bytes to read file position `position` into (placed as `skewed` says). */
-export const readBuffer = (position: number, n: number): Buffer =>
-  skewed(Buffer.allocUnsafe(n + PAGE), position, n)
+export const readBuffer = (position: number, n: number): Buffer => skewed(Buffer.allocUnsafe(n + PAGE), position, n)
 
 let zeroBytes: Buffer | undefined
 /** `n` (at most `WINDOW`) zero bytes, from one buffer shared by every reader. */

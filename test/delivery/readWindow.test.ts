@@ -8,7 +8,7 @@ import { join } from "node:path"
 import { crc32 } from "node:zlib"
 import { afterAll, assert, describe, it } from "vitest"
 import { encode, Kind } from "../../src/delivery/record.js"
-import { checksumFile, ReadWindow, readBuffer, SegmentReader } from "../../src/delivery/segment.js"
+import { checksumFile, readBuffer, ReadWindow, SegmentReader } from "../../src/delivery/segment.js"
 import { tempRoot } from "./fixtures/files.js"
 
 const tmp = tempRoot("read-window")
