@@ -60,6 +60,16 @@ fsModule.write = ((...args: Array<unknown>) => {
     cb(...r)
   })
 }) as unknown as typeof fsModule.write
+// Inline writes (`writes: "auto"` / `"inline"`, the default): the same durable write, made with writeSync.
+const realWriteSync = fsModule.writeSync as unknown as (...args: Array<unknown>) => number
+fsModule.writeSync = ((...args: Array<unknown>) => {
+  if (!dsyncFds.has(args[0] as number)) return realWriteSync(...args)
+  syncs++
+  const t = performance.now()
+  const n = realWriteSync(...args)
+  syncMs.push(performance.now() - t)
+  return n
+}) as unknown as typeof fsModule.writeSync
 syncBuiltinESMExports()
 
 const PRODUCERS = 64
@@ -259,32 +269,40 @@ const sqliteBatched = async (perProducer: number): Promise<Result> => {
 const keptOpen = async (rounds: number, perProducer: number) => {
   const scope = Effect.runSync(Scope.make())
   const log = await Effect.runPromise(Scope.provide(scope)(DeliveryLog.open({ dir: join(root, "kept-open") })))
+  // The same log with its writes on the thread pool (`writes: "thread-pool"`, the default before session 12).
+  const poolLog = await Effect.runPromise(
+    Scope.provide(scope)(DeliveryLog.open({ dir: join(root, "kept-open-pool"), writes: "thread-pool" }))
+  )
   const db = openSqlite("kept-open.db")
   const sqliteRound = batchedOn(db)
-  const deliverAll = () =>
-    Effect.runPromise(
-      Effect.flatMap(log.pending, (entries) =>
-        Effect.forEach(entries, (e) => log.ack(e.id), { concurrency: PRODUCERS, discard: true }))
-    ).then(() =>
-      void db.exec("DELETE FROM outbox")
+  const deliver = (l: DeliveryLog.DeliveryLog) =>
+    Effect.flatMap(
+      l.pending,
+      (entries) => Effect.forEach(entries, (e) => l.ack(e.id), { concurrency: PRODUCERS, discard: true })
     )
-  const fibersRound = async (): Promise<Result> => {
+  const deliverAll = () =>
+    Effect.runPromise(Effect.andThen(deliver(log), deliver(poolLog))).then(() => void db.exec("DELETE FROM outbox"))
+  const fibersRound = (l: DeliveryLog.DeliveryLog) => async (): Promise<Result> => {
     const latencies: Array<number> = []
     const start = now()
-    await Effect.runPromise(fibersOn(log, perProducer, latencies))
+    await Effect.runPromise(fibersOn(l, perProducer, latencies))
     return {
       appends: PRODUCERS * perProducer,
       seconds: (now() - start) / 1000,
       latencies: latencies.sort((a, b) => a - b)
     }
   }
-  await fibersRound()
+  await fibersRound(log)()
+  await fibersRound(poolLog)()
   await sqliteRound(perProducer)
   await deliverAll()
-  const out = { fibers: [] as Array<Result>, sqlite: [] as Array<Result> }
+  const out = { fibers: [] as Array<Result>, pool: [] as Array<Result>, sqlite: [] as Array<Result> }
   for (let r = 0; r < rounds; r++) {
-    out.fibers.push(await withCpu(fibersRound))
+    // Each pair's order alternates, so neither side always runs right after the deliveries.
+    if (r % 2 === 0) out.fibers.push(await withCpu(fibersRound(log)))
     out.sqlite.push(await withCpu(() => sqliteRound(perProducer)))
+    if (r % 2 === 1) out.fibers.push(await withCpu(fibersRound(log)))
+    out.pool.push(await withCpu(fibersRound(poolLog)))
     await deliverAll()
   }
   await Effect.runPromise(Scope.close(scope, Exit.void))
@@ -374,10 +392,12 @@ const main = async () => {
   const kept = await keptOpen(KEPT_ROUNDS, 400)
   const kf = sumOf(kept.fibers)
   const ks = sumOf(kept.sqlite)
+  const kp = sumOf(kept.pool)
   table(
     `Kept open: one log and one database, warmed up, ${KEPT_ROUNDS} alternated rounds, no forced collection, delivered between rounds`,
     [
       row("DeliveryLog (group commit), Effect fibers", kf, base),
+      row("DeliveryLog, writes on the thread pool", kp, base),
       row("better-sqlite3 WAL FULL, txn per tick", ks, base)
     ]
   )
@@ -512,17 +532,26 @@ const main = async () => {
         medianOf(kept.fibers.map((r, i) => r.cpuUs! / kept.sqlite[i]!.cpuUs!)).toFixed(2)
       }x)`
   )
-  // Where the CPU goes, per thread (Linux): better-sqlite3 syncs on the main thread; the log's durable
-  // writes run on the thread pool (each a hop there and back), the collector's helpers on V8's threads.
+  console.log(
+    `kept open, writes on the thread pool, vs better-sqlite3 txn per tick: rate ${
+      ratio(kp.appends / kp.seconds, ks.appends / ks.seconds)
+    }, CPU/append ${ratio(kp.cpuUs!, ks.cpuUs!)} (${kp.cpuUs!.toFixed(2)} vs ${ks.cpuUs!.toFixed(2)} µs), p99 ${
+      pct(kp.latencies, 99).toFixed(2)
+    } ms`
+  )
+  // Where the CPU goes, per thread (Linux): better-sqlite3 syncs on the main thread, and so does the log
+  // by default (inline writes); on the thread pool each durable write is a hop there and back. The
+  // collector's helpers run on V8's threads.
   if (Number.isFinite(kf.mainUs) && Number.isFinite(ks.mainUs)) {
-    console.log(
-      `kept open, CPU µs/append by thread: main ${kf.mainUs!.toFixed(2)} vs ${ks.mainUs!.toFixed(2)}, the others ${
-        kf.otherUs!.toFixed(2)
-      } vs ${ks.otherUs!.toFixed(2)} (the log's thread pool and both sides' collector helpers); ${
-        (kf.appends / kf.syncs!).toFixed(1)
+    const threads = (name: string, r: Result) =>
+      `${name}: main ${r.mainUs!.toFixed(2)}, the others ${r.otherUs!.toFixed(2)} (${
+        (r.appends / r.syncs!).toFixed(1)
       } records per durable write, the other threads' CPU per durable write ${
-        (kf.otherUs! * kf.appends / kf.syncs!).toFixed(0)
-      } µs`
+        (r.otherUs! * r.appends / r.syncs!).toFixed(0)
+      } µs)`
+    console.log(
+      `kept open, CPU µs/append by thread: ${threads("the log", kf)}; ${threads("thread-pool writes", kp)}; ` +
+        `better-sqlite3: main ${ks.mainUs!.toFixed(2)}, the others ${ks.otherUs!.toFixed(2)}`
     )
   }
   // What makes the appends' tail: the log's own fdatasyncs in the same runs (an append waits for the

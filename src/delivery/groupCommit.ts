@@ -2,13 +2,15 @@
  * Group commit: one writer loop owns the active segment. Callers hand it an encoded record and a
  * completion; the loop writes everything pending with one durable write (the segment is open with
  * `O_DSYNC` when syncing: the write returns once its data is on stable storage, as write + fdatasync
- * in one system call and one thread-pool hop; where the platform has no `O_DSYNC`, a write and an
- * fdatasync), then completes every caller it covered. A failed write or sync fails every caller it covered and every later one:
+ * in one system call; where the platform has no `O_DSYNC`, a write and an fdatasync), then completes
+ * every caller it covered. The write is made on the event loop's thread or on the thread pool (the
+ * `writes` option, `inlineFor`). A failed write or sync fails every caller it covered and every later one:
  * the writer never retries a sync (after a failed fsync the page cache cannot be trusted), the log
  * must be re-opened through recovery.
  */
 import * as fs from "node:fs"
 import { createSegment, O_DSYNC } from "./segment.js"
+import type { WriteMode } from "./validate.js"
 
 /** Called once: `undefined` when the record is durable (or written, with `sync: false`). */
 export type Completion = (error: Error | undefined) => void
@@ -61,6 +63,27 @@ const write = (fd: number, buf: Buffer, position: number): Promise<void> =>
     step()
   })
 
+/** `buf[start, end)` at `position`, on the calling thread (a short write goes on where it stopped). */
+const writeInline = (fd: number, buf: Buffer, start: number, end: number, position: number): void => {
+  let off = start
+  while (off < end) off += fs.writeSync(fd, buf, off, end - off, position + (off - start))
+}
+
+/**
+ * `writes: "auto"`: an inline write (with its sync) that took longer than this moves the writer to the
+ * thread pool: the disk stalls, and the event loop should not wait with it.
+ */
+export const SLOW_WRITE_MS = 50
+/** `writes: "auto"`: how long the writer stays on the thread pool after a slow inline write. */
+export const POOL_SPELL_MS = 30_000
+/**
+ * `writes: "auto"`: the fewest calls a batch must cover to be written inline. A big batch is what many
+ * producers in one tick make (a throughput-bound burst): one hop to the thread pool and back costs more
+ * than its write. A small one is latency-bound: on the thread pool the loop goes on with other work
+ * meanwhile, and the next calls gather into the next batch while this one is on its way.
+ */
+export const INLINE_MIN_CALLS = 32
+
 const datasync = (fd: number): Promise<void> =>
   new Promise((resolve, reject) => fs.fdatasync(fd, (err) => (err ? reject(err) : resolve())))
 
@@ -104,13 +127,25 @@ export class GroupCommitWriter {
     | { capture: () => unknown; resolve: (c: Checkpoint<unknown>) => void; reject: (e: Error) => void }
     | undefined
 
+  /** `writes: "auto"`: the clock reading (ms) from which writes are inline again. */
+  private inlineFrom = 0
+
   constructor(
     private readonly dir: string,
     private active: ActiveSegment,
     private readonly segmentBytes: number,
     private readonly sync: boolean,
-    private readonly events: WriterEvents
+    private readonly events: WriterEvents,
+    private readonly writes: WriteMode = "auto",
+    /** A monotonic clock, ms: times the inline writes (`writes: "auto"`). Tests pass their own. */
+    private readonly clock: () => number = () => performance.now()
   ) {}
+
+  /** Is a batch of `calls` calls written on the event loop's thread (see `OpenOptions.writes`)? */
+  inlineFor(calls: number): boolean {
+    if (this.writes === "auto") return calls >= INLINE_MIN_CALLS && this.clock() >= this.inlineFrom
+    return this.writes === "inline"
+  }
 
   /** The error that stopped the writer, if one did. */
   get failed(): Error | undefined {
@@ -260,6 +295,7 @@ export class GroupCommitWriter {
     ends: ReadonlyArray<number>,
     dones: Array<Completion | undefined>
   ): Promise<void> {
+    const inline = this.inlineFor(ends.length)
     let start = 0
     let i = 0
     while (i < ends.length) {
@@ -275,12 +311,26 @@ export class GroupCommitWriter {
       const size = to - start
       if (size > 0) {
         const a = this.active
-        await write(a.fd, buf.subarray(start, to), a.size)
         const end = a.size + size
-        // Past the filled space: fill the next stretch (within the segment) before the same sync.
-        if (this.sync && end > a.length) await this.fillAhead(a, end)
-        // With O_DSYNC each write above returned durable; without it (no such flag here), one sync.
-        if (this.sync && O_DSYNC === 0) await datasync(a.fd)
+        if (inline) {
+          // On this thread, as a synchronous commit: no hop to the thread pool and back.
+          const t0 = this.clock()
+          writeInline(a.fd, buf, start, to, a.size)
+          let took = this.clock() - t0
+          if (this.sync && end > a.length) await this.fillAhead(a, end)
+          if (this.sync && O_DSYNC === 0) {
+            const t1 = this.clock()
+            fs.fdatasyncSync(a.fd)
+            took += this.clock() - t1
+          }
+          if (took > SLOW_WRITE_MS && this.writes === "auto") this.inlineFrom = this.clock() + POOL_SPELL_MS
+        } else {
+          await write(a.fd, buf.subarray(start, to), a.size)
+          // Past the filled space: fill the next stretch (within the segment) before the same sync.
+          if (this.sync && end > a.length) await this.fillAhead(a, end)
+          // With O_DSYNC each write above returned durable; without it (no such flag here), one sync.
+          if (this.sync && O_DSYNC === 0) await datasync(a.fd)
+        }
         a.size = end
         this.events.onWritten(this.active.number, size)
       }

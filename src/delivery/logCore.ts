@@ -107,7 +107,7 @@ export class LogCore implements CallHost {
         onRoll: (n) => core?.rolled(n),
         onWritten: (n, b) => core?.written(n, b),
         onFailed: (e) => core?.onFailed(ioError(o.dir, e))
-      })
+      }, o.writes)
       core = new LogCore(
         o,
         lockPath,

@@ -1,6 +1,6 @@
 /**
- * What is specific to the file log: options, modes, the lock (with a real killed holder), group commit
- * and the handling of a failed sync, segment rolling, automatic compaction, closing.
+ * What is specific to the file log: options, modes, the lock (with a real killed holder), segment
+ * rolling, automatic compaction, closing (group commit and a failed sync: writes.test.ts).
  */
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Effect, Exit, Fiber, Option, Scope } from "effect"
@@ -19,36 +19,6 @@ afterAll(tmp.rm)
 
 const msg = (i: number) => ({ channel: "c", to: `r${i % 4}`, body: { i } })
 
-type WriteCb = (err: NodeJS.ErrnoException | null, written: number) => void
-/** `fs.write(fd, buf, offset, length, position, cb)`, the form the log's writer calls. */
-type Write = (fd: number, buf: Buffer, offset: number, length: number, position: number, cb: WriteCb) => void
-
-/** Replace fs.write (as the log sees it) for the duration of `f`. */
-const withWrite = <A, E, R>(
-  replacement: (original: Write) => Write,
-  f: Effect.Effect<A, E, R>
-): Effect.Effect<A, E, R> =>
-  Effect.acquireUseRelease(
-    Effect.sync(() => {
-      const original = fsDefault.write
-      fsDefault.write = replacement(original as unknown as Write) as unknown as typeof fsDefault.write
-      syncBuiltinESMExports()
-      return original
-    }),
-    () => f,
-    (original) =>
-      Effect.sync(() => {
-        fsDefault.write = original
-        syncBuiltinESMExports()
-      })
-  )
-
-/** Is descriptor `fd` of this process open with O_DSYNC (its flags as Linux shows them)? */
-const dsync = (fd: number): boolean => {
-  const flags = /^flags:\s+([0-7]+)$/m.exec(fs.readFileSync(`/proc/self/fdinfo/${fd}`, "utf8"))
-  return flags !== null && (parseInt(flags[1]!, 8) & fs.constants.O_DSYNC) !== 0
-}
-
 describe("DeliveryLog file store", () => {
   it.effect("options are validated: each bad option is reason invalid, naming the option", () =>
     Effect.gen(function*() {
@@ -62,6 +32,7 @@ describe("DeliveryLog file store", () => {
         [{ dedupeWindowMs: 0 }, "dedupeWindowMs"],
         [{ dedupeWindowMs: Number.NaN }, "dedupeWindowMs"],
         [{ fsync: "sometimes" }, "fsync"],
+        [{ writes: "sometimes" }, "writes"],
         [{ dir: "" }, "dir"]
       ]
       for (const [bad, name] of cases) {
@@ -176,89 +147,6 @@ describe("DeliveryLog file store", () => {
       assert.deepStrictEqual(reopened, appended)
     }))
 
-  it.effect("group commit: 64 overlapping appends share few durable writes (O_DSYNC), and none returns before a durable write covering it completed", () =>
-    Effect.gen(function*() {
-      const dir = tmp.next()
-      const events: Array<string> = []
-      let syncs = 0
-      let plain = 0
-      yield* withWrite(
-        (original) => (fd, buf, offset, length, position, cb) => {
-          // Each write of the segment is durable when it returns: its descriptor is O_DSYNC.
-          if (!dsync(fd)) {
-            plain++
-            return original(fd, buf, offset, length, position, cb)
-          }
-          syncs++
-          original(fd, buf, offset, length, position, (err, n) => {
-            events.push("synced")
-            cb(err, n)
-          })
-        },
-        Effect.scoped(
-          Effect.gen(function*() {
-            const log = yield* DeliveryLog.open({ dir })
-            yield* Effect.forEach(
-              Array.from({ length: 64 }, (_, i) => i),
-              (i) => Effect.tap(log.append(msg(i)), () => Effect.sync(() => events.push("returned"))),
-              { concurrency: "unbounded" }
-            )
-          })
-        )
-      )
-      assert.strictEqual(events.filter((e) => e === "returned").length, 64)
-      assert.strictEqual(plain, 0, "every write of the writer is durable (O_DSYNC)")
-      // At most 4 batches, each its records' write and (once per 4 MiB) a write of zeros ahead.
-      assert.isAtMost(syncs, 8, `64 appends took ${syncs} durable writes`)
-      assert.strictEqual(events[0], "synced", "the first append returned only after a sync")
-    }))
-
-  it.effect("a failed sync fails every call it covered with io, the log then refuses writes, and a re-open recovers", () =>
-    Effect.gen(function*() {
-      const dir = tmp.next()
-      yield* Effect.scoped(Effect.flatMap(DeliveryLog.open({ dir }), (log) => log.append(msg(0))))
-      const results = yield* withWrite(
-        // The write reaches the file but its sync fails: an O_DSYNC write reports the failed flush as its error.
-        (original) => (fd, buf, offset, length, position, cb) =>
-          original(fd, buf, offset, length, position, (err, n) => {
-            if (err !== null || !dsync(fd)) return cb(err, n)
-            const eio: NodeJS.ErrnoException = new Error("EIO: i/o error, write")
-            eio.code = "EIO"
-            cb(eio, 0)
-          }),
-        Effect.scoped(
-          Effect.gen(function*() {
-            const log = yield* DeliveryLog.open({ dir })
-            const covered = yield* Effect.forEach(
-              Array.from({ length: 10 }, (_, i) => i + 1),
-              (i) => failure(log.append(msg(i))),
-              {
-                concurrency: "unbounded"
-              }
-            )
-            const later = yield* failure(log.append(msg(99)))
-            const ack = yield* failure(log.ack("whatever"))
-            return { covered, later, ack }
-          })
-        )
-      )
-      for (const e of results.covered) {
-        assert.strictEqual(e.reason, "io")
-        assert.include(e.message, "EIO")
-      }
-      assert.strictEqual(results.later.reason, "io")
-      assert.strictEqual(results.ack.reason, "io")
-      // The sync failed but the bytes may be in the file: they come back or not, the first entry stays.
-      yield* Effect.scoped(
-        Effect.gen(function*() {
-          const log = yield* DeliveryLog.open({ dir })
-          const pending = yield* log.pending
-          assert.deepStrictEqual(pending[0]!.message.body, { i: 0 })
-          yield* log.append(msg(100))
-        })
-      )
-    }))
-
   it.effect("segments roll at segmentBytes and a record larger than a segment gets one of its own", () =>
     Effect.gen(function*() {
       const dir = tmp.next()
@@ -282,66 +170,75 @@ describe("DeliveryLog file store", () => {
       assert.strictEqual(pending.length, 11)
     }))
 
-  it.effect("a new segment is synced, and its directory too, before the first record is written into it", () =>
-    Effect.gen(function*() {
-      const dir = tmp.next()
-      const events: Array<string> = []
-      const realWrite = fsDefault.write
-      const realFsyncSync = fsDefault.fsyncSync
-      const realOpenSync = fsDefault.openSync
-      yield* Effect.acquireUseRelease(
-        Effect.sync(() => {
-          fsDefault.openSync = ((path: fs.PathLike, flags: fs.OpenMode, mode?: fs.Mode) => {
-            const fd = realOpenSync(path, flags, mode)
-            if (typeof flags === "number" && (flags & fs.constants.O_EXCL) !== 0 && String(path).endsWith(".log")) {
-              events.push(`create:${fd}`)
-            }
-            return fd
-          }) as typeof fsDefault.openSync
-          fsDefault.write = ((...args: Array<unknown>) => {
-            events.push(`write:${String(args[0])}`)
-            return (realWrite as (...a: Array<unknown>) => void)(...args)
-          }) as typeof fsDefault.write
-          fsDefault.fsyncSync = (fd: number) => {
-            events.push(`fsync:${fd}`)
-            realFsyncSync(fd)
-          }
-          syncBuiltinESMExports()
-        }),
-        () =>
-          Effect.scoped(
-            Effect.gen(function*() {
-              const log = yield* DeliveryLog.open({ dir, segmentBytes: 200 })
-              for (let i = 0; i < 6; i++) yield* log.append(msg(i))
-            })
-          ),
-        () =>
+  it.effect.each(["inline", "thread-pool"] as const)(
+    "a new segment is synced, and its directory too, before the first record is written into it (writes: %s)",
+    (writes) =>
+      Effect.gen(function*() {
+        const dir = tmp.next()
+        const events: Array<string> = []
+        const realWrite = fsDefault.write
+        const realWriteSync = fsDefault.writeSync
+        const realFsyncSync = fsDefault.fsyncSync
+        const realOpenSync = fsDefault.openSync
+        yield* Effect.acquireUseRelease(
           Effect.sync(() => {
-            fsDefault.write = realWrite
-            fsDefault.fsyncSync = realFsyncSync
-            fsDefault.openSync = realOpenSync
+            fsDefault.openSync = ((path: fs.PathLike, flags: fs.OpenMode, mode?: fs.Mode) => {
+              const fd = realOpenSync(path, flags, mode)
+              if (typeof flags === "number" && (flags & fs.constants.O_EXCL) !== 0 && String(path).endsWith(".log")) {
+                events.push(`create:${fd}`)
+              }
+              return fd
+            }) as typeof fsDefault.openSync
+            fsDefault.write = ((...args: Array<unknown>) => {
+              events.push(`write:${String(args[0])}`)
+              return (realWrite as (...a: Array<unknown>) => void)(...args)
+            }) as typeof fsDefault.write
+            fsDefault.writeSync = ((...args: Array<unknown>) => {
+              events.push(`write:${String(args[0])}`)
+              return (realWriteSync as (...a: Array<unknown>) => number)(...args)
+            }) as typeof fsDefault.writeSync
+            fsDefault.fsyncSync = (fd: number) => {
+              events.push(`fsync:${fd}`)
+              realFsyncSync(fd)
+            }
             syncBuiltinESMExports()
-          })
-      )
-      // After each segment is created: an fsync of it, then one of another fd (the directory), then its first write.
-      let checked = 0
-      events.forEach((e, i) => {
-        if (!e.startsWith("create:")) return
-        const fd = e.slice(7)
-        const rest = events.slice(i + 1)
-        const firstWrite = rest.indexOf(`write:${fd}`)
-        if (firstWrite < 0) return // the last one may stay empty
-        const before = rest.slice(0, firstWrite)
-        const own = before.indexOf(`fsync:${fd}`)
-        assert.isAtLeast(own, 0, `segment fd ${fd} was synced before its first write`)
-        assert.isTrue(
-          before.slice(own + 1).some((x) => x.startsWith("fsync:") && x !== `fsync:${fd}`),
-          "then the directory"
+          }),
+          () =>
+            Effect.scoped(
+              Effect.gen(function*() {
+                const log = yield* DeliveryLog.open({ dir, segmentBytes: 200, writes })
+                for (let i = 0; i < 6; i++) yield* log.append(msg(i))
+              })
+            ),
+          () =>
+            Effect.sync(() => {
+              fsDefault.write = realWrite
+              fsDefault.writeSync = realWriteSync
+              fsDefault.fsyncSync = realFsyncSync
+              fsDefault.openSync = realOpenSync
+              syncBuiltinESMExports()
+            })
         )
-        checked++
+        // After each segment is created: an fsync of it, then one of another fd (the directory), then its first write.
+        let checked = 0
+        events.forEach((e, i) => {
+          if (!e.startsWith("create:")) return
+          const fd = e.slice(7)
+          const rest = events.slice(i + 1)
+          const firstWrite = rest.indexOf(`write:${fd}`)
+          if (firstWrite < 0) return // the last one may stay empty
+          const before = rest.slice(0, firstWrite)
+          const own = before.indexOf(`fsync:${fd}`)
+          assert.isAtLeast(own, 0, `segment fd ${fd} was synced before its first write`)
+          assert.isTrue(
+            before.slice(own + 1).some((x) => x.startsWith("fsync:") && x !== `fsync:${fd}`),
+            "then the directory"
+          )
+          checked++
+        })
+        assert.isAbove(checked, 2, "several segments were created")
       })
-      assert.isAbove(checked, 2, "several segments were created")
-    }))
+  )
 
   it.effect("idempotency keys acked within the window survive compaction and a re-open", () =>
     Effect.gen(function*() {
