@@ -83,6 +83,15 @@ export const POOL_SPELL_MS = 30_000
  * meanwhile, and the next calls gather into the next batch while this one is on its way.
  */
 export const INLINE_MIN_CALLS = 32
+/**
+ * `writes: "auto"`: a big batch goes inline only once this many big batches in a row were written on the
+ * thread pool with no call arriving while they were on their way: nothing else would have run meanwhile,
+ * so the event loop loses nothing by waiting. Where calls do arrive meanwhile (a delivery queue sending
+ * while producers append), the overlap is worth the hop and the writes stay on the thread pool.
+ */
+export const IDLE_WRITES_TO_INLINE = 2
+/** `writes: "auto"`: big batches written inline before the next one goes to the thread pool again, to look. */
+export const INLINE_RUN = 32
 
 const datasync = (fd: number): Promise<void> =>
   new Promise((resolve, reject) => fs.fdatasync(fd, (err) => (err ? reject(err) : resolve())))
@@ -141,10 +150,26 @@ export class GroupCommitWriter {
     private readonly clock: () => number = () => performance.now()
   ) {}
 
+  /** `writes: "auto"`: big batches in a row written on the thread pool with no call arriving meanwhile. */
+  private idleWrites = 0
+  /** `writes: "auto"`: big batches still to be written inline before the next look from the thread pool. */
+  private inlineLeft = 0
+
   /** Is a batch of `calls` calls written on the event loop's thread (see `OpenOptions.writes`)? */
   inlineFor(calls: number): boolean {
-    if (this.writes === "auto") return calls >= INLINE_MIN_CALLS && this.clock() >= this.inlineFrom
-    return this.writes === "inline"
+    if (this.writes !== "auto") return this.writes === "inline"
+    if (calls < INLINE_MIN_CALLS || this.inlineLeft === 0 || this.clock() < this.inlineFrom) return false
+    this.inlineLeft--
+    return true
+  }
+
+  /** `writes: "auto"`: a big batch's write on the thread pool returned; `arrived`: calls came meanwhile. */
+  private pooled(arrived: boolean): void {
+    this.idleWrites = arrived ? 0 : this.idleWrites + 1
+    if (this.idleWrites >= IDLE_WRITES_TO_INLINE) {
+      this.idleWrites = 0
+      this.inlineLeft = INLINE_RUN
+    }
   }
 
   /** The error that stopped the writer, if one did. */
@@ -323,13 +348,18 @@ export class GroupCommitWriter {
             fs.fdatasyncSync(a.fd)
             took += this.clock() - t1
           }
-          if (took > SLOW_WRITE_MS && this.writes === "auto") this.inlineFrom = this.clock() + POOL_SPELL_MS
+          if (took > SLOW_WRITE_MS && this.writes === "auto") {
+            this.inlineFrom = this.clock() + POOL_SPELL_MS
+            this.inlineLeft = 0
+          }
         } else {
           await write(a.fd, buf.subarray(start, to), a.size)
           // Past the filled space: fill the next stretch (within the segment) before the same sync.
           if (this.sync && end > a.length) await this.fillAhead(a, end)
           // With O_DSYNC each write above returned durable; without it (no such flag here), one sync.
           if (this.sync && O_DSYNC === 0) await datasync(a.fd)
+          // Before its calls complete (their callers may call again at once): did any arrive meanwhile?
+          if (this.writes === "auto" && ends.length >= INLINE_MIN_CALLS) this.pooled(this.dones.length > 0)
         }
         a.size = end
         this.events.onWritten(this.active.number, size)

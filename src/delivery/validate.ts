@@ -24,9 +24,12 @@ export interface OpenOptions {
    * better-sqlite3 commits a transaction: no thread hop, the least CPU, and the loop waits for the disk
    * (~0.1–1 ms on an SSD, longer when the disk stalls). `"thread-pool"`: libuv's thread pool: the loop
    * never waits, each write costs a hop to another thread and back, and the calls made meanwhile gather
-   * into the next batch. `"auto"` (default): a batch of at least 32 calls (many producers in one tick) is
-   * written inline, a smaller one on the thread pool; an inline write that takes longer than 50 ms (the
-   * disk stalls) sends every write to the thread pool for the next 30 s.
+   * into the next batch. `"auto"` (default): a batch of at least 32 calls (many producers in one tick)
+   * is written inline once two such batches in a row were written on the thread pool with no call
+   * arriving while they were on their way (nothing else would have run meanwhile), for the next 32 such
+   * batches, then the thread pool looks again; smaller batches, and big ones whose writes overlap other
+   * work, stay on the thread pool. An inline write that takes longer than 50 ms (the disk stalls) sends
+   * every write to the thread pool for the next 30 s.
    */
   readonly writes?: WriteMode
 }
