@@ -2,10 +2,12 @@
  * The short way from an ingress to a key's owner, for the ingress's volatile runs (protocol.ts `RunNow`;
  * docs/cluster.md "One hop between runners"). effect/cluster sends a request to another runner over its
  * runners' socket: its RPC client and server, binary envelopes, the sharding's routing, ~1.7 ms of CPU over
- * both processes and 2 to 3 ms a round trip when they were idle (bench/README.md). Here the ingress POSTs
- * the run as JSON to the ingress of the runner that holds the key's shard (`POST /internal/runs`, one
- * keep-alive connection per request in flight), which hands it to the key's entity as a local send and
- * answers with the run's answer (`{"ok": ...}` or `{"err": ...}`, Answers.ts).
+ * both processes and 2 to 3 ms a round trip when they were idle (bench/README.md). Here the ingress sends
+ * the run as a line of JSON to the ingress of the runner that holds the key's shard, over one persistent
+ * connection per other runner (an HTTP upgrade of `GET /internal/hop` on its ingress port, the bearer token
+ * checked once per connection; HopWire.ts), which hands it to the key's entity as a local send and answers
+ * with the run's answer (`{"ok": ...}` or `{"err": ...}`, Answers.ts) on a line with the same id. It used to
+ * be a node:http request per run (`POST /internal/runs`, still served for a runner of an older version).
  *
  * Where a shard is: each runner registers its ingress URL under its fencing token
  * (`<prefix>_ingress_owners`, migration 0010) and every runner reads `<prefix>_shard_epochs` (whose `owner`
@@ -22,8 +24,10 @@ import { Duration, Effect, Schedule } from "effect"
 import type { Exit, Scope } from "effect"
 import type { SqlError } from "effect/sql/SqlError"
 import * as http from "node:http"
+import type * as net from "node:net"
 import { urlToHttpOptions } from "node:url"
 import * as Answers from "./Answers.js"
+import * as HopWire from "./HopWire.js"
 import type { RunNow } from "./protocol.js"
 import * as Timing from "./Timing.js"
 
@@ -84,47 +88,36 @@ export const make = (options: HopOptions): Effect.Effect<Hop, never, PgClient.Pg
       Effect.repeat(Schedule.spaced(Duration.millis(options.refreshMs ?? 1_000))),
       Effect.forkScoped
     )
-    const agent = new http.Agent({ keepAlive: true })
-    yield* Effect.addFinalizer(() => Effect.sync(() => agent.destroy()))
     const headers = {
-      "content-type": "application/json",
+      connection: "Upgrade",
+      upgrade: HopWire.HOP_PROTOCOL,
       ...(options.token === undefined || options.token === "" ? {} : { authorization: `Bearer ${options.token}` })
     }
     let hops = 0
     let hopFailures = 0
     // An ingress that gave no answer is not asked again for a while (the usual way is taken at once).
     const failedUntil = new Map<string, number>()
-    // The request options of each ingress, parsed from its URL once (not on every run sent to it).
-    const targets = new Map<string, http.RequestOptions>()
-    const targetOf = (url: string) => {
-      let target = targets.get(url)
-      if (target === undefined) {
-        target = { ...urlToHttpOptions(new URL(`${url}${RUNS_PATH}`)), method: "POST", agent, headers }
-        targets.set(url, target)
+    // One connection per other ingress, opened at its first run and kept (HopWire.ts).
+    const connections = new Map<string, Connection>()
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        for (const c of connections.values()) c.close()
+      })
+    )
+    const connectionTo = (url: string): Connection => {
+      let c = connections.get(url)
+      if (c === undefined) {
+        c = connect(url, headers, () => connections.delete(url))
+        connections.set(url, c)
       }
-      return target
+      return c
     }
     const post = (url: string, body: string) =>
       Effect.callback<string | undefined>((resume) => {
-        const req = http.request(targetOf(url), (res) => {
-          const chunks: Array<Buffer> = []
-          res.on("data", (c: Buffer) => chunks.push(c))
-          res.on("end", () =>
-            resume(Effect.succeed(res.statusCode === 200 ? Buffer.concat(chunks).toString("utf8") : undefined)))
-          res.on("error", () =>
-            resume(Effect.succeed(undefined)))
-        })
-        req.on("error", () => resume(Effect.succeed(undefined)))
-        // A new connection that does not connect soon (an address these runners cannot reach) is dropped.
-        req.on("socket", (socket) => {
-          if (!socket.connecting) return
-          const timer = setTimeout(() => req.destroy(), CONNECT_TIMEOUT_MS)
-          socket.once("connect", () => clearTimeout(timer))
-          socket.once("close", () => clearTimeout(timer))
-        })
-        req.end(body)
+        const c = connectionTo(url)
+        const id = c.send(body, (text) => resume(Effect.succeed(text)))
         // The run goes on where it runs (only Cancel stops it); this side stops waiting.
-        return Effect.sync(() => req.destroy())
+        return Effect.sync(() => c.forget(id))
       })
     return {
       send: (shard, payload) => {
@@ -158,3 +151,85 @@ export const make = (options: HopOptions): Effect.Effect<Hop, never, PgClient.Pg
       stats: () => ({ hops, hopFailures })
     }
   })
+
+/** A connection to another runner's ingress, upgraded to the hop's lines (HopWire.ts). */
+interface Connection {
+  /** Sends a run (its payload's JSON); `done` gets its answer's text, or `undefined` (no answer). Returns its id. */
+  readonly send: (body: string, done: (text: string | undefined) => void) => number
+  /** Stops waiting for request `id` (its answer, if it comes, is dropped). */
+  readonly forget: (id: number) => void
+  readonly close: () => void
+}
+
+/**
+ * Opens a connection to the hop of the ingress at `url` (`GET /internal/hop`, upgraded); lines sent before it
+ * is open wait for it. When it fails to open within {@link CONNECT_TIMEOUT_MS}, is refused (not upgraded: a
+ * 401, a 503, an ingress without the hop) or ends, every request waiting on it gets `undefined` and `gone`
+ * is called (the next run opens a new one).
+ */
+const connect = (url: string, headers: http.OutgoingHttpHeaders, gone: () => void): Connection => {
+  const waiting = new Map<number, (text: string | undefined) => void>()
+  let nextId = 0
+  let socket: net.Socket | undefined
+  let write: ((text: string) => void) | undefined
+  let early = ""
+  let ended = false
+  const end = () => {
+    if (ended) return
+    ended = true
+    clearTimeout(timer)
+    gone()
+    socket?.destroy()
+    req.destroy()
+    const callbacks = [...waiting.values()]
+    waiting.clear()
+    for (const done of callbacks) done(undefined)
+  }
+  const req = http.request({
+    ...urlToHttpOptions(new URL(`${url}${HopWire.HOP_PATH}`)),
+    method: "GET",
+    agent: false,
+    headers
+  })
+  const timer = setTimeout(end, CONNECT_TIMEOUT_MS)
+  req.on("upgrade", (res: http.IncomingMessage, s: net.Socket, head: Buffer) => {
+    clearTimeout(timer)
+    socket = s
+    if (ended || res.headers.upgrade !== HopWire.HOP_PROTOCOL) return end()
+    s.setNoDelay(true)
+    s.on("close", end)
+    s.on("error", end)
+    HopWire.readLines(s, head, Number.MAX_SAFE_INTEGER, (id, text) => {
+      const done = waiting.get(id)
+      if (done === undefined) return
+      waiting.delete(id)
+      done(text === HopWire.NO_ANSWER ? undefined : text)
+    })
+    write = HopWire.batched(s)
+    if (early.length > 0) write(early)
+    early = ""
+  })
+  // Answered but not upgraded (401, 404, 503): no hop there.
+  req.on("response", (res: http.IncomingMessage) => {
+    res.resume()
+    end()
+  })
+  req.on("error", end)
+  req.end()
+  return {
+    send: (body, done) => {
+      const id = ++nextId
+      if (ended) {
+        done(undefined)
+        return id
+      }
+      waiting.set(id, done)
+      const text = HopWire.line(id, body)
+      if (write === undefined) early += text
+      else write(text)
+      return id
+    },
+    forget: (id) => void waiting.delete(id),
+    close: end
+  }
+}
