@@ -28,6 +28,43 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
     await db?.drop()
   })
 
+  /**
+   * Opens the runners' hop (`GET <path>` with `upgrade: switchyard-hop/1`), writes `writes` one after another
+   * and collects answer lines until one per request line came (or 10 s passed); a refused upgrade: its status.
+   */
+  const hop = (path: string, headers: Record<string, string>, writes: ReadonlyArray<string>) =>
+    new Promise<{ status: number; lines: Array<string> }>((resolve, reject) => {
+      const req = http.request({
+        host: "127.0.0.1",
+        port,
+        path,
+        method: "GET",
+        agent: false,
+        headers: { ...headers, connection: "Upgrade", upgrade: "switchyard-hop/1" }
+      })
+      req.on("response", (res) => {
+        res.resume()
+        resolve({ status: res.statusCode ?? 0, lines: [] })
+      })
+      req.on("upgrade", (res, socket, head) => {
+        const expected = writes.join("").split("\n").length - 1
+        let text = head.toString("utf8")
+        const lines = () => text.split("\n").slice(0, -1)
+        const timer = setTimeout(() => done(), 10_000)
+        const done = () => {
+          clearTimeout(timer)
+          socket.destroy()
+          resolve({ status: res.statusCode ?? 0, lines: lines() })
+        }
+        socket.on("data", (c: Buffer) => {
+          text += c.toString("utf8")
+          if (lines().length >= expected) done()
+        })
+        for (const w of writes) socket.write(w)
+      })
+      req.on("error", reject)
+      req.end()
+    })
   const call = (method: string, path: string, body?: string, headers: Record<string, string> = {}) =>
     Effect.promise(async () => {
       const res = await fetch(`http://127.0.0.1:${port}${path}`, {
@@ -309,7 +346,7 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
   )
 
   it.live(
-    "with --token: every route but /healthz wants `Authorization: Bearer <token>` (401 JSON otherwise, also for a wrong token of another length), the runners' POST /internal/runs too; GET /openapi.json is the OpenAPI document of every route",
+    "with --token: every route but /healthz wants `Authorization: Bearer <token>` (401 JSON otherwise, also for a wrong token of another length), the runners' POST /internal/runs and their hop's upgrade (GET /internal/hop: runs and answers as lines) too; GET /openapi.json is the OpenAPI document of every route",
     () =>
       Effect.scoped(Effect.gen(function*() {
         yield* Runner.start({
@@ -382,6 +419,22 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         assert.strictEqual((yield* call("POST", "/internal/runs", `{"runId":1}`, auth)).status, 400)
         const relayed = yield* call("POST", "/internal/runs", JSON.stringify(run), auth)
         assert.deepStrictEqual([relayed.status, relayed.json.ok?.text], [200, "You said: via relay"])
+        // The hop's connection (HopWire.ts): an upgrade of GET /internal/hop, the token checked once for it;
+        // then runs as lines `<id>\t<JSON>`, each answered by a line with its id (`-`: no answer here).
+        const refusedHop = yield* Effect.promise(() => hop("/internal/hop", {}, []))
+        assert.deepStrictEqual([refusedHop.status, refusedHop.lines], [401, []])
+        assert.strictEqual((yield* Effect.promise(() => hop("/internal/elsewhere", auth, []))).status, 404)
+        const viaHop = { ...run, runId: "hop-1", key: "viahop", command: { ...run.command, session: "viahop", text: "via hop" } }
+        const hopped = yield* Effect.promise(() =>
+          hop("/internal/hop", auth, [`7\t{"runId":1}\n`, `8\t${JSON.stringify(viaHop)}\n9\t${JSON.stringify(run)}\n`])
+        )
+        assert.strictEqual(hopped.status, 101)
+        assert.deepStrictEqual(hopped.lines.map((l) => l.split("\t", 1)[0]).sort(), ["7", "8", "9"])
+        const byId = new Map(hopped.lines.map((l) => [l.slice(0, l.indexOf("\t")), l.slice(l.indexOf("\t") + 1)]))
+        assert.strictEqual(byId.get("7"), "-")
+        assert.strictEqual(JSON.parse(byId.get("8")!).ok?.text, "You said: via hop")
+        // A run sent again (relay-1, answered above) gets its answer, not a second turn.
+        assert.strictEqual(JSON.parse(byId.get("9")!).ok?.text, "You said: via relay")
         const metrics = yield* call("GET", "/metrics", undefined, auth)
         assert.strictEqual(parsePrometheus(metrics.text).get("switchyard_cluster_dispatched_total")?.type, "counter")
         const spec = yield* call("GET", "/openapi.json", undefined, auth)
