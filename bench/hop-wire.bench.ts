@@ -82,7 +82,14 @@ const viaHttp = (port: number) => {
   return (body: string) =>
     new Promise<string>((resolve, reject) => {
       const req = http.request(
-        { host: "127.0.0.1", port, path: "/internal/runs", method: "POST", agent, headers: { "content-type": "application/json" } },
+        {
+          host: "127.0.0.1",
+          port,
+          path: "/internal/runs",
+          method: "POST",
+          agent,
+          headers: { "content-type": "application/json" }
+        },
         (res) => {
           const chunks: Array<Buffer> = []
           res.on("data", (c: Buffer) => chunks.push(c))
@@ -131,7 +138,10 @@ const viaLines = async (port: number) => {
 if (process.env.HOP_WIRE_SERVER === "1") {
   serve()
 } else {
-  const child = fork(import.meta.filename, [], { execArgv: ["--import", "tsx"], env: { ...process.env, HOP_WIRE_SERVER: "1" } })
+  const child = fork(import.meta.filename, [], {
+    execArgv: ["--import", "tsx"],
+    env: { ...process.env, HOP_WIRE_SERVER: "1" }
+  })
   try {
     const port = await new Promise<number>((resolve) => child.once("message", (m) => resolve(m as number)))
     const lines = await viaLines(port)
@@ -168,7 +178,9 @@ if (process.env.HOP_WIRE_SERVER === "1") {
         const med = (f: (x: Awaited<ReturnType<typeof measure>>) => number) =>
           [...results[way].map(f)].sort((a, b) => a - b)[Math.floor(results[way].length / 2)]!
         rows.push({
-          name: `${way === "http" ? "node:http POST per run" : "lines on one upgraded connection"}, ${inFlight} in flight`,
+          name: `${
+            way === "http" ? "node:http POST per run" : "lines on one upgraded connection"
+          }, ${inFlight} in flight`,
           "sender CPU µs/hop": med((x) => x.sender),
           "receiver CPU µs/hop": med((x) => x.receiver),
           "both µs/hop": med((x) => x.sender + x.receiver),
@@ -176,7 +188,10 @@ if (process.env.HOP_WIRE_SERVER === "1") {
         })
       }
     }
-    table(`The hop's transport alone: ${HOPS} runs per round (2,500 one at a time), ${ROUNDS} rounds alternated, medians`, rows)
+    table(
+      `The hop's transport alone: ${HOPS} runs per round (2,500 one at a time), ${ROUNDS} rounds alternated, medians`,
+      rows
+    )
     lines.socket.destroy()
   } finally {
     child.kill()

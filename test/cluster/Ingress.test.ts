@@ -424,7 +424,12 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         const refusedHop = yield* Effect.promise(() => hop("/internal/hop", {}, []))
         assert.deepStrictEqual([refusedHop.status, refusedHop.lines], [401, []])
         assert.strictEqual((yield* Effect.promise(() => hop("/internal/elsewhere", auth, []))).status, 404)
-        const viaHop = { ...run, runId: "hop-1", key: "viahop", command: { ...run.command, session: "viahop", text: "via hop" } }
+        const viaHop = {
+          ...run,
+          runId: "hop-1",
+          key: "viahop",
+          command: { ...run.command, session: "viahop", text: "via hop" }
+        }
         const hopped = yield* Effect.promise(() =>
           hop("/internal/hop", auth, [`7\t{"runId":1}\n`, `8\t${JSON.stringify(viaHop)}\n9\t${JSON.stringify(run)}\n`])
         )
