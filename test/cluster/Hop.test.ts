@@ -1,8 +1,8 @@
 /**
  * The ingress's short way to a key's owner (src/cluster/Hop.ts): two runner processes; a message sent to
  * the runner that does not hold its session's shard is answered by the owner's turn through the owner's
- * ingress (`POST /internal/runs`), and, when that ingress cannot be reached, the usual way (effect/cluster's
- * socket), each message answered once.
+ * ingress (the hop: one upgraded connection, `GET /internal/hop`, HopWire.ts), and, when that ingress cannot
+ * be reached, the usual way (effect/cluster's socket), each message answered once.
  */
 import * as fs from "node:fs"
 import * as os from "node:os"
