@@ -194,8 +194,10 @@ const connect = (url: string, headers: http.OutgoingHttpHeaders, gone: () => voi
   const timer = setTimeout(end, CONNECT_TIMEOUT_MS)
   req.on("upgrade", (res: http.IncomingMessage, s: net.Socket, head: Buffer) => {
     clearTimeout(timer)
+    // Upgraded after the time allowed (the runs waiting were sent the usual way), or to something else.
+    if (ended) return void s.destroy()
     socket = s
-    if (ended || res.headers.upgrade !== HopWire.HOP_PROTOCOL) return end()
+    if (res.headers.upgrade !== HopWire.HOP_PROTOCOL) return end()
     s.setNoDelay(true)
     s.on("close", end)
     s.on("error", end)
