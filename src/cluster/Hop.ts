@@ -113,9 +113,9 @@ export const make = (options: HopOptions): Effect.Effect<Hop, never, PgClient.Pg
       return c
     }
     const post = (url: string, body: string) =>
-      Effect.callback<string | undefined>((resume) => {
+      Effect.callback<string | { readonly why: string }>((resume) => {
         const c = connectionTo(url)
-        const id = c.send(body, (text) => resume(Effect.succeed(text)))
+        const id = c.send(body, (text, why) => resume(Effect.succeed(text ?? { why })))
         // The run goes on where it runs (only Cancel stops it); this side stops waiting.
         return Effect.sync(() => c.forget(id))
       })
@@ -124,22 +124,28 @@ export const make = (options: HopOptions): Effect.Effect<Hop, never, PgClient.Pg
         const url = owners.get(shard)
         if (url === undefined || (failedUntil.get(url) ?? 0) > Date.now()) return Effect.succeed(undefined)
         Timing.mark(payload.runId, "hopSent")
-        return Effect.map(post(url, JSON.stringify(payload)), (text) => {
+        return Effect.flatMap(post(url, JSON.stringify(payload)), (text) => {
           Timing.mark(payload.runId, "hopAnswered")
-          if (text === undefined) {
-            hopFailures++
-            failedUntil.set(url, Date.now() + FAILURE_BACKOFF_MS)
-            return undefined
-          }
+          let answer: Exit.Exit<unknown, unknown> | undefined
           try {
-            const answer = Answers.decode(text)
-            hops++
-            return answer
+            answer = typeof text === "string" ? Answers.decode(text) : undefined
           } catch {
-            hopFailures++
-            failedUntil.set(url, Date.now() + FAILURE_BACKOFF_MS)
-            return undefined
+            answer = undefined
           }
+          if (answer !== undefined) {
+            hops++
+            return Effect.succeed(answer)
+          }
+          hopFailures++
+          failedUntil.set(url, Date.now() + FAILURE_BACKOFF_MS)
+          return Effect.as(
+            Effect.logWarning(
+              `hop: run ${payload.runId} got no answer from ${url} (${
+                typeof text === "string" ? "not an answer" : text.why
+              }); sent the usual way, and that ingress is left alone for ${FAILURE_BACKOFF_MS} ms`
+            ),
+            undefined
+          )
         })
       },
       register: (url) =>
@@ -155,7 +161,7 @@ export const make = (options: HopOptions): Effect.Effect<Hop, never, PgClient.Pg
 /** A connection to another runner's ingress, upgraded to the hop's lines (HopWire.ts). */
 interface Connection {
   /** Sends a run (its payload's JSON); `done` gets its answer's text, or `undefined` (no answer). Returns its id. */
-  readonly send: (body: string, done: (text: string | undefined) => void) => number
+  readonly send: (body: string, done: (text: string | undefined, why: string) => void) => number
   /** Stops waiting for request `id` (its answer, if it comes, is dropped). */
   readonly forget: (id: number) => void
   readonly close: () => void
@@ -168,22 +174,22 @@ interface Connection {
  * is called (the next run opens a new one).
  */
 const connect = (url: string, headers: http.OutgoingHttpHeaders, gone: () => void): Connection => {
-  const waiting = new Map<number, (text: string | undefined) => void>()
+  const waiting = new Map<number, (text: string | undefined, why: string) => void>()
   let nextId = 0
   let socket: net.Socket | undefined
   let write: ((text: string) => void) | undefined
   let early = ""
-  let ended = false
-  const end = () => {
-    if (ended) return
-    ended = true
+  let ended: string | undefined
+  const end = (why: string) => {
+    if (ended !== undefined) return
+    ended = why
     clearTimeout(timer)
     gone()
     socket?.destroy()
     req.destroy()
     const callbacks = [...waiting.values()]
     waiting.clear()
-    for (const done of callbacks) done(undefined)
+    for (const done of callbacks) done(undefined, why)
   }
   const req = http.request({
     ...urlToHttpOptions(new URL(`${url}${HopWire.HOP_PATH}`)),
@@ -191,21 +197,21 @@ const connect = (url: string, headers: http.OutgoingHttpHeaders, gone: () => voi
     agent: false,
     headers
   })
-  const timer = setTimeout(end, CONNECT_TIMEOUT_MS)
+  const timer = setTimeout(() => end(`not upgraded within ${CONNECT_TIMEOUT_MS} ms`), CONNECT_TIMEOUT_MS)
   req.on("upgrade", (res: http.IncomingMessage, s: net.Socket, head: Buffer) => {
     clearTimeout(timer)
     // Upgraded after the time allowed (the runs waiting were sent the usual way), or to something else.
-    if (ended) return void s.destroy()
+    if (ended !== undefined) return void s.destroy()
     socket = s
-    if (res.headers.upgrade !== HopWire.HOP_PROTOCOL) return end()
+    if (res.headers.upgrade !== HopWire.HOP_PROTOCOL) return end(`upgraded to ${res.headers.upgrade}`)
     s.setNoDelay(true)
-    s.on("close", end)
-    s.on("error", end)
+    s.on("close", () => end("connection closed"))
+    s.on("error", (e) => end(`connection failed: ${e.message}`))
     HopWire.readLines(s, head, Number.MAX_SAFE_INTEGER, (id, text) => {
       const done = waiting.get(id)
       if (done === undefined) return
       waiting.delete(id)
-      done(text === HopWire.NO_ANSWER ? undefined : text)
+      done(text === HopWire.NO_ANSWER ? undefined : text, "no answer there")
     })
     write = HopWire.batched(s)
     if (early.length > 0) write(early)
@@ -214,15 +220,15 @@ const connect = (url: string, headers: http.OutgoingHttpHeaders, gone: () => voi
   // Answered but not upgraded (401, 404, 503): no hop there.
   req.on("response", (res: http.IncomingMessage) => {
     res.resume()
-    end()
+    end(`not upgraded: ${res.statusCode}`)
   })
-  req.on("error", end)
+  req.on("error", (e) => end(`connection failed: ${e.message}`))
   req.end()
   return {
     send: (body, done) => {
       const id = ++nextId
-      if (ended) {
-        done(undefined)
+      if (ended !== undefined) {
+        done(undefined, ended)
         return id
       }
       waiting.set(id, done)
@@ -232,6 +238,6 @@ const connect = (url: string, headers: http.OutgoingHttpHeaders, gone: () => voi
       return id
     },
     forget: (id) => void waiting.delete(id),
-    close: end
+    close: () => end("closed")
   }
 }
