@@ -54,8 +54,10 @@ export interface ClusterDelivery {
     readonly deadLettered: number
   }>
   /**
-   * Stops claiming, lets attempts in flight end (up to `timeoutMs`, default `attemptTimeoutMs + 1000`),
-   * then gives back what it still holds. Closing the Scope does the same; a second call waits for the first.
+   * Delivers what is due until nothing is (a recipient's entries one after the other, as always), then
+   * stops claiming and lets attempts in flight end, all within `timeoutMs` (default `attemptTimeoutMs +
+   * 1000`), then gives back what it still holds.
+   * Closing the Scope does the same; a second call waits for the first.
    */
   readonly stop: (timeoutMs?: number) => Effect.Effect<void>
 }
@@ -79,6 +81,8 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
     let failedAttempts = 0
     let deadLettered = 0
     let stopping = false
+    /** `stop` was called: the loop claims what is due until nothing is, then ends (within the stop's time). */
+    let finishing = false
     let wake = Deferred.makeUnsafe<void>()
     const poke = () => {
       Deferred.doneUnsafe(wake, Effect.void)
@@ -155,6 +159,7 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
       while (!stopping) {
         const current = wake
         const room = concurrency - inFlight
+        let claimedNone = false
         if (room > 0 || acks.length > 0) {
           const claimed = yield* ackAndClaim(Math.max(0, room))
           for (const entry of claimed) {
@@ -162,7 +167,10 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
             yield* Effect.forkIn(attempt(entry), attempts)
           }
           if (room > 0 && claimed.length === room) continue
+          claimedNone = room > 0 && claimed.length === 0
         }
+        // Finishing (see `stop`): done once nothing is due, nothing is in flight and every ack is written.
+        if (finishing && claimedNone && inFlight === 0 && acks.length === 0) return
         const woken = yield* Deferred.await(current).pipe(
           Effect.as(true),
           Effect.timeoutOrElse({ duration: Duration.millis(pollMs), orElse: () => Effect.succeed(false) })
@@ -180,12 +188,24 @@ export const make = (options: ClusterDeliveryOptions): Effect.Effect<ClusterDeli
         const done = Deferred.makeUnsafe<void>()
         stopped = done
         return Effect.gen(function*() {
+          const start = yield* Clock.currentTimeMillis
+          // What is due goes out before leaving, within the same time: a reply its turn committed just
+          // before the stop (the loop claims `batchMs` after a wake, or at its next poll) would otherwise
+          // wait for the next start, or for another runner's poll. The loop goes on claiming (a
+          // recipient's next entry once its previous one is acked) until nothing is due and nothing is in
+          // flight, then ends by itself.
+          finishing = true
+          poke()
+          yield* Fiber.await(fiber).pipe(
+            Effect.timeoutOrElse({ duration: Duration.millis(Math.max(0, timeoutMs)), orElse: () => Effect.void })
+          )
           stopping = true
           yield* Fiber.interrupt(fiber)
+          const left = Math.max(0, timeoutMs - ((yield* Clock.currentTimeMillis) - start))
           if (inFlight > 0) {
             idleWaiter = Deferred.makeUnsafe<void>()
             yield* Deferred.await(idleWaiter).pipe(
-              Effect.timeoutOrElse({ duration: Duration.millis(Math.max(0, timeoutMs)), orElse: () => Effect.void })
+              Effect.timeoutOrElse({ duration: Duration.millis(left), orElse: () => Effect.void })
             )
           }
           // Attempts that did not end are interrupted; their leases are given back below.

@@ -23,14 +23,15 @@ describe.skipIf(!up)("ClusterDelivery (Postgres)", () => {
   const deliverer = (
     table: string,
     owner: string,
-    deliver: (e: DeliveryEntry) => Effect.Effect<void, DeliveryFailure>
+    deliver: (e: DeliveryEntry) => Effect.Effect<void, DeliveryFailure>,
+    pollMs = 20
   ) =>
     Effect.gen(function*() {
       // the client lives in the test's Scope, as long as the deliverer
       const client = yield* Layer.build(Postgres.layer(db.url, { maxConnections: 3 }))
       const log = yield* PgDeliveryLog.make({ table }).pipe(Effect.provideContext(client))
       // acks batched with claims (batchMs): still each entry once, in order
-      return yield* ClusterDelivery.make({ log, deliver, owner, pollMs: 20, backoffMs: [10], jitter: 0, batchMs: 5 })
+      return yield* ClusterDelivery.make({ log, deliver, owner, pollMs, backoffMs: [10], jitter: 0, batchMs: 5 })
     })
 
   it.live("three deliverers on one outbox: every entry delivered exactly once, in seq order per recipient; every ack written when they stop", () =>
@@ -83,5 +84,35 @@ describe.skipIf(!up)("ClusterDelivery (Postgres)", () => {
       const log = yield* PgDeliveryLog.make({ table }).pipe(Effect.provideContext(client))
       assert.deepStrictEqual((yield* log.dead).map((e) => e.id), [dead.id])
       assert.strictEqual(calls, 3)
+    })))
+
+  it.live("stop delivers what is due before it leaves: entries appended by another process after the loop's last claim, with no wake", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const table = "last"
+      const delivered: Array<unknown> = []
+      const other = yield* PgDeliveryLog.make({ table }).pipe(
+        Effect.provideContext(yield* Layer.build(Postgres.layer(db.url, { maxConnections: 1 })))
+      )
+      const own = yield* PgDeliveryLog.make({ table }).pipe(
+        Effect.provideContext(yield* Layer.build(Postgres.layer(db.url, { maxConnections: 2 })))
+      )
+      // The deliverer's log tells when its loop's first claim (of an empty outbox) is over.
+      const firstClaim = yield* Deferred.make<void>()
+      const log: typeof own = {
+        ...own,
+        ackAndClaim: (o) => Effect.ensuring(own.ackAndClaim(o), Deferred.succeed(firstClaim, undefined))
+      }
+      // Its poll is a minute: after the first claim only a wake (none here) or the stop claims again.
+      const d = yield* ClusterDelivery.make({
+        log,
+        deliver: (e) => Effect.sync(() => delivered.push(e.message.body)),
+        owner: "a",
+        pollMs: 60_000
+      })
+      yield* Deferred.await(firstClaim)
+      for (let i = 0; i < 3; i++) yield* other.append({ channel: "test", to: "x", body: i })
+      yield* d.stop(5_000)
+      assert.deepStrictEqual(delivered, [0, 1, 2])
+      assert.deepStrictEqual(yield* other.pending, [])
     })))
 })
