@@ -14,7 +14,7 @@
 import type * as net from "node:net"
 import { StringDecoder } from "node:string_decoder"
 
-/** The path of the upgrade request (Ingress.ts serves it). */
+/** The path of the upgrade request (IngressHop.ts serves it, on the ingress's server). */
 export const HOP_PATH = "/internal/hop"
 /** The `Upgrade` protocol name both sides ask for. */
 export const HOP_PROTOCOL = "switchyard-hop/1"

@@ -34,16 +34,15 @@ import type { Scope } from "effect"
 import { HttpIncomingMessage, HttpRouter, HttpServerResponse } from "effect/http"
 import { HttpApiBuilder } from "effect/http-api"
 import * as http from "node:http"
-import type * as net from "node:net"
 import * as Answers from "./Answers.js"
 import type { ClusterDelivery } from "./ClusterDelivery.js"
 import type { ClusterQueue } from "./ClusterQueue.js"
 import type { RunNowPayload } from "./ClusterQueueTypes.js"
 import { RUNS_PATH } from "./Hop.js"
-import * as HopWire from "./HopWire.js"
 import type * as Inbox from "./Inbox.js"
 import * as IngressApi from "./IngressApi.js"
 import { authorized, errorsAsJson, failureOf, isLoopback, sameToken, tokenFree, UNAUTHORIZED } from "./IngressChecks.js"
+import * as IngressHop from "./IngressHop.js"
 import * as IngressLanes from "./IngressLanes.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
 import { RunNow } from "./protocol.js"
@@ -299,46 +298,6 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
       inFlight--
       if (inFlight === 0 && idle !== undefined) Deferred.doneUnsafe(idle, Effect.void)
     }
-    /** The hop's connections from other runners (HopWire.ts): closed with the server. */
-    const hopSockets = new Set<net.Socket>()
-    /** `GET /internal/hop`, upgraded (Hop.ts, HopWire.ts): another ingress's runs, one line each, answered by line. */
-    const hopServed = (
-      relay: (payload: RunNowPayload) => Effect.Effect<Exit.Exit<unknown, unknown>>,
-      socket: net.Socket,
-      head: Buffer
-    ) => {
-      socket.write(
-        `HTTP/1.1 101 Switching Protocols\r\nupgrade: ${HopWire.HOP_PROTOCOL}\r\nconnection: Upgrade\r\n\r\n`
-      )
-      socket.setNoDelay(true)
-      hopSockets.add(socket)
-      socket.on("close", () => hopSockets.delete(socket))
-      socket.on("error", () => socket.destroy())
-      const write = HopWire.batched(socket)
-      const answer = (id: number, text: string | undefined) => write(HopWire.line(id, text ?? HopWire.NO_ANSWER))
-      HopWire.readLines(socket, head, maxBody, (id, text) => {
-        // While shutting down, as `POST /internal/runs`' 503: the sender sends it the usual way.
-        if (!accepting) return answer(id, undefined)
-        const arrived = Timing.enabled ? Timing.now() : 0
-        let payload: Option.Option<RunNowPayload>
-        try {
-          payload = decodeRun(JSON.parse(text))
-        } catch {
-          payload = Option.none()
-        }
-        if (Option.isNone(payload)) return answer(id, undefined)
-        const runId = payload.value.runId
-        Timing.mark(runId, "relayArrived", arrived)
-        Timing.mark(runId, "relayDecoded")
-        inFlight++
-        // The run goes on if the sender stops waiting (only Cancel stops a run).
-        void Effect.runPromiseWith(services)(relay(payload.value)).then((exit) => {
-          Timing.mark(runId, "relayAnswered")
-          answer(id, Answers.encode(exit))
-        }, () => answer(id, undefined)).finally(done)
-      })
-    }
-
     const server = http.createServer((req, res) => {
       // Where a message's request meets the HTTP server and where its response is written (marked by
       // session, as the handler's "ingress" mark is; at `end` itself: "finish" comes after the write
@@ -377,25 +336,16 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
       handle(req, res)
     })
     server.keepAliveTimeout = 5_000
-    // Upgrades: the hop's connections (with the token, as every route but /healthz; while accepting).
-    server.on("upgrade", (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
-      const refuse = (status: number, body: string) => {
-        socket.end(
-          `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${
-            Buffer.byteLength(body)
-          }\r\nconnection: close\r\n\r\n${body}`
-        )
-      }
-      socket.on("error", () => socket.destroy())
-      if (!authorized(req.headers.authorization, token)) return refuse(401, UNAUTHORIZED)
-      if (
-        options.relay === undefined || req.method !== "GET" || req.url !== HopWire.HOP_PATH ||
-        req.headers.upgrade !== HopWire.HOP_PROTOCOL
-      ) {
-        return refuse(404, JSON.stringify({ error: "Expected GET /internal/hop, upgrade " + HopWire.HOP_PROTOCOL }))
-      }
-      if (!accepting) return refuse(503, JSON.stringify({ error: "Expected a runner that takes messages" }))
-      hopServed(options.relay, socket, head)
+    const hop = IngressHop.serve({
+      server,
+      token,
+      relay: options.relay,
+      maxLine: maxBody,
+      accepting: () => accepting,
+      decodeRun,
+      run: Effect.runPromiseWith(services),
+      started: () => void inFlight++,
+      ended: done
     })
 
     const stopAccepting = Effect.sync(() => {
@@ -418,7 +368,7 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
             yield* Deferred.await(idle).pipe(Effect.timeout(`${Math.max(0, timeoutMs)} millis`), Effect.ignore)
           }
           server.closeAllConnections()
-          for (const socket of hopSockets) socket.destroy()
+          hop.close()
           yield* Effect.promise(() => listening)
         }).pipe(Effect.ensuring(Deferred.succeed(done, undefined)))
       })
