@@ -4,10 +4,12 @@
  * One in-process runner, real Postgres and sockets.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { Deferred, Effect } from "effect"
+import { Context, Deferred, Effect, Schedule } from "effect"
+import { EntityId, Sharding } from "effect/cluster"
 import { afterAll, beforeAll } from "vitest"
 import * as ClusterQueue from "../../src/cluster/ClusterQueue.js"
 import type { ClusterTask } from "../../src/cluster/ClusterQueue.js"
+import { Fence } from "../../src/cluster/Fencing.js"
 import { KeyEntity } from "../../src/cluster/protocol.js"
 import { freshDatabase, postgresAvailable, query } from "./pg.js"
 import { freePort, runnerContext } from "./support.js"
@@ -38,6 +40,15 @@ describe.skipIf(!up)("a message to an idle session starts with its slot statemen
             return task.runId
           })
         const ctx = yield* runnerContext(db!.url, port)
+        // The runner holds the key's shard (its epoch is known) before the first message: a run that arrives
+        // before that is not started here and waits for the replay that follows the shard's acquisition, so
+        // its turn would read what is stored instead of what the statement carried (seen under load).
+        const entity = EntityId.make("main/idle")
+        const shardId = Context.get(ctx, Sharding.Sharding).getShardId(entity, KeyEntity.getShardGroup(entity))
+        yield* Effect.sync(() => Context.get(ctx, Fence).epochOf(`${shardId.group}:${shardId.id}`)).pipe(
+          Effect.repeat({ until: (epoch) => epoch !== undefined, schedule: Schedule.spaced("20 millis") }),
+          Effect.timeout("20 seconds")
+        )
         const q = yield* ClusterQueue.make({
           handlers: { main: handler, cron: handler, heartbeat: handler },
           lanes: { main: { concurrent: 2, queued: 8 } },
