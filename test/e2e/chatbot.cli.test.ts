@@ -3,7 +3,7 @@
  * version, commands with wrong arguments, the lane commands (`/pause`, `/resume`, `/limits`), the
  * logs, and `npm run --silent chat -- --json`.
  */
-import { execFile, spawnSync } from "node:child_process"
+import { execFile, spawn, spawnSync } from "node:child_process"
 import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
@@ -255,6 +255,46 @@ describe("chatbot command line", () => {
     const lines = out.join("").split("\n").filter((l) => l !== "")
     expect(lines.map((l) => JSON.parse(l).type)).toEqual(["ready", "reply", "shutdown"])
   }, 30_000)
+
+  it(
+    "SIGTERM to `npm run chat`'s own pid (what a supervisor or `kill $!` sends) reaches the chatbot: it drains, prints its shutdown line and npm exits 0, no chatbot left behind",
+    async () => {
+      const dir = path.join(fresh(), "state")
+      // npm forwards the signal to its script's process: with a shell in between (`sh -c node ...`, dash does not
+      // exec), the shell died of it and the chatbot went on running, orphaned, npm exiting 143 (seen in tmux).
+      const child = spawn("npm", ["run", "--silent", "chat", "--", "--json", "--state-dir", dir], {
+        cwd: ROOT,
+        env: { ...process.env, ANTHROPIC_API_KEY: "" },
+        stdio: ["pipe", "pipe", "pipe"]
+      })
+      const closed = new Promise<number | null>((resolve) => child.on("close", resolve))
+      let out = ""
+      let wake = () => {}
+      child.stdout!.on("data", (chunk) => {
+        out += String(chunk)
+        wake()
+      })
+      const seen = (type: string) =>
+        new Promise<void>((resolve) => {
+          const check = () => {
+            if (out.split("\n").some((l) => l.startsWith(`{"type":"${type}"`))) resolve()
+          }
+          wake = check
+          check()
+        })
+      await seen("ready")
+      child.stdin!.write("hi\n")
+      await seen("reply")
+      child.kill("SIGTERM")
+      const code = await closed
+      const left = spawnSync("pgrep", ["-f", `chatbot/main.ts.*${dir}`], { encoding: "utf8" }).stdout.trim()
+      if (left !== "") spawnSync("kill", ["-9", ...left.split("\n")])
+      expect({ code, left }).toEqual({ code: 0, left: "" })
+      const types = out.split("\n").filter((l) => l !== "").map((l) => (JSON.parse(l) as { type: string }).type)
+      expect(types).toEqual(["ready", "reply", "shutdown"])
+    },
+    30_000
+  )
 })
 
 /** Asks `/status` until it counts a warning (the warning is logged when the waiting turn starts). */
