@@ -45,6 +45,15 @@ export interface FenceShape {
    * (LocalWay.ts, the local way) is stopped there, as the entities are. Returns its removal.
    */
   readonly beforeRelease: (listener: (shards: ReadonlyArray<string> | "all") => Effect.Effect<void>) => () => void
+  /**
+   * A run of `shard` under `epoch` was fenced. When `epoch` is still the one this runner holds and
+   * Postgres has a newer one (another runner took the shard while this one stalled), forgets the shard:
+   * no run of it starts here until it is acquired again (a new epoch), instead of each run that reached
+   * this runner before effect/cluster's next lock refresh noticed (hop lines, mailbox messages read
+   * during the stall) running a whole turn (a model call) only to be fenced at its commit. Returns
+   * whether it forgot the shard. A failed read forgets nothing.
+   */
+  readonly lost: (shard: string, epoch: number) => Effect.Effect<boolean>
 }
 
 export class Fence extends Context.Service<Fence, FenceShape>()("switchyard/cluster/Fence") {}
@@ -127,6 +136,17 @@ export const make = (prefix = "switchyard"): Effect.Effect<FenceState, never, Sq
         if (shards === "all") held.clear()
         else for (const sh of shards) held.delete(sh)
       },
+      lost: (shard, epoch) =>
+        epochs.get(shard) !== epoch ? Effect.succeed(false) : current(shard).pipe(
+          Effect.map((now) => {
+            // Claimed again meanwhile (a newer epoch of this runner's own): nothing is lost.
+            if (now === undefined || now <= epoch || epochs.get(shard) !== epoch) return false
+            epochs.delete(shard)
+            held.delete(shard)
+            return true
+          }),
+          Effect.orElseSucceed(() => false)
+        ),
       releasing: (shards) =>
         Effect.suspend(() =>
           Effect.forEach([...releaseListeners], (listener) => Effect.ignoreCause(listener(shards)), { discard: true })

@@ -126,6 +126,24 @@ export const makeOnRun = (
         }
         token = { shard, epoch }
       }
+      const fenced = (e: { readonly message?: string }) =>
+        Effect.andThen(
+          Effect.logWarning(
+            `fenced: run ${p.runId} of ${p.lane}/${p.key} dropped, its writes refused (${
+              e.message ?? `shard ${shard} has a newer epoch`
+            }); the shard's owner runs it`
+          ),
+          // The shard is another runner's now: start nothing more of it here until it comes back.
+          token === undefined || Option.isNone(fence) ? Effect.void : Effect.flatMap(
+            fence.value.lost(token.shard, token.epoch),
+            (forgot) =>
+              forgot && token !== undefined
+                ? Effect.logWarning(
+                  `fenced: shard ${token.shard} has a newer epoch than this runner's ${token.epoch}; no run of it starts here until this runner acquires it again`
+                )
+                : Effect.void
+          )
+        )
       const selfMarks = p.coalesceSlot !== undefined && handlerMarksSlot(handler)
       let commit: ReplyCommit | undefined
       const run = handler({
@@ -149,15 +167,7 @@ export const makeOnRun = (
           } :
           {})
       }).pipe(
-        Effect.tapError((e) =>
-          isFenced(e)
-            ? Effect.logWarning(
-              `fenced: run ${p.runId} of ${p.lane}/${p.key} dropped, its writes refused (${
-                e.message ?? `shard ${shard} has a newer epoch`
-              }); the shard's owner runs it`
-            )
-            : Effect.void
-        )
+        Effect.tapError((e) => isFenced(e) ? fenced(e) : Effect.void)
       )
       // A coalescing slot is marked started when the task starts here (not when it is admitted):
       // until then, coalescing dispatches of the key join it.
