@@ -244,6 +244,7 @@ export const make = (
             scope,
             resendMs,
             onReply: settleWith,
+            stored: answers.of,
             ...(forward ? { forward } : {})
           })
         } else yield* sendRun({ client: client(), entityId: id, payload, saved, scope, onReply: settleWith })

@@ -163,6 +163,13 @@ export const sendVolatile = (options: {
   readonly forward?: (
     payload: typeof RunNow.payloadSchema.Type
   ) => Effect.Effect<Exit.Exit<unknown, unknown> | undefined>
+  /**
+   * The run's answer as its owner stored it (the inbox, `Answers.of`), or `undefined`: read before each
+   * send again, so a dispatcher whose sends reach no owner for a while (its own runner stalled and woke,
+   * and effect/cluster routes the key's sends nowhere until the shard changes hands back) has the answer
+   * once the owner committed it, instead of once the routing settles (16 s after a 12 s SIGSTOP).
+   */
+  readonly stored?: (runId: string) => Effect.Effect<Exit.Exit<unknown, unknown> | undefined, unknown>
 }): Effect.Effect<void> =>
   Effect.gen(function*() {
     const { client, forward, payload } = options
@@ -173,12 +180,18 @@ export const sendVolatile = (options: {
     let wake = Deferred.makeUnsafe<void>()
     const viaCluster = (again: boolean) =>
       Effect.exit(client.RunNow(again ? { ...payload, replay: "dispatcher" } : payload))
+    const stored = options.stored
+    // A send again: the stored answer if the owner has committed one, else the send.
+    const again = stored === undefined ? viaCluster(true) : Effect.flatMap(
+      Effect.orElseSucceed(stored(payload.runId), () => undefined),
+      (exit) => exit !== undefined && isAnswer(exit) ? Effect.succeed(exit) : viaCluster(true)
+    )
     // A send, then (no answer) the next one 100 ms after it ended, or `resendMs` after it began if it waits.
     // Two fibers per send, no race: the local way's send is answered at once, and every message takes it.
-    const attempt = (again: boolean, next: Deferred.Deferred<void>) =>
+    const attempt = (resent: boolean, next: Deferred.Deferred<void>) =>
       Effect.exit(
-        again || forward === undefined
-          ? viaCluster(again)
+        resent ? again : forward === undefined
+          ? viaCluster(false)
           : Effect.flatMap(forward(payload), (exit) => exit === undefined ? viaCluster(false) : Effect.succeed(exit))
       ).pipe(
         Effect.flatMap((sent) => {
