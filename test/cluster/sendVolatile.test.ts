@@ -19,27 +19,36 @@ const payload = {
   admittedAt: 0
 }
 
+/**
+ * Starts `sendVolatile` with a client whose sends reach no owner (none ever comes back) and `stored` as the
+ * store; `sends` gets each send's `replay` in order ("first" for the first send): taking one waits for it.
+ */
+const routedNowhere = (stored: () => Effect.Effect<Exit.Exit<unknown, unknown> | undefined>) =>
+  Effect.gen(function*() {
+    const sends = yield* Queue.unbounded<string>()
+    const got = Deferred.makeUnsafe<Exit.Exit<unknown, unknown>>()
+    yield* sendVolatile({
+      client: { RunNow: (p) => Effect.andThen(Queue.offer(sends, p.replay ?? "first"), Effect.never) },
+      payload,
+      scope: yield* Effect.scope,
+      resendMs: 2_000,
+      onReply: (exit) => Deferred.succeed(got, exit),
+      stored
+    })
+    return { sends, got }
+  })
+
 describe("a volatile run's sends again read its stored answer", () => {
   it.effect("sends that reach no owner: the answer stored meanwhile settles the run at the next send again", () =>
     Effect.scoped(Effect.gen(function*() {
-      // Each send's `replay` (undefined: the first send), in order; taking one waits for it.
-      const sends = yield* Queue.unbounded<string>()
       let committed = false
       let reads = 0
-      const got = Deferred.makeUnsafe<Exit.Exit<unknown, unknown>>()
-      yield* sendVolatile({
-        // Routed nowhere: no send ever comes back.
-        client: { RunNow: (p) => Effect.andThen(Queue.offer(sends, p.replay ?? "first"), Effect.never) },
-        payload,
-        scope: yield* Effect.scope,
-        resendMs: 2_000,
-        onReply: (exit) => Deferred.succeed(got, exit),
-        stored: () =>
-          Effect.sync(() => {
-            reads++
-            return committed ? Exit.succeed({ text: "You said: hi" }) : undefined
-          })
-      })
+      const { got, sends } = yield* routedNowhere(() =>
+        Effect.sync(() => {
+          reads++
+          return committed ? Exit.succeed({ text: "You said: hi" }) : undefined
+        })
+      )
       assert.strictEqual(yield* Queue.take(sends), "first")
       assert.strictEqual(reads, 0)
       yield* TestClock.adjust(2_000)
@@ -56,16 +65,9 @@ describe("a volatile run's sends again read its stored answer", () => {
 
   it.effect("a stored answer that is not the run's outcome (a transport failure's shape) is not taken: the run is sent again", () =>
     Effect.scoped(Effect.gen(function*() {
-      const sends = yield* Queue.unbounded<string>()
-      const got = Deferred.makeUnsafe<Exit.Exit<unknown, unknown>>()
-      yield* sendVolatile({
-        client: { RunNow: (p) => Effect.andThen(Queue.offer(sends, p.replay ?? "first"), Effect.never) },
-        payload,
-        scope: yield* Effect.scope,
-        resendMs: 2_000,
-        onReply: (exit) => Deferred.succeed(got, exit),
-        stored: () => Effect.succeed(Exit.fail({ _tag: "EntityNotAssignedToRunner" }))
-      })
+      const { got, sends } = yield* routedNowhere(() =>
+        Effect.succeed(Exit.fail({ _tag: "EntityNotAssignedToRunner" }))
+      )
       assert.strictEqual(yield* Queue.take(sends), "first")
       yield* TestClock.adjust(2_000)
       assert.strictEqual(yield* Queue.take(sends), "dispatcher")
