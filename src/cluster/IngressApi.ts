@@ -15,6 +15,7 @@ import {
   HttpApiSecurity,
   OpenApi
 } from "effect/http-api"
+import * as fs from "node:fs"
 import { reservedSession } from "./ClusterAgent.js"
 
 /** 400: a request that does not fit (`reason`: `invalid`, or `reserved` for the runner's own sessions). */
@@ -212,9 +213,14 @@ export const make = (maxWaitMs: number) => {
     .annotate(HttpApi.PayloadParseOptions, { onExcessProperty: "error" })
     .annotateMerge(OpenApi.annotations({
       title: "switchyard runner",
+      version: packageVersion(),
       description: "One runner of a switchyard cluster: messages in, replies out (see docs/cluster.md)."
     }))
 }
+
+/** The package's version (package.json two folders up, from src/cluster/ as from dist/cluster/). */
+const packageVersion = (): string =>
+  (JSON.parse(fs.readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version
 
 /** The OpenAPI document of {@link make}. */
 export const openApi = (api: ReturnType<typeof make>) => OpenApi.fromApi(api)

@@ -4,6 +4,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
+import * as fs from "node:fs"
 import * as http from "node:http"
 import { afterAll, beforeAll } from "vitest"
 import * as Postgres from "../../src/cluster/Postgres.js"
@@ -445,6 +446,8 @@ describe.skipIf(!up)("Ingress (Postgres)", () => {
         const spec = yield* call("GET", "/openapi.json", undefined, auth)
         assert.strictEqual(spec.status, 200)
         assert.match(String(spec.json.openapi), /^3\./)
+        // The API's version is the package's (not effect/http-api's default 0.0.1).
+        assert.strictEqual(spec.json.info.version, JSON.parse(fs.readFileSync("package.json", "utf8")).version)
         assert.deepStrictEqual(Object.keys(spec.json.paths).sort(), [
           "/healthz",
           "/lanes",
