@@ -18,12 +18,19 @@ import { formatUuid, parseUuid, scratch } from "./uuidWords.js"
 /** An id acked within the window, as a snapshot writes it: its entry (as acked) when it had a key. */
 export type AckedItem = readonly [id: string, at: number, entry: EntryData | undefined]
 
-/** A copy of the window for a snapshot (the live one goes on changing while it is written). */
+/**
+ * A copy of the window for a snapshot (the live one goes on changing while it is written): the kept
+ * ids, then the plain ring's, each in ack order; the keyed ring's apart.
+ */
 export interface AckedCopy extends Iterable<AckedItem> {
   /** Every id, `keyed` included. */
   readonly size: number
   /** How many of them are plain (no entry). */
   readonly plain: number
+  /** The ids kept with their entry (or not canonical), in ack order. */
+  readonly kept: ReadonlyArray<AckedItem>
+  /** The plain ring's ids (as their 128 bits) and ack times, in ack order. */
+  readonly plainIds: PlainColumns
   /** The keyed ring's ids: their entries are read back from their records. */
   readonly keyed: KeyedColumns
 }
@@ -181,14 +188,16 @@ export class AckedWindow {
 
   /** A copy for a snapshot: the kept ids, then the plain ring's, each in ack order; the keyed ring's apart. */
   copy(): AckedCopy {
-    const kept = Array.from(this.kept, ([id, k]): AckedItem => [id, k.at, k.entry])
     const plain = this.plain.copy()
     return {
       size: this.size,
       plain: plain.count,
+      kept: Array.from(this.kept, ([id, k]): AckedItem => [id, k.at, k.entry]),
+      plainIds: plain,
       keyed: this.keyed.copy(),
+      /** Every id but the keyed ring's, as a snapshot writes them (one tuple and one string per id). */
       *[Symbol.iterator]() {
-        yield* kept
+        yield* this.kept
         let i = 0
         for (let r = 0; r < plain.runs.at.length; r++) {
           for (let n = 0; n < plain.runs.count[r]!; n++, i++) {

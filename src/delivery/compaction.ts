@@ -16,10 +16,11 @@ import type { CheckpointStep } from "./checkpoint.js"
 import type { EntryData } from "./entryData.js"
 import type { KeyDigest } from "./keyDigest.js"
 import { ackedBytes, entryBytes, writeAcked, writeEntry } from "./payload.js"
-import { encode, HEADER_BYTES, Kind, seal } from "./record.js"
+import { HEADER_BYTES, Kind, seal } from "./record.js"
 import { RecordReader } from "./recordReader.js"
 import { FILE_MODE, fsyncDir, segmentName } from "./segment.js"
-import { formatUuid } from "./uuidWords.js"
+import { UUID_CHARS } from "./uuid.js"
+import { formatUuid, writeUuidWords } from "./uuidWords.js"
 
 /** Points where a test may crash the process (`hooks.step`). */
 export type CompactionStep =
@@ -45,24 +46,11 @@ export interface Captured {
   readonly nextLsn: number
 }
 
+/** Bytes of the buffer a snapshot's records are framed in, written out each time it fills. */
 const CHUNK = 1 << 20
 
-/** Write `bufs` (`size` bytes in all) at the file's position; returns the CRC-32 carried on from `crc`. */
-const writeAll = async (
-  fh: fs.promises.FileHandle,
-  bufs: Array<Buffer>,
-  size: number,
-  crc: number
-): Promise<number> => {
-  if (bufs.length === 0) return crc
-  const one = Buffer.concat(bufs, size)
-  let off = 0
-  while (off < one.length) {
-    const { bytesWritten } = await fh.write(one, off, one.length - off)
-    off += bytesWritten
-  }
-  return crc32(one, crc)
-}
+/** Bytes of a plain acked id's record: the header, the id's length and 36 ASCII bytes, the time, the flag 0. */
+const PLAIN_ACKED_PAYLOAD = 1 + UUID_CHARS + 8 + 1
 
 /** A written snapshot: its size and CRC-32, and where the records of keyed ids and of the live entries went in it. */
 export interface WrittenSnapshot {
@@ -120,6 +108,7 @@ const write = async (
     fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_WRONLY,
     FILE_MODE
   )
+  /** Bytes written to the file so far, and their CRC-32. */
   let total = 0
   let crc = 0
   const keyed = captured.acked.keyed
@@ -127,30 +116,46 @@ const write = async (
   const entriesAt = new Float64Array(captured.entries.length)
   try {
     let lsn = 0
-    let bufs: Array<Buffer> = []
-    let size = 0
-    const add = async (buf: Buffer): Promise<void> => {
-      bufs.push(buf)
-      size += buf.length
-      if (size >= CHUNK) {
-        crc = await writeAll(fh, bufs, size, crc)
-        total += size
-        bufs = []
-        size = 0
+    // Records are framed in place in one buffer (no buffer, tuple or string per record), written out
+    // whenever the next record would not fit.
+    let chunk = Buffer.allocUnsafeSlow(CHUNK)
+    let used = 0
+    const flush = async (): Promise<void> => {
+      let off = 0
+      while (off < used) {
+        const { bytesWritten } = await fh.write(chunk, off, used - off)
+        off += bytesWritten
       }
+      crc = crc32(chunk.subarray(0, used), crc)
+      total += used
+      used = 0
     }
-    const put = (kind: Kind, payload: unknown): Promise<void> => {
+    /** Room for a record of `bytes` at `chunk[used]`, once what is there was written out if it must. */
+    const room = async (bytes: number): Promise<void> => {
+      if (used + bytes <= chunk.length) return
+      await flush()
+      if (bytes > chunk.length) chunk = Buffer.allocUnsafeSlow(bytes)
+    }
+    const put = async (kind: Kind, payload: unknown): Promise<void> => {
       const json = JSON.stringify(payload)
-      return add(encode(++lsn, kind, json, Buffer.byteLength(json)))
+      const payloadBytes = Buffer.byteLength(json)
+      await room(HEADER_BYTES + payloadBytes)
+      chunk.write(json, used + HEADER_BYTES, payloadBytes, "utf8")
+      used = seal(chunk, used, ++lsn, kind, payloadBytes)
     }
-    const putBinary = (kind: Kind, payloadBytes: number, fill: (buf: Buffer, at: number) => number): Promise<void> => {
-      const buf = Buffer.allocUnsafe(HEADER_BYTES + payloadBytes)
-      if (fill(buf, HEADER_BYTES) !== buf.length) throw new Error("a snapshot payload of the wrong size")
-      seal(buf, 0, ++lsn, kind, payloadBytes)
-      return add(buf)
+    const putBinary = async (
+      kind: Kind,
+      payloadBytes: number,
+      fill: (buf: Buffer, at: number) => number
+    ): Promise<void> => {
+      await room(HEADER_BYTES + payloadBytes)
+      if (fill(chunk, used + HEADER_BYTES) !== used + HEADER_BYTES + payloadBytes) {
+        throw new Error("a snapshot payload of the wrong size")
+      }
+      used = seal(chunk, used, ++lsn, kind, payloadBytes)
     }
     /** Where the next record starts in the file. */
-    const here = (): number => total + size
+    const here = (): number => total + used
     await put(Kind.snapshotBegin, {
       nextSeq: captured.nextSeq,
       nextLsn: captured.nextLsn,
@@ -165,7 +170,23 @@ const write = async (
     }
     const putAcked = (id: string, time: number, entry: EntryData | undefined): Promise<void> =>
       putBinary(Kind.snapshotAcked, ackedBytes(id, entry), (buf, at) => writeAcked(buf, at, id, time, entry))
-    for (const [id, time, entry] of captured.acked) await putAcked(id, time, entry)
+    for (const [id, time, entry] of captured.acked.kept) await putAcked(id, time, entry)
+    // The plain ids, straight from their 128 bits: the bytes `putAcked(formatUuid(...), time, undefined)` writes.
+    const plain = captured.acked.plainIds
+    const w = plain.words
+    let p = 0
+    for (let r = 0; r < plain.runs.at.length; r++) {
+      const time = plain.runs.at[r]!
+      for (let n = 0; n < plain.runs.count[r]!; n++, p++) {
+        if (used + HEADER_BYTES + PLAIN_ACKED_PAYLOAD > chunk.length) await flush()
+        const at = used + HEADER_BYTES
+        chunk[at] = UUID_CHARS
+        writeUuidWords(chunk, at + 1, w[4 * p]!, w[4 * p + 1]!, w[4 * p + 2]!, w[4 * p + 3]!)
+        chunk.writeDoubleBE(time, at + 1 + UUID_CHARS)
+        chunk[at + 1 + UUID_CHARS + 8] = 0
+        used = seal(chunk, used, ++lsn, Kind.snapshotAcked, PLAIN_ACKED_PAYLOAD)
+      }
+    }
     const { words, runs } = keyed
     let i = 0
     for (let r = 0; r < runs.at.length; r++) {
@@ -178,8 +199,7 @@ const write = async (
       }
     }
     await put(Kind.snapshotEnd, { records: lsn + 1 })
-    crc = await writeAll(fh, bufs, size, crc)
-    total += size
+    await flush()
     hooks.step?.("temp-written")
     if (sync) await fh.sync()
     hooks.step?.("temp-synced")

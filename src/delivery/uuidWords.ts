@@ -77,6 +77,24 @@ export const formatUuid = (w0: number, w1: number, w2: number, w3: number): stri
   return s
 }
 
+/** Lowercase hex digits as ASCII bytes. */
+const HEX_ASCII = Uint8Array.from(HEX, (c) => c.charCodeAt(0))
+
+/**
+ * Write the canonical text of 128 bits as 36 ASCII bytes at `buf[at]` (the bytes of `formatUuid`'s
+ * string, without making it): a snapshot writes its acked ids this way.
+ */
+export const writeUuidWords = (buf: Uint8Array, at: number, w0: number, w1: number, w2: number, w3: number): void => {
+  let p = at
+  for (let w = 0; w < 4; w++) {
+    const word = w === 0 ? w0 : w === 1 ? w1 : w === 2 ? w2 : w3
+    for (let shift = 28; shift >= 0; shift -= 4) {
+      if (p - at === 8 || p - at === 13 || p - at === 18 || p - at === 23) buf[p++] = 45
+      buf[p++] = HEX_ASCII[(word >>> shift) & 15]!
+    }
+  }
+}
+
 /** A 32-bit mix of four words (the table's home cell). */
 export const hashWords = (a: number, b: number, c: number, d: number): number => {
   let h = Math.imul(a ^ 0x9e3779b9, 0x85ebca6b)
