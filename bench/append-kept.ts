@@ -1,0 +1,263 @@
+/**
+ * The issue's kept-open row (as `npm run bench -- delivery-log` measures it) with two or more trees in
+ * one process, rounds alternated, so every build sees the same load:
+ *
+ *   git worktree add --detach /tmp/log-before <commit> && ln -s "$PWD/node_modules" /tmp/log-before/node_modules
+ *   node --import tsx bench/append-kept.ts /tmp/log-before .            # fsync "always", real disk
+ *   APPEND_KEPT_IO=stub node --import tsx bench/append-kept.ts /tmp/log-before .
+ *
+ * Each tree's log is opened once and warmed up; then `APPEND_KEPT_ROUNDS` (default 12) rounds of 64
+ * Effect fibers x `APPEND_KEPT_PER` (default 400) appends each, the contenders' order reversed every
+ * round, no forced collection; after each round, outside the measured time, every pending entry is
+ * acked (as the bench's kept-open row does). CPU per append by thread from
+ * `/proc/self/task/<tid>/schedstat` (Linux): the main thread, and all the others (the thread pool,
+ * V8's collector helpers). `APPEND_KEPT_SQLITE=1` adds better-sqlite3 (WAL, FULL, a transaction per
+ * tick, kept open too). With `APPEND_KEPT_IO=stub`, `fs.write`, `fs.writeSync` on the log's segments
+ * and `fs.fdatasync` do not touch the disk (the callbacks run on the next turn): what is left is the
+ * log's own CPU. Not a `.bench.ts` file: `npm run bench` does not run it (it needs a second tree).
+ */
+import Database from "better-sqlite3"
+import { Effect, Exit, Scope } from "effect"
+import * as fs from "node:fs"
+import fsModule from "node:fs"
+import { Session } from "node:inspector/promises"
+import { syncBuiltinESMExports } from "node:module"
+import { loadavg } from "node:os"
+import { join, resolve } from "node:path"
+import type { DeliveryLog as Log, OutboundMessage } from "../src/delivery/types.js"
+import { now, tickBatcher } from "./lib.js"
+
+const STUB = process.env.APPEND_KEPT_IO === "stub"
+if (STUB) {
+  const dsync = new Set<number>()
+  const realOpenSync = fsModule.openSync
+  fsModule.openSync = ((path: fs.PathLike, flags?: fs.OpenMode, mode?: fs.Mode) => {
+    const fd = realOpenSync(path, flags ?? "r", mode)
+    if (typeof flags === "number" && (flags & fs.constants.O_DSYNC) !== 0) dsync.add(fd)
+    else dsync.delete(fd)
+    return fd
+  }) as typeof fsModule.openSync
+  fsModule.write = ((...args: Array<unknown>) => {
+    const cb = args[args.length - 1] as (err: null, n: number) => void
+    const length = args[3] as number
+    setImmediate(() => cb(null, length))
+  }) as unknown as typeof fsModule.write
+  const realWriteSync = fsModule.writeSync as unknown as (...args: Array<unknown>) => number
+  fsModule.writeSync = ((...args: Array<unknown>) => {
+    if (!dsync.has(args[0] as number)) return realWriteSync(...args)
+    return args[3] as number
+  }) as unknown as typeof fsModule.writeSync
+  fsModule.fdatasync = ((_fd: number, cb: (err: null) => void) => {
+    setImmediate(() => cb(null))
+  }) as typeof fsModule.fdatasync
+  syncBuiltinESMExports()
+}
+
+interface Opener {
+  readonly open: (o: { dir: string }) => Effect.Effect<Log, unknown, Scope.Scope>
+}
+
+const trees = process.argv.slice(2).map((t) => resolve(t))
+if (trees.length === 0) {
+  console.error("usage: node --import tsx bench/append-kept.ts <tree> [<tree>...]")
+  process.exit(2)
+}
+// `APPEND_KEPT_DIST=1`: each tree's built JavaScript (`npm run build`), so that profiles name lines.
+const entry = process.env.APPEND_KEPT_DIST === "1" ? "dist/delivery/index.js" : "src/delivery/index.ts"
+const openers = await Promise.all(
+  trees.map(async (t) => ((await import(join(t, entry))) as { DeliveryLog: Opener }).DeliveryLog)
+)
+const root = join(process.cwd(), ".bench-tmp", "append-kept")
+fs.rmSync(root, { recursive: true, force: true })
+fs.mkdirSync(root, { recursive: true })
+
+const PRODUCERS = 64
+const PER = Number(process.env.APPEND_KEPT_PER ?? 400)
+const ROUNDS = Number(process.env.APPEND_KEPT_ROUNDS ?? 12)
+const message = (p: number, n: number): OutboundMessage => ({
+  channel: "telegram",
+  to: `chat-${p}`,
+  body: { text: `reply ${n} from producer ${p}: ${"lorem ipsum ".repeat(8)}`, n }
+})
+
+/** CPU ns of the main thread and of all the others, from `/proc/self/task/<tid>/schedstat`. */
+const threadNs = (): { main: number; others: number } => {
+  let main = 0
+  let others = 0
+  for (const t of fs.readdirSync("/proc/self/task")) {
+    let ns: number
+    try {
+      ns = Number(fs.readFileSync(`/proc/self/task/${t}/schedstat`, "utf8").split(" ")[0])
+    } catch {
+      continue // the thread ended meanwhile
+    }
+    if (t === String(process.pid)) main += ns
+    else others += ns
+  }
+  return { main, others }
+}
+
+interface Round {
+  readonly main: number
+  readonly others: number
+  readonly rate: number
+  readonly p99: number
+}
+
+interface Contender {
+  readonly name: string
+  readonly round: (lat: Array<number>) => Promise<void>
+  readonly between: () => Promise<void>
+}
+
+const scope = Effect.runSync(Scope.make())
+let dirs = 0
+
+const ours = async (name: string, opener: Opener): Promise<Contender> => {
+  const log = await Effect.runPromise(Scope.provide(scope)(opener.open({ dir: join(root, `log-${dirs++}`) })))
+  return {
+    name,
+    round: (lat) =>
+      Effect.runPromise(
+        Effect.forEach(
+          Array.from({ length: PRODUCERS }, (_, p) => p),
+          (p) =>
+            Effect.gen(function*() {
+              for (let n = 0; n < PER; n++) {
+                const t = now()
+                yield* log.append(message(p, n))
+                lat.push(now() - t)
+              }
+            }),
+          { concurrency: "unbounded", discard: true }
+        )
+      ),
+    between: () =>
+      Effect.runPromise(
+        Effect.flatMap(
+          log.pending,
+          (entries) => Effect.forEach(entries, (e) => log.ack(e.id), { concurrency: PRODUCERS, discard: true })
+        )
+      )
+  }
+}
+
+const sqlite = (): Contender => {
+  const db = new Database(join(root, "sqlite.db"))
+  db.pragma("journal_mode = WAL")
+  db.pragma("synchronous = FULL")
+  db.exec("CREATE TABLE outbox (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, enqueued_at INTEGER, message TEXT NOT NULL)")
+  const add = tickBatcher(db)
+  return {
+    name: "better-sqlite3 (txn per tick)",
+    round: async (lat) => {
+      await Promise.all(Array.from({ length: PRODUCERS }, async (_, p) => {
+        for (let n = 0; n < PER; n++) {
+          const t = now()
+          await add([`${p}-${n}`, Date.now(), JSON.stringify(message(p, n))])
+          lat.push(now() - t)
+        }
+      }))
+    },
+    between: async () => void db.exec("DELETE FROM outbox")
+  }
+}
+
+const contenders: Array<Contender> = []
+for (let i = 0; i < trees.length; i++) contenders.push(await ours(`${i}: ${trees[i]}`, openers[i]!))
+if (process.env.APPEND_KEPT_SQLITE === "1") contenders.push(sqlite())
+
+const measure = async (c: Contender): Promise<Round> => {
+  const lat: Array<number> = []
+  const t0 = threadNs()
+  const w0 = now()
+  await c.round(lat)
+  const wall = now() - w0
+  const t1 = threadNs()
+  const n = PRODUCERS * PER
+  lat.sort((a, b) => a - b)
+  return {
+    main: (t1.main - t0.main) / 1000 / n,
+    others: (t1.others - t0.others) / 1000 / n,
+    rate: n / (wall / 1000),
+    p99: lat[Math.floor(n * 0.99)]!
+  }
+}
+
+// `APPEND_KEPT_PROFILE=<file>`: a CPU profile (`.cpuprofile`) of the first tree's measured rounds only;
+// `APPEND_KEPT_HEAP=<file>`: a sampling heap profile (`.heapprofile`) of the same, every 512 bytes.
+const session = process.env.APPEND_KEPT_PROFILE || process.env.APPEND_KEPT_HEAP ? new Session() : undefined
+if (session !== undefined) {
+  session.connect()
+  if (process.env.APPEND_KEPT_PROFILE) {
+    await session.post("Profiler.enable")
+    await session.post("Profiler.setSamplingInterval", { interval: 100 })
+  }
+  if (process.env.APPEND_KEPT_HEAP) await session.post("HeapProfiler.enable")
+}
+const profiled = async <A>(f: () => Promise<A>): Promise<A> => {
+  if (session === undefined) return f()
+  if (process.env.APPEND_KEPT_PROFILE) await session.post("Profiler.start")
+  if (process.env.APPEND_KEPT_HEAP) {
+    await session.post("HeapProfiler.startSampling", {
+      samplingInterval: 512,
+      includeObjectsCollectedByMajorGC: true,
+      includeObjectsCollectedByMinorGC: true
+    })
+  }
+  const a = await f()
+  if (process.env.APPEND_KEPT_PROFILE) {
+    const { profile } = await session.post("Profiler.stop")
+    cpuProfiles.push(profile)
+  }
+  if (process.env.APPEND_KEPT_HEAP) {
+    const { profile } = await session.post("HeapProfiler.stopSampling")
+    heapProfiles.push(profile)
+  }
+  return a
+}
+const cpuProfiles: Array<unknown> = []
+const heapProfiles: Array<unknown> = []
+
+const started = new Date().toISOString().slice(11, 19)
+const load0 = loadavg()[0]!.toFixed(2)
+for (const c of contenders) {
+  await c.round([])
+  await c.between()
+}
+const results = contenders.map((): Array<Round> => [])
+for (let r = 0; r < ROUNDS; r++) {
+  const order = contenders.map((_, i) => i)
+  if (r % 2 === 1) order.reverse()
+  for (const i of order) {
+    results[i]!.push(await (i === 0 ? profiled(() => measure(contenders[i]!)) : measure(contenders[i]!)))
+  }
+  for (const c of contenders) await c.between()
+}
+await Effect.runPromise(Scope.close(scope, Exit.void))
+// Every round's profile in one file each (the last round's; the others are kept as ...-<round>).
+cpuProfiles.forEach((p, r) => fs.writeFileSync(`${process.env.APPEND_KEPT_PROFILE}-${r}.cpuprofile`, JSON.stringify(p)))
+heapProfiles.forEach((p, r) => fs.writeFileSync(`${process.env.APPEND_KEPT_HEAP}-${r}.heapprofile`, JSON.stringify(p)))
+// Every round has the same number of appends: the mean per round is the CPU of all rounds per append.
+const mean = (xs: ReadonlyArray<number>): number => xs.reduce((a, b) => a + b, 0) / xs.length
+const med = (xs: ReadonlyArray<number>): number => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!
+console.log(
+  `${PRODUCERS} fibers x ${PER} appends, kept open, ${ROUNDS} alternated rounds, I/O ${
+    STUB ? "stubbed" : "real (fsync always)"
+  }, ${started}-${new Date().toISOString().slice(11, 19)} UTC, load average ${load0} -> ${loadavg()[0]!.toFixed(2)}`
+)
+console.log(
+  "| build | CPU µs/append (mean) | main | others | median of rounds | per round (main + others) | appends/s (median) | p99 ms (median) |"
+)
+console.log("| --- | --- | --- | --- | --- | --- | --- | --- |")
+contenders.forEach((c, i) => {
+  const rs = results[i]!
+  console.log(
+    `| ${c.name} | ${mean(rs.map((x) => x.main + x.others)).toFixed(2)} | ${mean(rs.map((x) => x.main)).toFixed(2)} | ${
+      mean(rs.map((x) => x.others)).toFixed(2)
+    } | ${med(rs.map((x) => x.main + x.others)).toFixed(2)} | ${
+      rs.map((x) => (x.main + x.others).toFixed(1)).join(" ")
+    } | ${Math.round(med(rs.map((x) => x.rate)))} | ${med(rs.map((x) => x.p99)).toFixed(2)} |`
+  )
+})
+fs.rmSync(root, { recursive: true, force: true })
