@@ -177,6 +177,8 @@ export class AckedWindow {
    */
   evict(now: number, windowMs: number, gone: (id: string, entry: EntryData | undefined) => void): number {
     let freed = this.plain.evictBefore(now, windowMs) * AckedWindow.ID_BYTES + this.keyed.evict(now, windowMs)
+    // Called once a millisecond on the append path: no iterator when there is nothing kept.
+    if (this.kept.size === 0) return freed
     for (const [id, k] of this.kept) {
       if (now - k.at < windowMs) break
       this.kept.delete(id)

@@ -122,7 +122,7 @@ export interface CapturedCheckpoint {
   /** Live entries, then kept acked ids. */
   readonly entries: Buffer
   /** Pairs: where a live entry's file code is in `entries` (its offset follows), and the address of its record. */
-  readonly places: ReadonlyArray<number>
+  readonly places: Float64Array
 }
 
 const writeAllSync = (fd: number, buf: Uint8Array, position: number): void => {
@@ -140,17 +140,28 @@ const placedBytes = (e: EntryData): number => 1 + utf8Bytes(e.id) + stateBytes(e
  */
 const serialiseEntries = (live: ReadonlyArray<EntryData>, kept: AckedView["kept"]) => {
   let size = 0
-  for (const e of live) size += 20 + (e.pos >= 0 ? placedBytes(e) : entryBytes(e))
+  let placed = 0
+  for (const e of live) {
+    if (e.pos >= 0) {
+      size += 20 + placedBytes(e)
+      placed++
+    } else size += 20 + entryBytes(e)
+  }
   const keptSizes = kept.map(([id, , entry]) => ackedBytes(id, entry))
   for (const n of keptSizes) size += 12 + n
   const buf = Buffer.allocUnsafe(size)
-  const places: Array<number> = []
+  // Sized once (a growing array of a number pair per pending entry was copied as it grew).
+  const places = new Float64Array(2 * placed)
+  let p = 0
   let at = 0
   for (const e of live) {
     // Its payload's length goes in front once it is written.
     const head = at
     at += 4
-    if (e.pos >= 0) places.push(at, e.pos)
+    if (e.pos >= 0) {
+      places[p++] = at
+      places[p++] = e.pos
+    }
     at = buf.writeUInt32LE(NONE, at)
     at = buf.writeUInt32LE(0, at)
     at = buf.writeDoubleLE(e.bytes, at)

@@ -15,7 +15,7 @@ import { afterAll } from "vitest"
 import { AckedWindow } from "../../src/delivery/ackedWindow.js"
 import { type Captured, writeSnapshot } from "../../src/delivery/compaction.js"
 import { EntryData } from "../../src/delivery/entryData.js"
-import { ackedBytes, entryBytes, writeAcked, writeEntry } from "../../src/delivery/payload.js"
+import { ackedBytes, entryBytes, utf8Bytes, writeAcked, writeEntry, writeId } from "../../src/delivery/payload.js"
 import { encode, HEADER_BYTES, Kind, seal } from "../../src/delivery/record.js"
 import { segmentName } from "../../src/delivery/segment.js"
 import { formatUuid, parseUuid, writeUuidWords } from "../../src/delivery/uuidWords.js"
@@ -91,6 +91,31 @@ describe("writeSnapshot", () => {
       writeUuidWords(buf, 2, words[0]!, words[1]!, words[2]!, words[3]!)
       assert.strictEqual(buf.toString("latin1", 2, 38), id)
       assert.strictEqual(formatUuid(words[0]!, words[1]!, words[2]!, words[3]!), id)
+    }
+  })
+
+  it("writes an id as its length byte and its UTF-8 bytes, ASCII or not, short or long", () => {
+    const ids = [
+      randomUUID(),
+      "a",
+      "custom-id_42",
+      "é",
+      "ünïcödé-id",
+      "✓".repeat(20),
+      "😀x",
+      "lone \ud800 surrogate",
+      "x".repeat(64),
+      "x".repeat(65),
+      "y".repeat(255)
+    ]
+    for (const id of ids) {
+      const n = utf8Bytes(id)
+      const buf = Buffer.alloc(n + 3, 0xee)
+      assert.strictEqual(writeId(buf, 1, id, n), n + 2, id)
+      assert.strictEqual(buf[0], 0xee)
+      assert.strictEqual(buf[1], n)
+      assert.isTrue(buf.subarray(2, n + 2).equals(Buffer.from(id, "utf8")), id)
+      assert.strictEqual(buf[n + 2], 0xee)
     }
   })
 
