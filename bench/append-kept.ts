@@ -19,39 +19,14 @@
 import Database from "better-sqlite3"
 import { Effect, Exit, Scope } from "effect"
 import * as fs from "node:fs"
-import fsModule from "node:fs"
 import { Session } from "node:inspector/promises"
-import { syncBuiltinESMExports } from "node:module"
 import { loadavg } from "node:os"
 import { join, resolve } from "node:path"
 import type { DeliveryLog as Log, OutboundMessage } from "../src/delivery/types.js"
-import { now, tickBatcher } from "./lib.js"
+import { now, stubDurableWrites, tickBatcher } from "./lib.js"
 
 const STUB = process.env.APPEND_KEPT_IO === "stub"
-if (STUB) {
-  const dsync = new Set<number>()
-  const realOpenSync = fsModule.openSync
-  fsModule.openSync = ((path: fs.PathLike, flags?: fs.OpenMode, mode?: fs.Mode) => {
-    const fd = realOpenSync(path, flags ?? "r", mode)
-    if (typeof flags === "number" && (flags & fs.constants.O_DSYNC) !== 0) dsync.add(fd)
-    else dsync.delete(fd)
-    return fd
-  }) as typeof fsModule.openSync
-  fsModule.write = ((...args: Array<unknown>) => {
-    const cb = args[args.length - 1] as (err: null, n: number) => void
-    const length = args[3] as number
-    setImmediate(() => cb(null, length))
-  }) as unknown as typeof fsModule.write
-  const realWriteSync = fsModule.writeSync as unknown as (...args: Array<unknown>) => number
-  fsModule.writeSync = ((...args: Array<unknown>) => {
-    if (!dsync.has(args[0] as number)) return realWriteSync(...args)
-    return args[3] as number
-  }) as unknown as typeof fsModule.writeSync
-  fsModule.fdatasync = ((_fd: number, cb: (err: null) => void) => {
-    setImmediate(() => cb(null))
-  }) as typeof fsModule.fdatasync
-  syncBuiltinESMExports()
-}
+if (STUB) stubDurableWrites()
 
 interface Opener {
   readonly open: (o: { dir: string }) => Effect.Effect<Log, unknown, Scope.Scope>

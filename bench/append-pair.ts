@@ -8,7 +8,8 @@
  *
  * 64 Effect fibers append (as `npm run bench -- delivery-log` does), each round a fresh log. With
  * `APPEND_PAIR_IO=stub`, `fs.write` and `fs.fdatasync` complete on the next turn without touching the
- * disk: what is left is the log's own CPU (JavaScript and GC), the steadiest figure on a busy machine.
+ * disk, and an inline write on a segment returns at once (`stubDurableWrites`): what is left is the log's
+ * own CPU (JavaScript and GC), the steadiest figure on a busy machine.
  * `APPEND_PAIR_SQLITE=1` adds better-sqlite3 (WAL, FULL, a transaction per tick) as a contender, and
  * `APPEND_PAIR_FLOOR=1` the floor of this design: the same fibers, each append one `Effect.callback`
  * that copies a ready 270-byte record into a staging buffer, one `fs.write` + one `fs.fdatasync` per
@@ -21,24 +22,12 @@
 import Database from "better-sqlite3"
 import { Effect, type Scope } from "effect"
 import * as fs from "node:fs"
-import fsModule from "node:fs"
-import { syncBuiltinESMExports } from "node:module"
 import { loadavg } from "node:os"
 import { join, resolve } from "node:path"
 import type { DeliveryLog as Log, OutboundMessage } from "../src/delivery/types.js"
-import { gc, now, tickBatcher } from "./lib.js"
+import { gc, now, stubDurableWrites, tickBatcher } from "./lib.js"
 
-if (process.env.APPEND_PAIR_IO === "stub") {
-  fsModule.write = ((...args: Array<unknown>) => {
-    const cb = args[args.length - 1] as (err: null, n: number) => void
-    const length = args[3] as number
-    setImmediate(() => cb(null, length))
-  }) as unknown as typeof fsModule.write
-  fsModule.fdatasync = ((_fd: number, cb: (err: null) => void) => {
-    setImmediate(() => cb(null))
-  }) as typeof fsModule.fdatasync
-  syncBuiltinESMExports()
-}
+if (process.env.APPEND_PAIR_IO === "stub") stubDurableWrites()
 
 interface Opener {
   readonly open: (o: { dir: string }) => Effect.Effect<Log, unknown, Scope.Scope>

@@ -1,5 +1,8 @@
 /** Small helpers shared by the benchmarks: timing, heap readings, side-by-side tables, a free port, the sqlite peer. */
 import type Database from "better-sqlite3"
+import * as fs from "node:fs"
+import fsModule from "node:fs"
+import { syncBuiltinESMExports } from "node:module"
 import * as net from "node:net"
 
 export const now = (): number => performance.now()
@@ -95,3 +98,34 @@ export const freePort = (): Promise<number> =>
       s.close(() => resolve(port))
     })
   })
+
+/**
+ * Make the log's durable writes touch no disk (a before/after driver's `…_IO=stub`): `fs.write` and
+ * `fs.fdatasync` complete on the next turn, and `fs.writeSync` on a descriptor opened with `O_DSYNC` (a
+ * segment's inline write) returns at once; what is left is the log's own CPU. Call it before the log's
+ * modules are imported.
+ */
+export const stubDurableWrites = (): void => {
+  const dsync = new Set<number>()
+  const realOpenSync = fsModule.openSync
+  fsModule.openSync = ((path: fs.PathLike, flags?: fs.OpenMode, mode?: fs.Mode) => {
+    const fd = realOpenSync(path, flags ?? "r", mode)
+    if (typeof flags === "number" && (flags & fs.constants.O_DSYNC) !== 0) dsync.add(fd)
+    else dsync.delete(fd)
+    return fd
+  }) as typeof fsModule.openSync
+  fsModule.write = ((...args: Array<unknown>) => {
+    const cb = args[args.length - 1] as (err: null, n: number) => void
+    const length = args[3] as number
+    setImmediate(() => cb(null, length))
+  }) as unknown as typeof fsModule.write
+  const realWriteSync = fsModule.writeSync as unknown as (...args: Array<unknown>) => number
+  fsModule.writeSync = ((...args: Array<unknown>) => {
+    if (!dsync.has(args[0] as number)) return realWriteSync(...args)
+    return args[3] as number
+  }) as unknown as typeof fsModule.writeSync
+  fsModule.fdatasync = ((_fd: number, cb: (err: null) => void) => {
+    setImmediate(() => cb(null))
+  }) as typeof fsModule.fdatasync
+  syncBuiltinESMExports()
+}
