@@ -310,11 +310,15 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
         withMark
           ? Effect.map(appendAndMarkOf!(message), ([entry, marked]) => {
             if (marked) markedAtAppend.add(entry.id)
-            return entry
+            return [entry, marked] as const
           })
-          : log.append(message),
-        (entry) => {
-          if (held.byId.has(entry.id) || message.idempotencyKey === undefined) {
+          : Effect.map(log.append(message), (entry) => [entry, false] as const),
+        ([entry, marked]) => {
+          // Marked: this call wrote a new record (an existing entry of the key is returned unmarked), and
+          // the entry is scheduled as appended; read back now it would say `maybeSent` (this mark, which no
+          // crash left), and its first attempt would look like a replay's (seen: the Telegram bot said of
+          // each keyed reply "may have gone out before the restart").
+          if (marked || held.byId.has(entry.id) || message.idempotencyKey === undefined) {
             return Effect.succeed([entry, entry] as const)
           }
           // A duplicate key returns an existing entry that may be acked or dead: schedule only what the log holds as pending.

@@ -6,9 +6,10 @@
  */
 import { afterAll, assert, describe, it } from "@effect/vitest"
 import { Deferred, Effect, Fiber, Option } from "effect"
+import { TestClock } from "effect/testing"
 import * as fs from "node:fs"
 import { join } from "node:path"
-import { DeliveryLog, DeliveryQueue } from "../../src/delivery/index.js"
+import { DeliveryFailure, DeliveryLog, DeliveryQueue } from "../../src/delivery/index.js"
 import type { DeliveryEntry, DeliveryLog as Log } from "../../src/delivery/types.js"
 import { recordBoundaries, tempRoot } from "./fixtures/files.js"
 
@@ -163,5 +164,34 @@ describe("DeliveryQueue on a log with appendAndMark", () => {
       const b = yield* q2.enqueue(msg("s", 2))
       yield* q2.idle
       assert.deepStrictEqual(calls, [`append r`, `mark ${a.id}`, `ack ${a.id}`, `append s`, `ack ${b.id}`])
+    }).pipe(Effect.scoped))
+
+  it.effect("a keyed message appended with its mark reaches deliver without maybeSent, at its first attempt and its retry (only a crash's mark reads maybeSent)", () =>
+    Effect.gen(function*() {
+      const file = yield* DeliveryLog.open({ dir: tmp.next(), fsync: "never" })
+      const { calls, log } = recorded(file)
+      const seen: Array<[number, boolean | undefined, boolean]> = []
+      const failed = yield* Deferred.make<void>()
+      const q = yield* DeliveryQueue.make({
+        log,
+        backoffMs: [1_000],
+        jitter: 0,
+        deliver: (entry) =>
+          Effect.gen(function*() {
+            seen.push([entry.attempts, entry.maybeSent, yield* markedNow(file, entry)])
+            if (entry.attempts === 0) {
+              yield* Deferred.succeed(failed, undefined)
+              return yield* new DeliveryFailure({ message: "429", status: 429 })
+            }
+          })
+      })
+      const a = yield* q.enqueue(msg("r", "hi", "reply:s:1"))
+      yield* Deferred.await(failed)
+      yield* TestClock.adjust(1_000)
+      yield* q.idle
+      // Each attempt had its durable mark (read back, the log says so), and neither was told it may have gone out.
+      assert.deepStrictEqual(seen, [[0, undefined, true], [1, undefined, true]])
+      assert.deepStrictEqual(calls.slice(0, 1), ["appendAndMark r"])
+      assert.deepStrictEqual(calls.slice(-1), [`ack ${a.id}`])
     }).pipe(Effect.scoped))
 })
