@@ -52,6 +52,41 @@ export interface Prefetched {
   readonly rows: number
 }
 
+/**
+ * {@link Prefetched} as a run carries it between runners: the history is the slot statement's JSON text
+ * (`[[role, content], ...]`, oldest first), passed through as it came and parsed once, by the runner that
+ * runs the turn ({@link parseStarted}), instead of parsed where the message arrived, encoded again for the
+ * hop and decoded row by row by its Schema on the other side.
+ */
+export interface StartedRaw {
+  readonly texts: ReadonlyArray<string>
+  readonly history: string
+  readonly rows: number
+}
+
+/**
+ * The turn's {@link Prefetched} of a {@link StartedRaw}, or `undefined` when its history is not the slot
+ * statement's shape (the turn then reads what is stored, as a run not started by its slot does).
+ */
+export const parseStarted = (raw: StartedRaw): Prefetched | undefined => {
+  let rows: unknown
+  try {
+    rows = JSON.parse(raw.history)
+  } catch {
+    return undefined
+  }
+  if (!Array.isArray(rows)) return undefined
+  const history = new Array<HistoryRow>(rows.length)
+  for (let i = 0; i < rows.length; i++) {
+    const row: unknown = rows[i]
+    if (!Array.isArray(row)) return undefined
+    const [role, content] = row as [unknown, unknown]
+    if ((role !== "user" && role !== "assistant") || typeof content !== "string") return undefined
+    history[i] = { role, content }
+  }
+  return { texts: raw.texts, history, rows: raw.rows }
+}
+
 /** The run a coalescing dispatch takes. */
 export interface Slot {
   readonly runId: string
@@ -59,7 +94,7 @@ export interface Slot {
   readonly slot: number | undefined
   readonly joined: boolean
   /** Set when the statement opened the slot already started (an idle session; `history` asked for). */
-  readonly started?: Prefetched
+  readonly started?: StartedRaw
 }
 
 /** The coalescing slots of one cluster (table `<prefix>_coalesce`). */
@@ -126,14 +161,7 @@ export const make = (prefix = "switchyard"): Effect.Effect<Coalesce, never, PgCl
             slot: row.slot === null ? undefined : Number(row.slot),
             joined: row.joined,
             ...(history === undefined || inbox === undefined || !start ? {} : {
-              started: {
-                texts: [inbox.text],
-                history: (JSON.parse(history) as Array<[HistoryRow["role"], string]>).map(([role, content]) => ({
-                  role,
-                  content
-                })),
-                rows: inbox.history!
-              }
+              started: { texts: [inbox.text], history, rows: inbox.history! }
             })
           }
         }

@@ -9,6 +9,7 @@ import { Clock, Effect, Exit, Option, Schedule } from "effect"
 import type { CommandQueue } from "../queue/CommandQueue.js"
 import type { Participation } from "../queue/errors.js"
 import * as Answers from "./Answers.js"
+import { parseStarted } from "./Coalesce.js"
 import type { FenceShape, FenceToken } from "./Fencing.js"
 import type { Generations } from "./Generations.js"
 import type { KeyState, RunPayload, Sink } from "./KeyState.js"
@@ -145,6 +146,12 @@ export const makeOnRun = (
           )
         )
       const selfMarks = p.coalesceSlot !== undefined && handlerMarksSlot(handler)
+      // Its history parsed here, once, where the turn runs (a runner of an older version sends `prefetched`).
+      const prefetched = !isVolatile || p.replay !== undefined
+        ? undefined
+        : p.startedRaw !== undefined
+        ? parseStarted(p.startedRaw)
+        : p.prefetched
       let commit: ReplyCommit | undefined
       const run = handler({
         runId: p.runId,
@@ -156,9 +163,7 @@ export const makeOnRun = (
         ...(token === undefined ? {} : { fence: token }),
         ...(selfMarks ? { coalesceSlot: p.coalesceSlot } : {}),
         // Started by its slot statement; a send again reads what is stored instead.
-        ...(isVolatile && p.replay === undefined && p.prefetched !== undefined ?
-          { prefetched: p.prefetched } :
-          {}),
+        ...(prefetched === undefined ? {} : { prefetched }),
         ...(Option.isSome(commits) && hooks.attach !== undefined && !isVolatile ?
           {
             commitWithReply: (c: ReplyCommit) => {

@@ -79,6 +79,16 @@ export const RunNow = Rpc.make("RunNow", {
       texts: Schema.Array(Schema.String),
       history: Schema.Array(Schema.Struct({ role: Schema.Literals(["user", "assistant"]), content: Schema.String })),
       rows: Schema.Number
+    })),
+    /**
+     * The same as `prefetched`, with the history as the slot statement's JSON text, passed through unparsed
+     * to the runner that runs the turn (Coalesce.ts `StartedRaw`); what this version sends. A runner of an
+     * older version ignores it (an unknown field) and its turn reads what is stored.
+     */
+    startedRaw: Schema.optional(Schema.Struct({
+      texts: Schema.Array(Schema.String),
+      history: Schema.String,
+      rows: Schema.Number
     }))
   },
   success: Schema.Unknown,

@@ -56,7 +56,7 @@ export const runPayload = (options: {
       const payload = payloadFor(slot.runId, slot.slot)
       // Started by its slot statement (an idle session): the turn needs no read of its own.
       return {
-        payload: slot.started === undefined ? payload : { ...payload, prefetched: slot.started },
+        payload: slot.started === undefined ? payload : { ...payload, startedRaw: slot.started },
         joined: slot.joined
       }
     }

@@ -109,10 +109,45 @@ describe.skipIf(!up)("a message to an idle session starts with its slot statemen
           command: { text: "five" },
           admittedAt: Date.now(),
           replay: "dispatcher",
-          prefetched: { texts: ["five"], history: [], rows: 4 }
+          prefetched: { texts: ["five"], history: [], rows: 4 },
+          startedRaw: { texts: ["five"], history: "[]", rows: 4 }
         })
         assert.strictEqual(again, lostRun)
         assert.strictEqual(seen.get(lostRun), "absent")
+
+        // A first send from a runner of the version before (its history parsed, `prefetched`) is still used;
+        // this version's (`startedRaw`: the slot statement's JSON text) is parsed where the turn runs, and
+        // one whose text is not the statement's shape carries nothing (the turn reads what is stored).
+        const startedRun = (text: string) =>
+          Effect.promise(() =>
+            query<{ run_id: string }>(
+              db!.url,
+              `SELECT out_run_id AS run_id FROM switchyard_coalesce_slot_start('main', 'idle', 'idle', NULL, $3, $1, $2, 0, 4)`,
+              [Date.now(), shard, text]
+            )
+          ).pipe(Effect.map(([row]) => row.run_id))
+        const sendFirst = (runId: string, extra: object) =>
+          client.RunNow({
+            runId,
+            lane: "main",
+            key: "idle",
+            generation: 0,
+            command: { text: runId },
+            admittedAt: Date.now(),
+            ...extra
+          })
+        const older = yield* startedRun("six")
+        const history = [{ role: "user" as const, content: "hi" }, { role: "assistant" as const, content: "hello" }]
+        yield* sendFirst(older, { prefetched: { texts: ["six"], history, rows: 4 } })
+        assert.deepStrictEqual(seen.get(older), { texts: ["six"], history, rows: 4 })
+        const raw = yield* startedRun("seven")
+        yield* sendFirst(raw, {
+          startedRaw: { texts: ["seven"], history: `[["user","hi"],["assistant","hello"]]`, rows: 4 }
+        })
+        assert.deepStrictEqual(seen.get(raw), { texts: ["seven"], history, rows: 4 })
+        const bad = yield* startedRun("eight")
+        yield* sendFirst(bad, { startedRaw: { texts: ["eight"], history: `[["system","hi"]]`, rows: 4 } })
+        assert.strictEqual(seen.get(bad), "absent")
       })),
     60_000
   )
