@@ -22,7 +22,11 @@ export interface ClusterLayerOptions {
   readonly port: number
   /** Shards per group; every runner of a cluster must use the same value. Default 64. */
   readonly shardsPerGroup?: number
-  /** How often the runner reads the shard assignments; default 1 s (effect/cluster: 3 s). */
+  /**
+   * How often the runner reads the runners' registry and recomputes the shard assignments; default 2 s
+   * (effect/cluster: 3 s). A dead runner's shards move within the lease plus this; a runner that leaves
+   * or joins is seen by the others within this.
+   */
   readonly refreshAssignmentsInterval?: Duration.Input
   /**
    * The shard lease: how long a runner that stopped answering (dead, or stalled with its connection
@@ -31,13 +35,17 @@ export interface ClusterLayerOptions {
   readonly shardLockExpiration?: Duration.Input
   /** How often a client polls storage for replies of remote runs; default 50 ms (effect/cluster: 200 ms). */
   readonly entityReplyPollInterval?: Duration.Input
-  /** How often a runner reads unprocessed persisted messages; default 1 s. */
+  /**
+   * How often a runner reads unprocessed persisted messages of its shards, a fallback only: a persisted
+   * message is read at once when it is saved here or its sender notifies this runner, and a shard's are
+   * read when it is acquired. Default 5 s (effect/cluster: 10 s).
+   */
   readonly entityMessagePollInterval?: Duration.Input
   /**
    * How long a shard lock refresh answers effect/cluster's lock check before a reply (Fencing.ts); 0
    * refreshes before every reply. Default, and at most, 90 % of the interval of the periodic refresh
-   * (2 s, or a third of the lease if shorter): that refresh still runs every interval (it writes the
-   * runner's heartbeat) and each reply reuses the last one.
+   * (a third of the lease): that refresh still runs every interval (it writes the runner's heartbeat)
+   * and each reply reuses the last one.
    */
   readonly lockCheckReuseMs?: number
   /** Pool size of this runner's Postgres client; default 10. */
@@ -54,17 +62,19 @@ export interface ClusterLayerOptions {
  */
 export const layer = (options: ClusterLayerOptions) => {
   const leaseMs = Duration.toMillis(Duration.fromInputUnsafe(options.shardLockExpiration ?? "10 seconds"))
-  // effect/cluster refreshes the locks every 2 s, or every third of the lease if that is shorter.
-  const refreshMs = Math.min(2_000, leaseMs / 3)
+  // The locks (and the runner's heartbeat) are refreshed every third of the lease, effect/cluster's bound:
+  // a live runner gets three tries before it counts as gone. (Until session 13 every 2 s, or a third of
+  // the lease if shorter.)
+  const refreshMs = Math.floor(leaseMs / 3)
   const reuseMs = Math.min(options.lockCheckReuseMs ?? Infinity, Math.floor(0.9 * refreshMs))
   const shardingConfig: Partial<ShardingConfig.ShardingConfig["Service"]> = {
     runnerAddress: Option.some(RunnerAddress.make(options.host ?? "127.0.0.1", options.port)),
     shardsPerGroup: options.shardsPerGroup ?? 64,
-    refreshAssignmentsInterval: options.refreshAssignmentsInterval ?? "1 second",
-    shardLockRefreshInterval: Duration.millis(2_000),
+    refreshAssignmentsInterval: options.refreshAssignmentsInterval ?? "2 seconds",
+    shardLockRefreshInterval: Duration.millis(refreshMs),
     shardLockExpiration: options.shardLockExpiration ?? "10 seconds",
     entityReplyPollInterval: options.entityReplyPollInterval ?? "50 millis",
-    entityMessagePollInterval: options.entityMessagePollInterval ?? "1 second",
+    entityMessagePollInterval: options.entityMessagePollInterval ?? "5 seconds",
     sendRetryInterval: "50 millis",
     // A local send would otherwise encode and decode each message as if it crossed runners (a test aid
     // of effect/cluster's: our payloads are JSON values already, checked at dispatch).
