@@ -164,8 +164,12 @@ const post = async (port: number, session: string, text: string) => {
   return ms
 }
 
-/** How long the shards' placement must stay the same before a run measures: above Hop.ts's 1 s refresh of their owners. */
-const SETTLED_MS = 1_500
+/**
+ * How long the shards' placement must stay the same before a run measures: above each runner's 2 s refresh of
+ * the assignments (ClusterLayer.ts: a runner sees another join or leave within it) and Hop.ts's 1 s refresh
+ * of the shards' owners.
+ */
+const SETTLED_MS = 2_500
 
 /**
  * Waits until the shards stop moving: every runner holds some (`/status` `cluster.shards`) and no count
@@ -275,9 +279,12 @@ const cluster = async (
       const ticks0 = cpuTicks()
       const commits0 = await commits()
       const start = performance.now()
+      const startedAt = Date.now()
       await load(messages, prefix)
       const seconds = (performance.now() - start) / 1000
       return {
+        startedAt,
+        endedAt: Date.now(),
         perSecond: messages / seconds,
         cpuMsPerMessage: ((cpuTicks() - ticks0) * 10) / messages, // 100 ticks per second on Linux
         sysMsPerMessage: ((cpuTicksOf(12) - sys0) * 10) / messages,
@@ -326,7 +333,11 @@ const cluster = async (
         ))
     )
     const turns = spread.reduce((sum, r) => sum + Number(r.n), 0)
+    const slots = latency > 100 && spread.length > 0
+      ? await slotUse(u.toString(), spread[0].runner, measured.startedAt, measured.endedAt)
+      : undefined
     return {
+      slots,
       spread: spread.map((r) => `${Number(r.n)} turns of ${Number(r.sessions)} sessions`).join(", "),
       /** The busiest runner's share of the turns: its slots bound the whole cluster's rate. */
       busiestShare: spread.length === 0 ? 1 : Number(spread[0].n) / turns,
@@ -346,6 +357,50 @@ const cluster = async (
     await admin((sql) => sql.unsafe(`DROP DATABASE IF EXISTS ${name}`))
     timingFile = undefined
     fs.rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+/**
+ * Where the busiest runner's time went in a throughput phase (`from`..`to`, epoch ms): its turns of the measured
+ * sessions (`switchyard_turns`: the handler's start to the model's end, before the commit), how many of its 8
+ * slots ran a turn on average over its span (first start to last end), the share of that span with all 8 busy,
+ * and the phase's time before its first turn and after its last. The bound of the 500 ms row assumes its 8
+ * slots turn over back to back for the whole phase; this says where that does not hold.
+ */
+const slotUse = async (url: string, runner: string, from: number, to: number) => {
+  const rows = await Effect.runPromise(
+    Postgres.withClient(url, (sql) =>
+      sql.unsafe<{ s: number; e: number }>(
+        `SELECT started_at::float8 AS s, ended_at::float8 AS e FROM switchyard_turns
+         WHERE session ~ '^s[0-9]+$' AND runner = $1 ORDER BY started_at`,
+        [runner]
+      ))
+  )
+  const first = Math.min(...rows.map((r) => Number(r.s)))
+  const last = Math.max(...rows.map((r) => Number(r.e)))
+  const span = last - first
+  const turnMs = rows.reduce((sum, r) => sum + Number(r.e) - Number(r.s), 0)
+  // Time with all 8 slots in a turn: sweep the starts and ends.
+  const events = rows.flatMap((r) => [[Number(r.s), 1], [Number(r.e), -1]] as const).sort((a, b) =>
+    a[0] - b[0] || a[1] - b[1]
+  )
+  let running = 0
+  let full = 0
+  let since = first
+  for (const [t, d] of events) {
+    if (running >= 8) full += t - since
+    running += d
+    since = t
+  }
+  return {
+    turns: rows.length,
+    meanTurnMs: turnMs / rows.length,
+    meanBusySlots: turnMs / span,
+    fullShare: full / span,
+    spanMs: span,
+    beforeMs: first - from,
+    afterMs: to - last,
+    phaseMs: to - from
   }
 }
 
@@ -579,6 +634,17 @@ if (!(await reachable())) {
         }
       ]
     )
+    const use = (r: typeof slowOne) =>
+      r.slots === undefined ?
+        "-" :
+        `${r.slots.turns} turns, ${r.slots.meanTurnMs.toFixed(0)} ms each (handler start to model end), ${
+          r.slots.meanBusySlots.toFixed(2)
+        } of 8 slots in a turn on average over its ${(r.slots.spanMs / 1000).toFixed(2)} s span (all 8 for ${
+          (100 * r.slots.fullShare).toFixed(0)
+        } % of it), first turn ${(r.slots.beforeMs / 1000).toFixed(2)} s after the phase began, last ended ${
+          (r.slots.afterMs / 1000).toFixed(2)
+        } s before it ended (phase ${(r.slots.phaseMs / 1000).toFixed(2)} s)`
+    console.log(`(the busiest runner's slots: 1 runner: ${use(slowOne)}; 3 runners: ${use(slowThree)})`)
     console.log(
       `(where the turns ran, 3 runners: ${slowThree.spread}; the busiest runner's 8 slots bound the cluster to ${
         (16 / slowThree.busiestShare).toFixed(1)
