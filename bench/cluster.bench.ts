@@ -50,6 +50,12 @@ const MESSAGES = Number(process.env.CLUSTER_BENCH_MESSAGES ?? 600)
  */
 const WARM = Number(process.env.CLUSTER_BENCH_WARM ?? 1_500)
 const CONCURRENCY = 48
+/**
+ * Clients of the 500 ms rows (`CLUSTER_BENCH_SLOW_CLIENTS`, default 48): each sends its next message when its
+ * reply came. With 48, the busiest of three runners has ~17 messages on their way at a time for its 8 slots,
+ * some of them still in their slot statement or on the hop when a slot frees; one runner has all 48.
+ */
+const SLOW_CLIENTS = Number(process.env.CLUSTER_BENCH_SLOW_CLIENTS ?? CONCURRENCY)
 const LATENCY_SAMPLES = 40
 const root = path.resolve(import.meta.dirname, "..")
 /**
@@ -262,7 +268,7 @@ const cluster = async (
     /** `count` messages from 48 clients to `sessions` sessions named `<prefix><n>`, each to a random runner. */
     const load = async (count: number, prefix: string) => {
       let next = 0
-      await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
+      await Promise.all(Array.from({ length: latency > 100 ? SLOW_CLIENTS : CONCURRENCY }, async () => {
         while (next < count) {
           const i = next++
           while (
@@ -618,7 +624,7 @@ if (!(await reachable())) {
     const slowOne = await cluster(1, SLOW, SLOW_MESSAGES, SLOW_SESSIONS, SLOW_SHARDS)
     const slowThree = await cluster(3, SLOW, SLOW_MESSAGES, SLOW_SESSIONS, SLOW_SHARDS)
     table(
-      `Cluster throughput when the turn waits: ${SLOW_MESSAGES} messages, ${SLOW_SESSIONS} sessions, ${SLOW_SHARDS} shards, ${CONCURRENCY} clients, ${SLOW} ms scripted turn, lane main concurrent 8 per runner`,
+      `Cluster throughput when the turn waits: ${SLOW_MESSAGES} messages, ${SLOW_SESSIONS} sessions, ${SLOW_SHARDS} shards, ${SLOW_CLIENTS} clients, ${SLOW} ms scripted turn, lane main concurrent 8 per runner`,
       [
         {
           name: "cluster, 1 runner",
@@ -648,7 +654,11 @@ if (!(await reachable())) {
     console.log(
       `(where the turns ran, 3 runners: ${slowThree.spread}; the busiest runner's 8 slots bound the cluster to ${
         (16 / slowThree.busiestShare).toFixed(1)
-      } messages/s = ${ratio(16 / slowThree.busiestShare, slowOne.perSecond)} of 1 runner)\n`
+      } messages/s = ${
+        ratio(16 / slowThree.busiestShare, slowOne.perSecond)
+      } of 1 runner; at 1 runner's own rate per slot, ${
+        (1 / slowThree.busiestShare).toFixed(2)
+      }x: the busiest runner's share of the turns is where the shards' runners fall on the hash ring, which moves with the runners' ports)\n`
     )
   }
   if (one !== undefined && three !== undefined) {

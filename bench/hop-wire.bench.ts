@@ -1,6 +1,6 @@
 /**
  * The runners' hop alone, its transport (src/cluster/Hop.ts, HopWire.ts): a run's payload as the ingress sends
- * it (a message with 40 rows of history, ~2.6 KB of JSON) to another process that decodes it as Ingress.ts
+ * it (a message with 40 rows of history, ~2.6 KB of JSON; the history a string since session 13) to another process that decodes it as Ingress.ts
  * does (`JSON.parse` and the `RunNow` payload's Schema) and answers a turn's answer on its next event-loop
  * turn. Two ways, alternated: `http`, a node:http `POST /internal/runs` per run over keep-alive connections
  * (the hop until session 12); `lines`, one upgraded connection carrying `<id>\t<JSON>\n` lines both ways,
@@ -12,6 +12,7 @@ import { fork } from "node:child_process"
 import * as fs from "node:fs"
 import * as http from "node:http"
 import type * as net from "node:net"
+import { parseStarted } from "../src/cluster/Coalesce.js"
 import * as HopWire from "../src/cluster/HopWire.js"
 import { RunNow } from "../src/cluster/protocol.js"
 import { table } from "./lib.js"
@@ -61,21 +62,66 @@ const serve = () => {
   server.listen(0, "127.0.0.1", () => process.send!((server.address() as net.AddressInfo).port))
 }
 
-const history = Array.from({ length: 40 }, (_, i) => ({
-  role: i % 2 === 0 ? "user" : "assistant",
-  content: i % 2 === 0 ? `m${1000 + i}` : `You said: m${1000 + i}`
-}))
+/** A session's history as the slot statement returns it (JSON text of `[role, content]` rows, oldest first). */
+const historyText = (rows: number) =>
+  JSON.stringify(Array.from({ length: rows }, (_, i) => [
+    i % 2 === 0 ? "user" : "assistant",
+    i % 2 === 0 ? `m${1000 + i}` : `You said: m${1000 + i}`
+  ]))
+const history40 = historyText(40)
+const runFields = (i: number) => ({
+  runId: `coalesce:main:s${i % 50}:${i}`,
+  lane: "main",
+  key: `s${i % 50}`,
+  generation: 0,
+  command: { type: "message", session: `s${i % 50}`, text: `m${i}`, inbox: true },
+  admittedAt: Date.now(),
+  coalesceSlot: i
+})
+/** The run as the ingress sends it (since session 13 its history passed through as the statement's text). */
 const payload = (i: number) =>
-  JSON.stringify({
-    runId: `coalesce:main:s${i % 50}:${i}`,
-    lane: "main",
-    key: `s${i % 50}`,
-    generation: 0,
-    command: { type: "message", session: `s${i % 50}`, text: `m${i}`, inbox: true },
-    admittedAt: Date.now(),
-    coalesceSlot: i,
-    prefetched: { texts: [`m${i}`], history, rows: 40 }
-  })
+  JSON.stringify({ ...runFields(i), startedRaw: { texts: [`m${i}`], history: history40, rows: 40 } })
+
+/**
+ * The codec work a hopped run's history costs, sender and receiver in this process (no transport): `parsed`,
+ * until session 13: the history parsed where the message arrived (`JSON.parse` and a row object each), the run
+ * encoded with it, the line parsed and Schema-decoded row by row on the other side; `passed through`: the
+ * statement's text carried as a string, the line parsed and decoded, the history parsed once (`parseStarted`)
+ * where the turn runs. CPU µs per hop, rounds alternated.
+ */
+const codec = (rows: number) => {
+  const text = historyText(rows)
+  let sink = 0
+  const ways = {
+    parsed: (i: number) => {
+      const history = (JSON.parse(text) as Array<[string, string]>).map(([role, content]) => ({ role, content }))
+      const line = JSON.stringify({ ...runFields(i), prefetched: { texts: [`m${i}`], history, rows: 40 } })
+      const run = decodeRun(JSON.parse(line))
+      if (Option.isSome(run)) sink += run.value.prefetched!.history.length
+    },
+    "passed through": (i: number) => {
+      const line = JSON.stringify({ ...runFields(i), startedRaw: { texts: [`m${i}`], history: text, rows: 40 } })
+      const run = decodeRun(JSON.parse(line))
+      if (Option.isSome(run)) sink += parseStarted(run.value.startedRaw!)!.history.length
+    }
+  }
+  const n = 20_000
+  const time = (f: (i: number) => void) => {
+    const c0 = process.cpuUsage()
+    for (let i = 0; i < n; i++) f(i)
+    const c = process.cpuUsage(c0)
+    return (c.user + c.system) / n
+  }
+  for (let r = 0; r < 2; r++) for (const f of Object.values(ways)) time(f) // warm-up
+  const results: Record<keyof typeof ways, Array<number>> = { parsed: [], "passed through": [] }
+  for (let r = 0; r < 2 * ROUNDS; r++) {
+    const order = r % 2 === 0 ? (["parsed", "passed through"] as const) : (["passed through", "parsed"] as const)
+    for (const way of order) results[way].push(time(ways[way]))
+  }
+  if (sink !== 2 * (2 * ROUNDS + 2) * n * rows) throw new Error("a decoded history lost rows")
+  const med = (xs: Array<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+  return { parsed: med(results.parsed), passedThrough: med(results["passed through"]) }
+}
 
 const viaHttp = (port: number) => {
   const agent = new http.Agent({ keepAlive: true })
@@ -193,6 +239,20 @@ if (process.env.HOP_WIRE_SERVER === "1") {
       rows
     )
     lines.socket.destroy()
+    table(
+      `A hopped run's history, codec only (sender and receiver in one process): CPU µs per hop, ${
+        2 * ROUNDS
+      } rounds of 20,000 alternated, medians`,
+      [40, 12].map((rows) => {
+        const r = codec(rows)
+        return {
+          name: `${rows} rows of history`,
+          "parsed, encoded, decoded by row (until session 13)": r.parsed,
+          "passed through as the statement's text": r.passedThrough,
+          ratio: `${(r.parsed / r.passedThrough).toFixed(2)}x`
+        }
+      })
+    )
   } finally {
     child.kill()
   }
