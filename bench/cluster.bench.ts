@@ -171,9 +171,9 @@ const post = async (port: number, session: string, text: string) => {
 }
 
 /**
- * How long the shards' placement must stay the same before a run measures: above each runner's 2 s refresh of
- * the assignments (ClusterLayer.ts: a runner sees another join or leave within it) and Hop.ts's 1 s refresh
- * of the shards' owners.
+ * How long the shards' placement must stay the same before a run measures: well above each runner's 1 s read of
+ * the runners' registry (ClusterLayer.ts: a runner sees another join or leave within it) and Hop.ts's 1 s read
+ * of the shards' owners (1.5 s until session 13; both trees of its A B runs used 2.5 s).
  */
 const SETTLED_MS = 2_500
 
