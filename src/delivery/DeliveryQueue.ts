@@ -314,18 +314,24 @@ export const make = (options: Options): Effect.Effect<DeliveryQueue, never, Scop
           })
           : Effect.map(log.append(message), (entry) => [entry, false] as const),
         ([entry, marked]) => {
-          // Marked: this call wrote a new record (an existing entry of the key is returned unmarked), and
-          // the entry is scheduled as appended; read back now it would say `maybeSent` (this mark, which no
-          // crash left), and its first attempt would look like a replay's (seen: the Telegram bot said of
-          // each keyed reply "may have gone out before the restart").
-          if (marked || held.byId.has(entry.id) || message.idempotencyKey === undefined) {
+          if (held.byId.has(entry.id) || message.idempotencyKey === undefined) {
             return Effect.succeed([entry, entry] as const)
           }
           // A duplicate key returns an existing entry that may be acked or dead: schedule only what the log holds as pending.
           return Effect.map(
             log.get(entry.id),
             (current) =>
-              [entry, Option.isSome(current) && current.value.status === "pending" ? current.value : undefined] as const
+              [
+                entry,
+                Option.isNone(current) || current.value.status !== "pending"
+                  ? undefined
+                  // Marked: this call wrote a new record and its mark. Read back, it says `maybeSent` (this mark,
+                  // which no crash left), and its first attempt would look like a replay's (seen: the Telegram bot
+                  // said of each keyed reply "may have gone out before the restart"): it is scheduled as appended.
+                  : marked
+                  ? entry
+                  : current.value
+              ] as const
           )
         }
       )
