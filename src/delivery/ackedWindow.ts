@@ -13,7 +13,7 @@ import { EntryData } from "./entryData.js"
 import { type PlainColumns, PlainRing, type PlainView } from "./idRing.js"
 import { digestKey, type KeyDigest } from "./keyDigest.js"
 import { type KeyedColumns, KeyedFlag, KeyedRing, type KeyedView } from "./keyedRing.js"
-import { formatUuid, parseUuid, scratch } from "./uuidWords.js"
+import { parseUuid, scratch } from "./uuidWords.js"
 
 /** An id acked within the window, as a snapshot writes it: its entry (as acked) when it had a key. */
 export type AckedItem = readonly [id: string, at: number, entry: EntryData | undefined]
@@ -22,7 +22,7 @@ export type AckedItem = readonly [id: string, at: number, entry: EntryData | und
  * A copy of the window for a snapshot (the live one goes on changing while it is written): the kept
  * ids, then the plain ring's, each in ack order; the keyed ring's apart.
  */
-export interface AckedCopy extends Iterable<AckedItem> {
+export interface AckedCopy {
   /** Every id, `keyed` included. */
   readonly size: number
   /** How many of them are plain (no entry). */
@@ -196,18 +196,7 @@ export class AckedWindow {
       plain: plain.count,
       kept: Array.from(this.kept, ([id, k]): AckedItem => [id, k.at, k.entry]),
       plainIds: plain,
-      keyed: this.keyed.copy(),
-      /** Every id but the keyed ring's, as a snapshot writes them (one tuple and one string per id). */
-      *[Symbol.iterator]() {
-        yield* this.kept
-        let i = 0
-        for (let r = 0; r < plain.runs.at.length; r++) {
-          for (let n = 0; n < plain.runs.count[r]!; n++, i++) {
-            const w = plain.words
-            yield [formatUuid(w[4 * i]!, w[4 * i + 1]!, w[4 * i + 2]!, w[4 * i + 3]!), plain.runs.at[r]!, undefined]
-          }
-        }
-      }
+      keyed: this.keyed.copy()
     }
   }
 

@@ -19,6 +19,7 @@ import { ackedBytes, entryBytes, utf8Bytes, writeAcked, writeEntry, writeId } fr
 import { encode, HEADER_BYTES, Kind, seal } from "../../src/delivery/record.js"
 import { segmentName } from "../../src/delivery/segment.js"
 import { formatUuid, parseUuid, writeUuidWords } from "../../src/delivery/uuidWords.js"
+import { ackedItems } from "./fixtures/ackedItems.js"
 import { tempRoot } from "./fixtures/files.js"
 
 const tmp = tempRoot("snapshot-write")
@@ -70,7 +71,7 @@ const reference = (c: Captured): { bytes: Buffer; entriesAt: Array<number> } => 
     entriesAt.push(size)
     binary(Kind.snapshotEntry, entryBytes(e), (b, at) => writeEntry(b, at, e))
   }
-  for (const [id, time, e] of c.acked) {
+  for (const [id, time, e] of ackedItems(c.acked)) {
     binary(Kind.snapshotAcked, ackedBytes(id, e), (b, at) => writeAcked(b, at, id, time, e))
   }
   json(Kind.snapshotEnd, { records: lsn + 1 })
