@@ -182,15 +182,17 @@ export const sendVolatile = (options: {
       Effect.exit(client.RunNow(again ? { ...payload, replay: "dispatcher" } : payload))
     const stored = options.stored
     // A send again: the stored answer if the owner has committed one, else the send.
-    const again = stored === undefined ? viaCluster(true) : Effect.flatMap(
-      Effect.orElseSucceed(stored(payload.runId), () => undefined),
-      (exit) => exit !== undefined && isAnswer(exit) ? Effect.succeed(exit) : viaCluster(true)
-    )
+    // Made when a send again happens, not at every dispatch (most runs are answered by their first send).
+    const again = () =>
+      stored === undefined ? viaCluster(true) : Effect.flatMap(
+        Effect.orElseSucceed(stored(payload.runId), () => undefined),
+        (exit) => exit !== undefined && isAnswer(exit) ? Effect.succeed(exit) : viaCluster(true)
+      )
     // A send, then (no answer) the next one 100 ms after it ended, or `resendMs` after it began if it waits.
     // Two fibers per send, no race: the local way's send is answered at once, and every message takes it.
     const attempt = (resent: boolean, next: Deferred.Deferred<void>) =>
       Effect.exit(
-        resent ? again : forward === undefined
+        resent ? again() : forward === undefined
           ? viaCluster(false)
           : Effect.flatMap(forward(payload), (exit) => exit === undefined ? viaCluster(false) : Effect.succeed(exit))
       ).pipe(
