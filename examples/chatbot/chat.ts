@@ -202,6 +202,7 @@ export const runChat = (options: ChatOptions): void => {
         channel,
         defaultSession: options.session,
         drainTimeoutMs: options.drainTimeout,
+        turnTimeoutMs: options.turnTimeout,
         ...(options.heartbeat === undefined ? {} : { heartbeat: { everyMs: options.heartbeat } }),
         cron: options.cron,
         onEvent: makeEventPrinter(output)

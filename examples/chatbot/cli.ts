@@ -8,6 +8,7 @@ import * as fs from "node:fs"
 import { parseCronFlag } from "../../src/agent/CronJobs.js"
 import type { CronJob } from "../../src/agent/CronJobs.js"
 import { HEARTBEAT_SESSION } from "../../src/agent/Heartbeat.js"
+import { DEFAULT_TURN_TIMEOUT_MS } from "../../src/agent/turnTimeouts.js"
 import { parseWebhookUrl, shownUrl } from "../../src/agent/webhookUrl.js"
 
 /** Which Effect logs are printed (on standard error); the warnings are kept for `/status` whatever the level. */
@@ -35,6 +36,8 @@ export interface ChatOptions {
   readonly webhook?: string
   readonly json: boolean
   readonly drainTimeout: number
+  /** A turn that makes no progress this long is cut and its messages tried again later. */
+  readonly turnTimeout: number
   /** Which Effect logs are printed; `undefined`: none in an interactive terminal, `warn` otherwise. */
   readonly logLevel?: LogLevelOption
 }
@@ -148,6 +151,12 @@ export const makeProgram = (handlers: {
       10_000
     )
     .option(
+      "--turn-timeout <ms>",
+      "a turn with no progress this long (no streamed text) is cut; its messages are kept and tried again",
+      integer("--turn-timeout", 1),
+      DEFAULT_TURN_TIMEOUT_MS
+    )
+    .option(
       "--log-level <level>",
       "which internal logs to print on standard error: none, error, warn, info, debug (default: none in a terminal, warn otherwise; /status shows the warnings)",
       logLevel
@@ -167,6 +176,7 @@ export const makeProgram = (handlers: {
         ...(raw.webhook === undefined ? {} : { webhook: raw.webhook as string }),
         json: raw.json === true,
         drainTimeout: raw.drainTimeout as number,
+        turnTimeout: raw.turnTimeout as number,
         ...(raw.debug === true
           ? { logLevel: "debug" as const }
           : raw.logLevel === undefined

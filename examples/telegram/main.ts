@@ -25,6 +25,7 @@ interface BotOptions {
   readonly latency: number
   readonly pollTimeout: number
   readonly drainTimeout: number
+  readonly turnTimeout: number
 }
 
 const integer = (flag: string, from: number, to = Number.MAX_SAFE_INTEGER) => (value: string): number => {
@@ -116,6 +117,7 @@ const run = (options: BotOptions): void => {
         stateDir,
         channel,
         drainTimeoutMs: options.drainTimeout,
+        turnTimeoutMs: options.turnTimeout,
         // Telegram asks to wait (429 retry_after) often under load. The queue waits at least a quarter of
         // the backoff step whatever Telegram says, so the steps grow slowly, and a storm takes many attempts.
         delivery: { backoffMs: [1_000, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000], maxAttempts: 15 },
@@ -173,6 +175,12 @@ new Command("telegram")
     integer("--drain-timeout", 1),
     10_000
   )
+  .option(
+    "--turn-timeout <ms>",
+    "a turn with no progress this long (no streamed text) is cut; its messages are kept and tried again",
+    integer("--turn-timeout", 1),
+    Agent.DEFAULT_TURN_TIMEOUT_MS
+  )
   .action((raw: Record<string, unknown>) =>
     run({
       stateDir: raw.stateDir as string,
@@ -180,7 +188,8 @@ new Command("telegram")
       ...(raw.model === undefined ? {} : { model: raw.model as string }),
       latency: raw.latency as number,
       pollTimeout: raw.pollTimeout as number,
-      drainTimeout: raw.drainTimeout as number
+      drainTimeout: raw.drainTimeout as number,
+      turnTimeout: raw.turnTimeout as number
     })
   )
   .parse(process.argv)

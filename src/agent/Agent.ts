@@ -26,12 +26,14 @@ import type { UnansweredSession } from "./retries.js"
 import { ensureStateDir } from "./stateDir.js"
 import * as Transcripts from "./Transcripts.js"
 import { makeTurns } from "./turns.js"
+import { DEFAULT_TURN_TIMEOUT_MS, withTurnTimeouts } from "./turnTimeouts.js"
 import type { AgentOptions, AgentSnapshot, SendError, ShutdownReport, TurnError } from "./types.js"
 
 export type { AgentEvent, TurnResult } from "./events.js"
 export type { LogHealthStatus } from "./logHealth.js"
 export type { TurnFailure, UnansweredSession } from "./retries.js"
 export { RETRY_DELAYS_MS } from "./retries.js"
+export { DEFAULT_TURN_TIMEOUT_MS } from "./turnTimeouts.js"
 export type { AgentOptions, AgentSnapshot, SendError, ShutdownReport, TurnError } from "./types.js"
 
 /** A running agent. */
@@ -154,7 +156,7 @@ export const make = (
     const deliveries = yield* DeliveryQueue.make({ ...options.delivery, log, deliver })
     const drainTimeoutMs = options.drainTimeoutMs ?? 30_000
     const queue = yield* CommandQueue.make({
-      ...(options.lanes === undefined ? {} : { lanes: options.lanes }),
+      lanes: withTurnTimeouts(options.lanes, options.turnTimeoutMs ?? DEFAULT_TURN_TIMEOUT_MS),
       drainTimeoutMs
     })
 

@@ -41,6 +41,9 @@ export const validateOptions = (options: AgentOptions): Effect.Effect<void, Agen
       return bad("heartbeat.prompt", "a non-empty string", options.heartbeat.prompt)
     }
   }
+  if (options.turnTimeoutMs !== undefined && !isPositive(options.turnTimeoutMs)) {
+    return bad("turnTimeoutMs", "a finite number above 0", options.turnTimeoutMs)
+  }
   if (options.drainTimeoutMs !== undefined && !isPositive(options.drainTimeoutMs)) {
     return bad("drainTimeoutMs", "a finite number above 0", options.drainTimeoutMs)
   }

@@ -37,7 +37,14 @@ export const classify = (error: unknown): Classified => {
         ? { ...base, retryable: false, final: true }
         : { ...base, io: true }
     case "QueueFailure":
-      return e.reason === "timeout" ? base : { ...base, ignore: true }
+      if (e.reason !== "timeout") return { ...base, ignore: true }
+      // the queue's message names a run id; say what happened to the turn instead
+      return {
+        ...base,
+        text: (error as { readonly stage?: unknown }).stage === "queued"
+          ? "the turn waited longer than its lane's queueTimeoutMs to start"
+          : "the turn made no progress within its turnTimeoutMs and was cut (its model request aborted)"
+      }
     default:
       return base
   }

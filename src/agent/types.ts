@@ -32,6 +32,12 @@ export interface AgentOptions {
   readonly cron?: ReadonlyArray<CronJob>
   /** Lane limits, merged over the queue's defaults. */
   readonly lanes?: Record<string, CommandQueue.LaneLimits>
+  /**
+   * A turn of `main`, `heartbeat` or `cron` that makes no progress this long is cut, and its
+   * messages kept and tried again later (default 300 000; a lane's own `turnTimeoutMs` in `lanes`
+   * wins). A streaming model call renews it per event, so only a stuck turn is cut.
+   */
+  readonly turnTimeoutMs?: number
   /** How long `shutdown` (and closing the Scope) waits for turns and deliveries in flight (default 30 000). */
   readonly drainTimeoutMs?: number
   /** Recipient of heartbeat and cron replies before any user message arrived (default `"local"`). */
