@@ -15,6 +15,7 @@ import type { CronJob } from "../agent/CronJobs.js"
 import { parseJobs } from "../agent/CronJobs.js"
 import { Model } from "../agent/Model.js"
 import * as ScriptedModel from "../agent/ScriptedModel.js"
+import { DEFAULT_TURN_TIMEOUT_MS, withTurnTimeouts } from "../agent/turnTimeouts.js"
 import type { DeliveryEntry } from "../delivery/types.js"
 import type { DrainReport, LaneLimits } from "../queue/CommandQueue.js"
 import * as ClusterAgent from "./ClusterAgent.js"
@@ -51,6 +52,12 @@ export interface RunnerOptions {
   /** Deliver replies by appending JSON lines to this file (default: print them). */
   readonly outboxFile?: string
   readonly lanes?: Readonly<Record<string, Partial<LaneLimits>>>
+  /**
+   * A turn of `main`, `heartbeat` or `cron` with no progress this long (no streamed event) is cut and its
+   * run fails `timeout`; a lane's own `turnTimeoutMs` in `lanes` wins. Default `DEFAULT_TURN_TIMEOUT_MS`
+   * (5 minutes): a model stream stalled after its headers would otherwise hold its session's slot.
+   */
+  readonly turnTimeoutMs?: number
   /** Deadline of the whole shutdown (see {@link Runner.stop}); default 10_000. */
   readonly drainTimeoutMs?: number
   /** Every runner of a cluster must use the same value; default 64. */
@@ -213,7 +220,10 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
       prefix,
       ...(options.hop === false ? {} : { forward: hop.send }),
       ...(options.localRuns === false ? { localRuns: false } : {}),
-      ...(options.lanes === undefined ? {} : { lanes: options.lanes }),
+      lanes: withTurnTimeouts(
+        options.lanes as Record<string, LaneLimits> | undefined,
+        options.turnTimeoutMs ?? DEFAULT_TURN_TIMEOUT_MS
+      ),
       ...(options.sweepMs === undefined ? {} : { sweepMs: options.sweepMs }),
       ...(options.sweepAgeMs === undefined ? {} : { sweepAgeMs: options.sweepAgeMs }),
       drainTimeoutMs

@@ -13,6 +13,7 @@ import { Cause, Effect } from "effect"
 import type { CronJob } from "../agent/CronJobs.js"
 import { parseCronFlag } from "../agent/CronJobs.js"
 import { exitAfterFlush, runMain } from "../agent/main.js"
+import { DEFAULT_TURN_TIMEOUT_MS } from "../agent/turnTimeouts.js"
 import { isLoopback } from "./IngressChecks.js"
 import * as Postgres from "./Postgres.js"
 import * as Runner from "./Runner.js"
@@ -94,6 +95,12 @@ const program = new Command("runner")
   )
   .option("--main-concurrent <n>", "turns at once per runner on lane main", integer("--main-concurrent", 1))
   .option(
+    "--turn-timeout <ms>",
+    "a turn with no progress this long (no streamed text) is cut; its run fails `timeout`",
+    integer("--turn-timeout", 1),
+    DEFAULT_TURN_TIMEOUT_MS
+  )
+  .option(
     "--no-hop",
     "send runs to their owner over the runners' cluster socket only, not to the owner's HTTP ingress (for runners whose HTTP ports cannot reach each other)"
   )
@@ -116,6 +123,7 @@ const opts = program.opts<{
   drainTimeout: number
   shards: number
   mainConcurrent?: number
+  turnTimeout: number
   deliveryTimeout: number
   retain: number
   lease: number
@@ -165,6 +173,7 @@ const options: Runner.RunnerOptions = {
   ...(opts.name === undefined ? {} : { name: opts.name }),
   ...(opts.outbox === undefined ? {} : { outboxFile: opts.outbox }),
   ...(apiKey && !opts.offline ? { anthropic: { apiKey } } : {}),
+  turnTimeoutMs: opts.turnTimeout,
   ...(opts.mainConcurrent === undefined ? {} : { lanes: { main: { concurrent: opts.mainConcurrent } } })
 }
 

@@ -46,6 +46,8 @@ export const startRunner = async (options: {
   readonly url: string
   readonly outbox: string
   readonly args?: ReadonlyArray<string>
+  /** More environment (e.g. `ANTHROPIC_API_KEY` and `ANTHROPIC_BASE_URL` of a fake Messages API). */
+  readonly env?: Readonly<Record<string, string>>
 }): Promise<RunnerProcess> => {
   const { spawn } = await import("node:child_process")
   const path = await import("node:path")
@@ -71,7 +73,7 @@ export const startRunner = async (options: {
   ], {
     cwd: root,
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, ANTHROPIC_API_KEY: "", SWITCHYARD_EXIT_WITH_PARENT: "1" }
+    env: { ...process.env, ANTHROPIC_API_KEY: "", SWITCHYARD_EXIT_WITH_PARENT: "1", ...options.env }
   })
   const log: Array<string> = []
   const stdout: Array<string> = []
