@@ -44,6 +44,10 @@ export const readInput = (
           push(line)
         })
         rl.on("close", () => push(null))
+        // The terminal went away (a closed window, a dropped SSH session): reading, or readline putting
+        // the terminal back out of raw mode, fails with EIO. That is the end of the input, not a crash:
+        // the shutdown that follows (SIGHUP comes too) still drains, flushes and releases the lock.
+        rl.on("error", () => push(null))
         // In a terminal, readline takes Ctrl+C itself: pass it on as the signal it means.
         rl.on("SIGINT", () => process.kill(process.pid, "SIGINT"))
         screen?.attach(rl)

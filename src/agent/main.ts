@@ -7,11 +7,17 @@
  * program ends, standard output and standard error are flushed and the process exits with the
  * program's code (0 by default, 1 after a failure, whose cause goes to standard error).
  *
+ * Standard output and standard error failing (a reader that went away, a terminal that closed) do not
+ * crash the program: what it prints is for people, and the shutdown must go on. A terminal that hung
+ * up is let go of at exit (see `releaseHungUpTerminals`).
+ *
  * `serve` is the usual body: read input until it ends or a signal comes, then `agent.shutdown`
  * (drain the lanes, let deliveries in flight end, flush the log). What was not delivered stays
  * in the log and is delivered on the next start.
  */
 import { Cause, Deferred, Effect, Exit, Fiber, Logger } from "effect"
+import * as fs from "node:fs"
+import * as tty from "node:tty"
 import type { Agent, ShutdownReport } from "./Agent.js"
 
 /** The signals that ask for a graceful shutdown (SIGHUP: the terminal went away, treated like SIGTERM). */
@@ -32,6 +38,30 @@ export interface MainContext {
 export const signalExitCode = (
   signal: ShutdownSignal
 ): number => (signal === "SIGINT" ? 130 : signal === "SIGHUP" ? 129 : 143)
+
+/**
+ * A terminal that hung up (its window closed, its SSH session dropped) fails every read, write and
+ * mode change with EIO, and Node 20 aborts at exit when it cannot put a standard stream that was a
+ * terminal back in the mode it found it in (`ResetStdio` in node.cc allows only EPERM): a clean
+ * shutdown would end in an assertion, a native stack trace and SIGABRT. So each standard descriptor
+ * that was a terminal at start and is no longer one at exit (a hung-up terminal answers EIO) is
+ * closed as the process exits; that code skips closed descriptors. Only the exit's own code runs
+ * after this, so no descriptor number is reused meanwhile.
+ */
+const releaseHungUpTerminals = () => {
+  const terminals = [0, 1, 2].filter((fd) => tty.isatty(fd))
+  if (terminals.length === 0) return
+  process.on("exit", () => {
+    for (const fd of terminals) {
+      if (tty.isatty(fd)) continue
+      try {
+        fs.closeSync(fd)
+      } catch {
+        // not open
+      }
+    }
+  })
+}
 
 /**
  * Runs `program` as the process's main (see the module comment). Effect's loggers write to
@@ -61,6 +91,10 @@ export const runMain = <E>(
   process.on("SIGTERM", () => onSignal("SIGTERM"))
   process.on("SIGINT", () => onSignal("SIGINT"))
   process.on("SIGHUP", () => onSignal("SIGHUP"))
+  // Printing is for people: a reader or a terminal that went away must not stop the shutdown.
+  process.stdout.on("error", () => {})
+  process.stderr.on("error", () => {})
+  releaseHungUpTerminals()
 
   const main: MainContext = { signal: Deferred.await(first), received: () => received }
   const fiber = Effect.runFork(program(main).pipe(Effect.provideService(Logger.LogToStderr, true)))

@@ -3,6 +3,7 @@
  * screen. Piped tests cannot see what these see: the echo of what is typed, the prompt, the thinking
  * sign, lines printed over each other.
  */
+import * as fs from "node:fs"
 import * as path from "node:path"
 import { describe, expect, it } from "vitest"
 import { useTempDirs } from "../support/chatbot.js"
@@ -204,6 +205,38 @@ describe("chatbot in a terminal", () => {
       expect(s).not.toContain("…thinking")
     })
   }, 60_000)
+
+  ttyIt(
+    "the terminal hangs up during a turn (its window closed): the turn finishes, exit 0, the lock is released, and the next start owes nothing",
+    async () => {
+      const state = path.join(fresh(), "state")
+      const t = await startTerminal(["--state-dir", state, "--latency", "1500"])
+      try {
+        await t.waitFor(promptLast, "the prompt")
+        await t.type("answered after the hangup")
+        await t.keys("Enter")
+        await t.waitFor((s) => s.includes("…thinking"), "the thinking sign")
+        await t.hangup()
+        // Before: readline's EIO was an unhandled 'error' (a crash, the lock left behind); then, with it
+        // handled, Node 20 aborted at exit resetting the dead terminal (SIGABRT / SIGSEGV).
+        expect(await t.waitForExit()).toEqual({ code: 0, signal: undefined })
+      } finally {
+        await t.close()
+      }
+      expect(fs.existsSync(path.join(state, "deliveries", "LOCK"))).toBe(false)
+      await withTerminal(["--state-dir", state], async (again) => {
+        await again.waitFor(promptLast, "the prompt")
+        const status = await statusUntil(again, /^unanswered: none$/m)
+        // the message was answered before the exit, not recovered by this start
+        expect(await again.screen()).not.toContain("recovered")
+        expect(status).toMatch(/^warnings: none$/m)
+        expect(status).toMatch(/^deliveries: pending 0, dead 0/m)
+        await again.keys("C-d")
+        expect((await again.waitForExit()).code).toBe(0)
+      })
+    },
+    90_000
+  )
 
   ttyIt("Ctrl+C twice: the second one exits at once, non-zero, without waiting for the turn", async () => {
     await withTerminal(["--latency", "60000"], async (t) => {

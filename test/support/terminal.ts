@@ -43,6 +43,12 @@ export interface Terminal {
   readonly resize: (columns: number, rows: number) => Promise<void>
   /** Waits until the program exits (the pane stays, dead, so its last screen can be read). */
   readonly waitForExit: (timeoutMs?: number) => Promise<PaneExit>
+  /**
+   * The terminal hangs up, as when its window is closed or its SSH session drops: the tmux server is
+   * killed, so the pane's pseudo-terminal goes away under the program (reads and writes fail with EIO).
+   * `waitForExit` still works after it (recordExit.mjs stays to record how the program ended).
+   */
+  readonly hangup: () => Promise<void>
   /** Kills the tmux server (and with it the program, if it still runs) and removes its files. */
   readonly close: () => Promise<void>
 }
@@ -145,6 +151,7 @@ export const startTerminal = async (
         "the program to exit",
         timeoutMs
       ),
+    hangup: async () => void (await tmux("kill-server")),
     close: async () => {
       await tmux("kill-server").catch(() => undefined)
       fs.rmSync(dir, { recursive: true, force: true })
