@@ -20,7 +20,8 @@ import {
   WebhookChannel
 } from "../../src/agent/index.js"
 import type { AgentEvent, Channel, MainContext, Model } from "../../src/agent/index.js"
-import type { DeliveryEntry, DeliveryFailure } from "../../src/delivery/index.js"
+import { DeliveryFailure } from "../../src/delivery/index.js"
+import type { DeliveryEntry } from "../../src/delivery/index.js"
 import type { ChatOptions } from "./cli.js"
 import { runCommand } from "./commands.js"
 import { readInput } from "./input.js"
@@ -76,6 +77,11 @@ const makeChannel = (
         const reply = replyOf(entry)
         if (webhook !== undefined) yield* webhook.send(entry)
         if (outbox !== undefined) yield* outbox.send(entry)
+        // Printing is this channel's delivery: to a terminal that hung up it would reach nobody, so the
+        // entry stays in the log and the next start prints it.
+        if (webhook === undefined && outbox === undefined && output.terminalGone()) {
+          return yield* new DeliveryFailure({ message: "the terminal is gone (it hung up): kept for the next start" })
+        }
         if (reply === undefined) {
           if (outbox === undefined) output.say(`[${entry.message.to}] ${JSON.stringify(entry.message.body)}`)
           return

@@ -3,6 +3,7 @@
  * otherwise replies are printed as text, and in a terminal (the `Screen`) a turn shows "…thinking"
  * and its reply streams as it arrives. Errors always go to standard error, one line each.
  */
+import * as tty from "node:tty"
 import type { AgentEvent, ReplyBody } from "../../src/agent/index.js"
 import type { Screen } from "./screen.js"
 
@@ -21,6 +22,8 @@ export interface Output {
   readonly onAgentEvent: (event: AgentEvent) => void
   /** Whether the reply with this body was already shown as it streamed (so the delivery prints nothing more). */
   readonly wasStreamed: (reply: ReplyBody) => boolean
+  /** The output is a terminal that hung up (its window closed): what is printed now reaches nobody. */
+  readonly terminalGone: () => boolean
 }
 
 /** Makes the output; `screen` is given when standard output is a terminal (and not `--json`). */
@@ -72,6 +75,8 @@ export const makeOutput = (
     },
     error: (text) => line("err", text),
     onAgentEvent,
-    wasStreamed: (reply) => reply.turn !== undefined && streamed.delete(`${reply.session}#${reply.turn}`)
+    wasStreamed: (reply) => reply.turn !== undefined && streamed.delete(`${reply.session}#${reply.turn}`),
+    // a hung-up terminal answers EIO to the isatty ioctl (it was one when the screen was made)
+    terminalGone: () => screen !== undefined && !tty.isatty(1)
   }
 }
