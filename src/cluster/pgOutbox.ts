@@ -87,20 +87,27 @@ export const checkMessage = (
  * Acks the ids of `$5` (pending ones) and leases up to `$3` due heads of recipients to `$1` until `$4`
  * (`$2` is now), in one statement: the entries acked here are no heads any more, so their recipients'
  * next entries are claimable in the same statement.
+ *
+ * The heads are computed once (an array, `ARRAY(SELECT ...)`: an init plan) and looked up by id. Until
+ * session 14 they were a CTE joined to the table; the planner, whose statistics lag a table that fills
+ * faster than it is analyzed, estimated one pending row and re-sorted the heads for every pending row
+ * (a nested loop: quadratic in the backlog), 3.1 to 3.4 ms for 159 pending entries of 55 recipients against
+ * 0.64 to 0.67 now, and 12 to 53 ms per statement on a runner's backlog (bench/README.md, issue 15, session 14).
  */
 export const ackAndClaimSql = (table: string): string =>
   `WITH acked AS (
      UPDATE ${table} SET status = 'acked', acked_at = COALESCE(acked_at, $2), lease_owner = NULL, lease_until = NULL
      WHERE id = ANY($5::text[]) AND status = 'pending' RETURNING id
-   ), heads AS (
-     -- the entries acked above are no heads any more: their recipients' next entries are
-     SELECT DISTINCT ON (channel, recipient) id
-     FROM ${table} WHERE status = 'pending' AND id <> ALL($5::text[])
-     ORDER BY channel, recipient, seq
    ), due AS (
      -- conditions on o (the locked row) so they are re-checked against its latest version
-     SELECT o.id FROM ${table} o JOIN heads h ON h.id = o.id
-     WHERE o.status = 'pending'
+     SELECT o.id FROM ${table} o
+     WHERE o.id = ANY (ARRAY(
+         -- each recipient's head; the entries acked above are no heads any more: their recipients'
+         -- next entries are
+         SELECT DISTINCT ON (channel, recipient) id
+         FROM ${table} WHERE status = 'pending' AND id <> ALL($5::text[])
+         ORDER BY channel, recipient, seq))
+       AND o.status = 'pending'
        AND (o.next_attempt_at IS NULL OR o.next_attempt_at <= $2)
        AND (o.lease_until IS NULL OR o.lease_until < $2)
      ORDER BY o.seq LIMIT $3
