@@ -1,7 +1,7 @@
 /**
  * The cluster benchmark's latency breakdown (`CLUSTER_BENCH_TIMING=1`): the runners record each step of a
  * message's path (src/cluster/Timing.ts) and this reads them back for the one-at-a-time samples (sessions
- * `lat*`), step by step, the median of each over the samples.
+ * `lat*` on runners just started, `wl*` on warm ones), step by step, the median of each over the samples.
  */
 import * as fs from "node:fs"
 
@@ -55,10 +55,10 @@ const median = (xs: ReadonlyArray<number>): number => {
 }
 
 /**
- * The steps of the one-at-a-time messages recorded in `file`: for each, the median time (ms), how many
- * samples had it, and the median of the whole path (ingress to response).
+ * The steps of the one-at-a-time messages recorded in `file` to sessions named `<prefix><n>`: for each, the
+ * median time (ms), how many samples had it, and the median of the whole path (ingress to response).
  */
-export const breakdown = (file: string) => {
+export const breakdown = (file: string, prefix = "lat") => {
   const marks: Array<Mark> = fs.readFileSync(file, "utf8").split("\n").filter((l) => l.length > 0).map((l) =>
     JSON.parse(l) as Mark
   )
@@ -66,7 +66,7 @@ export const breakdown = (file: string) => {
   const byRun = new Map<string, Map<string, number>>()
   // The process each run reached each point in: a run whose ingress is not its key's runner crossed over.
   const pidOf = new Map<string, Map<string, number>>()
-  const ingress = marks.filter((m) => m.point === "ingress" && m.id.startsWith("lat")).sort((a, b) => a.t - b.t)
+  const ingress = marks.filter((m) => m.point === "ingress" && m.id.startsWith(prefix)).sort((a, b) => a.t - b.t)
   const slots = marks.filter((m) => m.point === "slotDone").sort((a, b) => a.t - b.t)
   // The session's marks around its run: the last of each point before the ingress's mark, the first after
   // the response.
