@@ -115,4 +115,30 @@ describe.skipIf(!up)("ClusterDelivery (Postgres)", () => {
       assert.deepStrictEqual(delivered, [0, 1, 2])
       assert.deepStrictEqual(yield* other.pending, [])
     })))
+
+  it.live("with a backlog the loop claims again once its attempts ended, not batchMs after: acks of a full batch in one statement each", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const table = "backlog"
+      const client = yield* Layer.build(Postgres.layer(db.url, { maxConnections: 3 }))
+      const log = yield* PgDeliveryLog.make({ table }).pipe(Effect.provideContext(client))
+      // Six entries wait before the loop starts; two slots. A minute of batching or polling would outlast the test.
+      for (let i = 0; i < 6; i++) yield* log.append({ channel: "test", to: `r${i}`, body: i })
+      const delivered: Array<number> = []
+      const all = yield* Deferred.make<void>()
+      const deliverer = ClusterDelivery.make({
+        log,
+        owner: "one",
+        concurrency: 2,
+        batchMs: 60_000,
+        pollMs: 60_000,
+        deliver: (e) =>
+          Effect.sync(() => {
+            delivered.push(e.message.body as number)
+            if (delivered.length === 6) Deferred.doneUnsafe(all, Effect.void)
+          })
+      })
+      yield* Effect.scoped(Effect.andThen(deliverer, Deferred.await(all)))
+      assert.deepStrictEqual([...delivered].sort(), [0, 1, 2, 3, 4, 5])
+      assert.deepStrictEqual(yield* log.pending, [])
+    })))
 })
