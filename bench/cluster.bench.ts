@@ -210,8 +210,11 @@ const drained = async (url: string) => {
   const start = performance.now()
   while (performance.now() - start < 60_000) {
     const [row] = await Effect.runPromise(
-      Postgres.withClient(url, (sql) =>
-        sql.unsafe<{ n: number }>(`SELECT count(*)::float8 AS n FROM switchyard_outbox WHERE status = 'pending'`))
+      Postgres.withClient(
+        url,
+        (sql) =>
+          sql.unsafe<{ n: number }>(`SELECT count(*)::float8 AS n FROM switchyard_outbox WHERE status = 'pending'`)
+      )
     )
     if (Number(row.n) === 0) return performance.now() - start
     await new Promise((resolve) => setTimeout(resolve, 100))
