@@ -12,6 +12,7 @@ import { join } from "node:path"
 import { crc32 } from "node:zlib"
 import type { AckedParts, AckedView } from "./ackedWindow.js"
 import type { EntryData } from "./entryData.js"
+import { LiveEntries } from "./liveEntries.js"
 import {
   ackedBytes,
   entryBytes,
@@ -20,7 +21,8 @@ import {
   writeAcked,
   writeEntry,
   writeId,
-  writeState
+  writeState,
+  writeStateFresh
 } from "./payload.js"
 import { FILE_MODE } from "./segment.js"
 
@@ -132,17 +134,36 @@ const writeAllSync = (fd: number, buf: Uint8Array, position: number): void => {
 
 /** Payload bytes of a live entry by place (`BY_PLACE`). */
 const placedBytes = (e: EntryData): number => 1 + utf8Bytes(e.id) + stateBytes(e)
+/** `placedBytes` of a slot-only entry: a canonical id, a fresh state (no error). */
+const PLAIN_PLACED_BYTES = 1 + 36 + 17
 
 /**
  * The live and kept entries, serialised, with the places to fill in once their records' files are
  * known. A live entry whose record's address is known is written by place: its id and state, not
  * its message (a capture of 15k pending entries copied ~4 MB of texts, ~1 µs an entry).
  */
-const serialiseEntries = (live: ReadonlyArray<EntryData>, kept: AckedView["kept"]) => {
+const serialiseEntries = (live: ReadonlyArray<EntryData> | LiveEntries, kept: AckedView["kept"]) => {
+  // The live entries' slots, when given as the table: a slot-only entry is written from its slot (no copy made).
+  const table = live instanceof LiveEntries ? live : undefined
+  const slots = table?.slots()
+  const count = slots !== undefined ? slots.length : (live as ReadonlyArray<EntryData>).length
+  /** Entry `k` as an object, or undefined for a slot-only entry (`slots[k]`). */
+  const objectAt = (k: number): EntryData | undefined =>
+    table === undefined
+      ? (live as ReadonlyArray<EntryData>)[k]!
+      : table.isObject(slots![k]!)
+      ? table.object(slots![k]!)
+      : table.posOf(slots![k]!) >= 0
+      ? undefined
+      : table.copy(slots![k]!)
   let size = 0
   let placed = 0
-  for (const e of live) {
-    if (e.pos >= 0) {
+  for (let k = 0; k < count; k++) {
+    const e = objectAt(k)
+    if (e === undefined) {
+      size += 20 + PLAIN_PLACED_BYTES
+      placed++
+    } else if (e.pos >= 0) {
       size += 20 + placedBytes(e)
       placed++
     } else size += 20 + entryBytes(e)
@@ -154,10 +175,24 @@ const serialiseEntries = (live: ReadonlyArray<EntryData>, kept: AckedView["kept"
   const places = new Float64Array(2 * placed)
   let p = 0
   let at = 0
-  for (const e of live) {
+  for (let k = 0; k < count; k++) {
+    const e = objectAt(k)
     // Its payload's length goes in front once it is written.
     const head = at
     at += 4
+    if (e === undefined) {
+      // A slot-only entry (liveEntries.ts), by place: its id from its bits, a fresh state but for its flags.
+      const slot = slots![k]!
+      places[p++] = at
+      places[p++] = table!.posOf(slot)
+      at = buf.writeUInt32LE(NONE, at)
+      at = buf.writeUInt32LE(0, at)
+      at = buf.writeDoubleLE(table!.bytesOf(slot), at)
+      const from = at
+      at = writeStateFresh(buf, table!.writeId(slot, buf, at), table!.isDead(slot), table!.isStarted(slot))
+      buf.writeUInt32LE(((at - from) | BY_PLACE) >>> 0, head)
+      continue
+    }
     if (e.pos >= 0) {
       places[p++] = at
       places[p++] = e.pos
@@ -188,8 +223,8 @@ const serialiseEntries = (live: ReadonlyArray<EntryData>, kept: AckedView["kept"
 export const captureCheckpoint = (
   dir: string,
   meta: { readonly nextLsn: number; readonly nextSeq: number; readonly liveBytes: number },
-  /** Live entries, in seq order (by place where `pos` is known). */
-  live: ReadonlyArray<EntryData>,
+  /** Live entries, in seq order (by place where `pos` is known), or the live entries' table itself. */
+  live: ReadonlyArray<EntryData> | LiveEntries,
   acked: AckedView
 ): CapturedCheckpoint => {
   const { kept, plain, keyed } = acked
@@ -223,7 +258,7 @@ export const captureCheckpoint = (
         nextLsn: meta.nextLsn,
         nextSeq: meta.nextSeq,
         liveBytes: meta.liveBytes,
-        live: live.length,
+        live: live instanceof LiveEntries ? live.size : live.length,
         kept: kept.length,
         plain: [plain.count, plain.runs.at.length],
         keyed: [keyed.count, keyed.runs.at.length],

@@ -52,7 +52,7 @@ const capture = (dir: string, at: CaptureAt): CapturedCheckpoint => {
   return captureCheckpoint(
     dir,
     { nextLsn: at.nextLsn, nextSeq: at.state.nextSeq, liveBytes: at.state.liveBytes },
-    at.state.live.list(),
+    at.state.live,
     // Views of the rings' arrays: written out in this same step, before anything changes.
     at.state.acked.view()
   )

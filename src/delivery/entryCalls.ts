@@ -78,15 +78,15 @@ export const ack = (h: CallHost, id: string, now: number, done: Done<void>): voi
   const no = h.refuse()
   if (no) return done(no)
   h.touch(now)
-  const live = h.state.live.get(id)
-  if (live?.status === "dead") {
+  const slot = h.state.live.slotOf(id)
+  if (slot >= 0 && h.state.live.isDead(slot)) {
     return done(
       notPending(
         `Expected a pending entry to ack, got dead entry \`${id}\`; it stays in the dead letters (requeue it to deliver it again)`
       )
     )
   }
-  if (live === undefined) {
+  if (slot < 0) {
     // Acked already (within the window): idempotent, once that ack is durable.
     if (h.state.acked.has(id)) return h.afterDurable(() => undefined, done)
     return done(unknownId(String(id)))
@@ -103,9 +103,9 @@ export const deadLetter = (h: CallHost, id: string, reason: string, done: Done<v
   if (typeof reason !== "string") {
     return done(invalid(`Expected \`reason\` to be a string, got \`${typeof reason}\``))
   }
-  const live = h.state.live.get(id)
-  if (live === undefined) return done(unknownId(String(id)))
-  if (live.status === "dead") return h.afterDurable(() => undefined, done)
+  const slot = h.state.live.slotOf(id)
+  if (slot < 0) return done(unknownId(String(id)))
+  if (h.state.live.isDead(slot)) return h.afterDurable(() => undefined, done)
   const clipped = clipError(reason)
   const no2 = h.frameId(Kind.dead, id, 0, clipped, "the dead-letter reason")
   if (no2) return done(no2)
@@ -116,9 +116,9 @@ export const deadLetter = (h: CallHost, id: string, reason: string, done: Done<v
 export const requeue = (h: CallHost, id: string, done: Done<void>): void => {
   const no = h.refuse()
   if (no) return done(no)
-  const live = h.state.live.get(id)
-  if (live === undefined) return done(unknownId(String(id)))
-  if (live.status === "pending") return h.afterDurable(() => undefined, done)
+  const slot = h.state.live.slotOf(id)
+  if (slot < 0) return done(unknownId(String(id)))
+  if (!h.state.live.isDead(slot)) return h.afterDurable(() => undefined, done)
   const no2 = h.frameId(Kind.requeue, id, 0, undefined, "the requeue")
   if (no2) return done(no2)
   h.state.applyRequeue(id)
@@ -128,15 +128,16 @@ export const requeue = (h: CallHost, id: string, done: Done<void>): void => {
 export const markStarted = (h: CallHost, id: string, done: Done<void>): void => {
   const no = h.refuse()
   if (no) return done(no)
-  const live = h.state.live.get(id)
-  if (live === undefined) return done(unknownId(String(id)))
-  if (live.status === "dead") {
+  const live = h.state.live
+  const slot = live.slotOf(id)
+  if (slot < 0) return done(unknownId(String(id)))
+  if (live.isDead(slot)) {
     return done(
       notPending(`Expected a pending entry to start an attempt of, got dead entry \`${id}\`; requeue it first`)
     )
   }
   // Marked already (a replayed entry whose last attempt has no outcome): the mark holds once durable.
-  if (live.started) return h.afterDurable(() => undefined, done)
+  if (live.isStarted(slot)) return h.afterDurable(() => undefined, done)
   const no2 = h.frameId(Kind.started, id, 0, undefined, "the attempt-started mark")
   if (no2) return done(no2)
   h.state.applyStarted(id)
@@ -178,13 +179,15 @@ export const flush = (h: CallHost, done: Done<void>): void => {
 
 /** Committed entry `id`, if pending or dead (a fresh object: its message parsed from the log's text). */
 export const get = (state: LogState, id: string): DeliveryEntry | undefined => {
-  const l = state.live.get(id)
-  return l !== undefined && l.committed ? l.toEntry() : undefined
+  const s = state.live.slotOf(id)
+  return s >= 0 && state.live.isCommitted(s) ? state.live.toEntry(s) : undefined
 }
 
 /** Committed entries with `status`, in seq order (fresh objects). */
 export const list = (state: LogState, status: "pending" | "dead"): Array<DeliveryEntry> => {
   const out: Array<DeliveryEntry> = []
-  for (const l of state.live.values()) if (l.committed && l.status === status) out.push(l.toEntry())
+  const live = state.live
+  const dead = status === "dead"
+  for (const s of live.slots()) if (live.isCommitted(s) && live.isDead(s) === dead) out.push(live.toEntry(s))
   return out
 }

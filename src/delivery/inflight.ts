@@ -3,7 +3,6 @@
  * the order they were staged, so one shared completion takes the oldest: no closure per append.
  * A ring of parallel arrays (doubling when full), so a log that is never idle does not grow it.
  */
-import type { EntryData } from "./entryData.js"
 import type { DeliveryLogError } from "./errors.js"
 import type { DeliveryEntry } from "./types.js"
 
@@ -12,7 +11,8 @@ export type AppendDone<X> = (error: DeliveryLogError | undefined, entry: Deliver
 
 /** One append in flight, as `take` hands it back. */
 export interface Taken {
-  data: EntryData
+  /** The entry's slot in the live entries (liveEntries.ts). */
+  slot: number
   entry: DeliveryEntry
   done: AppendDone<unknown>
   arg: unknown
@@ -23,19 +23,19 @@ const slots = <A>(n: number): Array<A | undefined> => Array.from({ length: n }, 
 
 /** The in-flight appends of one log core. */
 export class InFlight {
-  private data = slots<EntryData>(64)
+  private data = new Int32Array(64)
   private entries = slots<DeliveryEntry>(64)
   private dones = slots<AppendDone<unknown>>(64)
   private args = slots<unknown>(64)
   private head = 0
   size = 0
   /** Reused by `take` (read its fields before the next call). */
-  private readonly taken: Taken = { data: undefined!, entry: undefined!, done: undefined!, arg: undefined }
+  private readonly taken: Taken = { slot: -1, entry: undefined!, done: undefined!, arg: undefined }
 
-  push<X>(data: EntryData, entry: DeliveryEntry, done: AppendDone<X>, arg: X): void {
+  push<X>(slot: number, entry: DeliveryEntry, done: AppendDone<X>, arg: X): void {
     if (this.size === this.data.length) this.grow()
     const i = (this.head + this.size) & (this.data.length - 1)
-    this.data[i] = data
+    this.data[i] = slot
     this.entries[i] = entry
     this.dones[i] = done as AppendDone<unknown>
     this.args[i] = arg
@@ -46,11 +46,10 @@ export class InFlight {
   take(): Taken {
     const i = this.head
     const t = this.taken
-    t.data = this.data[i]!
+    t.slot = this.data[i]!
     t.entry = this.entries[i]!
     t.done = this.dones[i]!
     t.arg = this.args[i]
-    this.data[i] = undefined
     this.entries[i] = undefined
     this.dones[i] = undefined
     this.args[i] = undefined
@@ -66,7 +65,9 @@ export class InFlight {
       for (let k = 0; k < n; k++) out[k] = a[(this.head + k) & (n - 1)]
       return out
     }
-    this.data = order(this.data)
+    const data = new Int32Array(n * 2)
+    for (let k = 0; k < n; k++) data[k] = this.data[(this.head + k) & (n - 1)]!
+    this.data = data
     this.entries = order(this.entries)
     this.dones = order(this.dones)
     this.args = order(this.args)

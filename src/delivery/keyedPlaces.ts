@@ -105,9 +105,12 @@ export class KeyedPlaces {
     }
     captured.entries.forEach(({ id, key }, i) => {
       const offset = snap.entriesAt[i]!
-      const live = state.live.get(id)
-      if (live !== undefined) {
-        if (!this.addresses.locate(live.pos, place) || codeNumber(place[0]!) < reserved) live.pos = base + offset
+      const slot = state.live.slotOf(id)
+      if (slot >= 0) {
+        const pos = state.live.posOf(slot)
+        if (!this.addresses.locate(pos, place) || codeNumber(place[0]!) < reserved) {
+          state.live.setPos(slot, base + offset)
+        }
       } else if (key !== undefined && parseUuid(id, idWords)) state.acked.relocate(idWords, reserved, code, offset)
     })
     for (const s of replaced) {

@@ -129,7 +129,7 @@ export class LogCompaction {
         : await host.checkpoint((): Captured => {
           state.evict(host.now(), o.dedupeWindowMs)
           return {
-            entries: Array.from(state.live.values(), (l) => l.clone()),
+            entries: state.live.cloneAll(),
             acked: state.acked.copy(),
             nextSeq: state.nextSeq,
             nextLsn: host.nextLsn()

@@ -32,6 +32,19 @@ import { checkMessage, type ResolvedOptions } from "./validate.js"
 /** Slack over `maxRecordBytes` allowed when reading: snapshot entries carry their attempt state too. */
 const READ_SLACK = 64 * 1024
 
+/** The bits of the id an append writes. */
+const idWords = new Uint32Array(4)
+
+/** The `DeliveryEntry` of a fresh append (as `EntryData.toEntry` makes it for one). */
+const freshEntry = (id: string, seq: number, message: OutboundMessage, enqueuedAt: number): DeliveryEntry => ({
+  id,
+  seq,
+  message,
+  enqueuedAt,
+  attempts: 0,
+  status: "pending"
+})
+
 export type { Done } from "./entryCalls.js"
 export type { OpenNotes } from "./logOpen.js"
 
@@ -43,8 +56,8 @@ export class LogCore implements CallHost {
   /** Appends staged whose record is not durable yet (counted in `state.pending`, not listed). */
   private uncommitted = 0
   private lastNow = 0
-  /** The entry the last `append` staged a record for (`appendAndMark` reads it right after the call). */
-  private lastStaged: EntryData | undefined
+  /** The id of the entry the last `append` staged a record for (`appendAndMark` reads it right after the call). */
+  private lastStaged: string | undefined
   /** The append path's check-and-encode walk and its scratch buffer. */
   private readonly messageBytes = new MessageBytes()
   /** Called when dead weight passed the threshold; the owner runs `compact()` in the background. */
@@ -226,7 +239,7 @@ export class LogCore implements CallHost {
     // A failed append stays uncommitted (never listed or counted) in this core, which takes no more writes.
     if (err) return t.done(ioError(this.o.dir, err), undefined, t.arg)
     this.uncommitted--
-    t.data.committed = true
+    this.state.live.setCommitted(t.slot)
     t.done(undefined, t.entry, t.arg)
   }
 
@@ -284,7 +297,7 @@ export class LogCore implements CallHost {
     // The id is written as ASCII in its place in the record, and read back as one string.
     const idAt = at + HEADER_BYTES + 1
     buf[idAt - 1] = UUID_CHARS
-    writeUuid(buf, idAt)
+    writeUuid(buf, idAt, idWords)
     const id = textOf(buf, idAt, idAt + UUID_CHARS, true)
     const textAt = writeAppendFields(buf, idAt + UUID_CHARS, seq, now, key, keyBytes)
     // A plain message's text stays in the arena (off the heap), not in a string the entry keeps.
@@ -294,27 +307,23 @@ export class LogCore implements CallHost {
       if (textBytes > ARENA_TEXT_MAX) text = textOf(buf, textAt, textAt + textBytes, enc.ascii)
     } else buf.write(json, textAt, textBytes, "utf8")
     seal(buf, at, this.nextLsn++, Kind.append, payloadBytes)
-    const data = new EntryData(
-      id,
-      seq,
-      now,
-      key,
-      text,
-      0,
-      undefined,
-      undefined,
-      "pending",
-      false,
-      HEADER_BYTES + payloadBytes
-    )
-    data.pos = pos
-    if (text === undefined) texts.adopt(enc.buf, enc.start, textBytes, enc.ascii, data)
-    state.insertNew(data)
+    const bytes = HEADER_BYTES + payloadBytes
+    let slot: number
+    // A plain message without key (its text in the arena): held by slot only, no object (liveEntries.ts).
+    const placed = text === undefined && key === undefined ? texts.place(enc.buf, enc.start, textBytes) : -1
+    if (placed >= 0) {
+      slot = state.insertPlain(idWords, seq, now, pos, bytes, texts.currentNo, placed, textBytes, enc.ascii)
+    } else {
+      const data = new EntryData(id, seq, now, key, text, 0, undefined, undefined, "pending", false, bytes)
+      data.pos = pos
+      if (text === undefined) texts.adopt(enc.buf, enc.start, textBytes, enc.ascii, data)
+      slot = state.insertNew(data)
+    }
     this.uncommitted++
-    this.lastStaged = data
+    this.lastStaged = id
     // Nobody knows the id before this call returns, so the entry cannot change before it is durable: it is
     // made now. The copy made while checking the body is the message as replay will parse it from the record.
-    this.inflight.push(data, copy === undefined ? data.toEntry() : data.toEntry(copy), done, arg)
+    this.inflight.push(slot, copy === undefined ? state.live.toEntry(slot) : freshEntry(id, seq, copy, now), done, arg)
     this.writer.push(this.appendDurable)
   }
 
@@ -340,11 +349,11 @@ export class LogCore implements CallHost {
       appended = { error, entry }
       finish()
     }, undefined)
-    const staged = this.lastStaged as EntryData | undefined
+    const staged = this.lastStaged as string | undefined
     this.lastStaged = undefined
     if (staged !== undefined) {
       mark = null
-      calls.markStarted(this, staged.id, (error) => {
+      calls.markStarted(this, staged, (error) => {
         mark = error === undefined
         finish()
       })

@@ -199,6 +199,15 @@ export const writeState = (buf: Buffer, at: number, e: EntryData): number => {
   return at + 4 + buf.write(e.lastError, at + 4, n, "utf8")
 }
 
+/** `writeState` of a fresh state (no attempts, no time, no error) but for its flags; returns its end (17 bytes on). */
+export const writeStateFresh = (buf: Buffer, at: number, dead: boolean, started: boolean): number => {
+  buf[at] = (dead ? 1 : 0) | (started ? 2 : 0)
+  buf.writeUInt32BE(0, at + 1)
+  buf.writeDoubleBE(NONE_F64, at + 5)
+  buf.writeUInt32BE(NONE_U32, at + 13)
+  return at + 17
+}
+
 const readEntryAt = (c: Cursor): EntryData => {
   const id = c.text(c.u8())
   const seq = c.f64()

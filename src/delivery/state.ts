@@ -26,17 +26,19 @@ export interface SnapshotEndPayload {
 
 /** Scratch for a located record: file code, offset. */
 const place = new Uint32Array(2)
+/** Scratch for an acked id's bits. */
+const ackedId = new Uint32Array(4)
 
 /** Pending and dead entries in seq order, idempotency keys, and ids acked within the window. */
 export class LogState {
+  /** The texts of appended entries (textArena.ts). */
+  readonly texts = new TextArena()
   /** Insertion order is append order, which is seq order. */
-  readonly live = new LiveEntries()
+  readonly live = new LiveEntries(undefined, this.texts)
   /** idempotencyKey -> id, for live entries and for acked ones kept with their entry (not the keyed ring's). */
   readonly keys = new Map<string, string>()
   /** Ids acked within the window, in ack order (keyed ones by their key's digest and record's place). */
   readonly acked: AckedWindow
-  /** The texts of appended entries (textArena.ts). */
-  readonly texts = new TextArena()
   /** Where the records of `EntryData.pos` are. */
   addresses = new Addresses()
   nextSeq = 1
@@ -54,14 +56,37 @@ export class LogState {
     this.insertNew(entry)
   }
 
-  /** `insert` for an id known to be new (a fresh UUID from `append`): one hash lookup less. */
-  insertNew(entry: EntryData): void {
-    this.live.add(entry)
+  /** `insert` for an id known to be new (a fresh UUID from `append`): one hash lookup less. Returns its slot. */
+  insertNew(entry: EntryData): number {
+    const slot = this.live.add(entry)
     if (entry.status === "pending") this.pending++
     else this.dead++
     this.liveBytes += entry.bytes
     if (entry.key !== undefined) this.keys.set(entry.key, entry.id)
     if (entry.seq >= this.nextSeq) this.nextSeq = entry.seq + 1
+    return slot
+  }
+
+  /**
+   * A fresh pending entry without key, its id new (`id[0..4)`, its bits), its text in `texts` (chunk
+   * `chunk` at `textAt`), held by slot only (liveEntries.ts). Returns its slot.
+   */
+  insertPlain(
+    id: Uint32Array,
+    seq: number,
+    enqueuedAt: number,
+    pos: number,
+    bytes: number,
+    chunk: number,
+    textAt: number,
+    textBytes: number,
+    ascii: boolean
+  ): number {
+    const slot = this.live.addPlain(id, seq, enqueuedAt, pos, bytes, chunk, textAt, textBytes, ascii, false)
+    this.pending++
+    this.liveBytes += bytes
+    if (seq >= this.nextSeq) this.nextSeq = seq + 1
+    return slot
   }
 
   /** Absolute values: replaying it twice changes nothing. */
@@ -77,14 +102,15 @@ export class LogState {
 
   /** An attempt of a pending entry started (its outcome is not known until the next record). */
   applyStarted(id: string): void {
-    const l = this.live.get(id)
-    if (l !== undefined && l.status === "pending") l.started = true
+    const s = this.live.slotOf(id)
+    if (s >= 0 && !this.live.isDead(s)) this.live.setStarted(s)
   }
 
   /** pending -> dead; `reason` becomes `lastError`, `nextAttemptAt` goes. */
   applyDead(id: string, reason: string): void {
-    const l = this.live.get(id)
-    if (l === undefined || l.status === "dead") return
+    const s = this.live.slotOf(id)
+    if (s < 0 || this.live.isDead(s)) return
+    const l = this.live.object(s)
     l.status = "dead"
     l.lastError = reason
     l.nextAttemptAt = undefined
@@ -94,8 +120,9 @@ export class LogState {
 
   /** dead -> pending, attempts 0, no `nextAttemptAt` (`lastError` stays). */
   applyRequeue(id: string): void {
-    const l = this.live.get(id)
-    if (l === undefined || l.status === "pending") return
+    const s = this.live.slotOf(id)
+    if (s < 0 || !this.live.isDead(s)) return
+    const l = this.live.object(s)
     l.status = "pending"
     l.attempts = 0
     l.nextAttemptAt = undefined
@@ -106,9 +133,21 @@ export class LogState {
 
   /** The entry leaves; its id (and its entry, if keyed) is remembered for the dedupe window from `at`. */
   applyAck(id: string, at: number): void {
-    const l = this.live.get(id)
-    if (l === undefined) return
-    this.live.delete(id)
+    const s = this.live.slotOf(id)
+    if (s < 0) return
+    if (!this.live.isObject(s)) {
+      // A slot-only entry: a canonical id without key (its text released with its slot).
+      if (this.live.isDead(s)) this.dead--
+      else this.pending--
+      this.liveBytes -= this.live.bytesOf(s)
+      this.live.wordsOf(s, ackedId)
+      this.live.deleteSlot(s)
+      this.acked.addPlainWords(ackedId, at)
+      this.liveBytes += AckedWindow.ID_BYTES
+      return
+    }
+    const l = this.live.object(s)
+    this.live.deleteSlot(s)
     if (l.status === "pending") this.pending--
     else this.dead--
     this.liveBytes -= l.bytes

@@ -39,8 +39,18 @@ interface RawBuffer {
   utf8Slice(start: number, end: number): string
 }
 
+/**
+ * Entries that hold their texts by chunk number rather than as `TextOwner`s (the live entries' slots,
+ * liveEntries.ts): before sparse chunks are let go, their texts there become strings.
+ */
+export interface NumberedTexts {
+  ownTexts(chunks: ReadonlyArray<TextChunk>): void
+}
+
 /** One chunk of texts. */
 export class TextChunk {
+  /** Its number in its arena (`TextArena.chunk`). */
+  constructor(readonly no: number = 0) {}
   readonly buf: Buffer = Buffer.allocUnsafeSlow(CHUNK_BYTES)
   used = 0
   /** Bytes of the texts here whose entries have not been released. */
@@ -57,9 +67,54 @@ export class TextChunk {
 
 /** The chunks of one log's state. */
 export class TextArena {
-  private current = new TextChunk()
+  private nextNo = 0
+  private current = new TextChunk(this.nextNo++)
   /** Chunks filled before `current` that still have live texts. */
   private older: Array<TextChunk> = []
+  /** `current` and `older` by number. */
+  private readonly byNo = new Map<number, TextChunk>([[this.current.no, this.current]])
+  /** The entries that hold texts by chunk number, if any. */
+  numbered: NumberedTexts | undefined
+
+  /** Chunk `no` (held through the arena: some text there is live). */
+  chunk(no: number): TextChunk {
+    return this.byNo.get(no)!
+  }
+
+  /** Number of the chunk being filled (where `place` put the last text). */
+  get currentNo(): number {
+    return this.current.no
+  }
+
+  /**
+   * `adopt` for an entry that holds its text by number: returns the text's offset in chunk `currentNo`
+   * (counted live there, no owner kept), or -1 (nothing done) when it is too long for the arena.
+   */
+  place(src: Buffer, start: number, n: number): number {
+    if (n > ARENA_TEXT_MAX) return -1
+    let c = this.current
+    if (src !== c.buf || start !== c.used) {
+      if (c.used + n > CHUNK_BYTES) c = this.next()
+      src.copy(c.buf, c.used, start, start + n)
+    }
+    const at = c.used
+    c.used += n
+    c.live += n
+    return at
+  }
+
+  /** A numbered text of `bytes` bytes in chunk `no` left the log (`release` of a numbered one). */
+  releasePlaced(no: number, bytes: number): void {
+    const c = this.byNo.get(no)
+    if (c !== undefined) c.live -= bytes
+  }
+
+  /** `owner` holds the numbered text at `at` of chunk `no` from now on (counted live there already). */
+  own(owner: TextOwner, no: number, at: number, bytes: number, ascii: boolean): void {
+    const c = this.byNo.get(no)!
+    owner.holdText(c, at, bytes, ascii)
+    c.owners.push(owner)
+  }
 
   /**
    * Copy `src[start, end)` (a message's JSON text) into the arena for `owner`, which must not hold a
@@ -111,17 +166,23 @@ export class TextArena {
   /** Start a new chunk; let go of older ones with nothing live, and move the texts out of sparse ones. */
   private next(): TextChunk {
     const kept: Array<TextChunk> = []
+    const sparse: Array<TextChunk> = []
     for (const c of [...this.older, this.current]) {
-      if (c.live === 0) continue
-      if (c.live * 4 >= c.used) {
-        kept.push(c)
-        continue
+      if (c.live === 0) this.byNo.delete(c.no)
+      else if (c.live * 4 >= c.used) kept.push(c)
+      else sparse.push(c)
+    }
+    if (sparse.length > 0) {
+      this.numbered?.ownTexts(sparse)
+      for (const c of sparse) {
+        for (const owner of c.owners) owner.ownText(c)
+        this.byNo.delete(c.no)
       }
-      for (const owner of c.owners) owner.ownText(c)
     }
     this.older = kept
     this.started++
-    this.current = new TextChunk()
+    this.current = new TextChunk(this.nextNo++)
+    this.byNo.set(this.current.no, this.current)
     return this.current
   }
 

@@ -24,8 +24,11 @@ const HEX = (() => {
 /** Bytes of a UUID's text. */
 export const UUID_CHARS = 36
 
-/** Write a fresh random UUID as ASCII at `buf[at, at + 36)`. */
-export const writeUuid = (buf: Uint8Array, at: number): void => {
+/**
+ * Write a fresh random UUID as ASCII at `buf[at, at + 36)`; with `words`, its 128 bits there too
+ * (`words[0..4)`, as `parseUuid` reads the text).
+ */
+export const writeUuid = (buf: Uint8Array, at: number, words?: Uint32Array): void => {
   if (used + 16 > POOL_BYTES) {
     randomFillSync(pool)
     used = 0
@@ -33,11 +36,14 @@ export const writeUuid = (buf: Uint8Array, at: number): void => {
   const r = used
   used += 16
   let p = at
+  let word = 0
   for (let i = 0; i < 16; i++) {
     if (i === 4 || i === 6 || i === 8 || i === 10) buf[p++] = 0x2d
     // RFC 9562: the version (4) in the high nibble of byte 6, the variant (10xx) in the high bits of byte 8.
     const b = i === 6 ? (pool[r + i]! & 0x0f) | 0x40 : i === 8 ? (pool[r + i]! & 0x3f) | 0x80 : pool[r + i]!
     buf[p++] = HEX[2 * b]!
     buf[p++] = HEX[2 * b + 1]!
+    if (words !== undefined) word = (word << 8) | b
+    if ((i & 3) === 3 && words !== undefined) words[i >> 2] = word >>> 0
   }
 }

@@ -12,6 +12,7 @@ import { crc32 } from "node:zlib"
 import { crc32Range } from "../../src/delivery/crc32.js"
 import { DeliveryLog } from "../../src/delivery/index.js"
 import { UUID_CHARS, writeUuid } from "../../src/delivery/uuid.js"
+import { parseUuid } from "../../src/delivery/uuidWords.js"
 import { tempRoot } from "./fixtures/files.js"
 
 const tmp = tempRoot("log-append-path")
@@ -35,10 +36,16 @@ describe("append path", () => {
     const buf = Buffer.alloc(UUID_CHARS + 4, 0x7e)
     const seen = new Set<string>()
     // 4,096-byte pool, 16 bytes an id: 1,000 ids refill it several times.
+    const words = new Uint32Array(4)
+    const parsed = new Uint32Array(4)
     for (let i = 0; i < 1000; i++) {
-      writeUuid(buf, 2)
+      writeUuid(buf, 2, i % 2 === 0 ? words : undefined)
       const id = buf.toString("latin1", 2, 2 + UUID_CHARS)
       assert.match(id, V4)
+      if (i % 2 === 0) {
+        assert.isTrue(parseUuid(id, parsed))
+        assert.deepStrictEqual(Array.from(words), Array.from(parsed), "its 128 bits, as parseUuid reads the text")
+      }
       seen.add(id)
       assert.strictEqual(buf[1], 0x7e, "nothing written before")
       assert.strictEqual(buf[2 + UUID_CHARS], 0x7e, "nothing written after")
