@@ -23,7 +23,7 @@
 import { EntryData } from "./entryData.js"
 import { textOf } from "./messageBytes.js"
 import { utf8Bytes, writeId } from "./payload.js"
-import { type TextChunk, TextArena } from "./textArena.js"
+import { TextArena, type TextChunk } from "./textArena.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 import { parseUuid, writeUuidWords } from "./uuidWords.js"
 

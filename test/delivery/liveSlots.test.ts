@@ -22,7 +22,11 @@ const tmp = tempRoot("live-slots")
 afterAll(tmp.rm)
 
 const textOf = (seq: number): string =>
-  JSON.stringify({ channel: "telegram", to: `chat-${seq % 5}`, body: { text: `reply ${seq} ${"é".repeat(seq % 3)}`, n: seq } })
+  JSON.stringify({
+    channel: "telegram",
+    to: `chat-${seq % 5}`,
+    body: { text: `reply ${seq} ${"é".repeat(seq % 3)}`, n: seq }
+  })
 
 interface Made {
   readonly id: string
@@ -45,7 +49,21 @@ const addPlain = (live: LiveEntries, arena: TextArena, seq: number, committed = 
   assert.isTrue(parseUuid(id, words))
   const ascii = bytes.length === text.length
   live.addPlain(words, seq, 1000 + seq, 4096 * seq, 100 + seq, arena.currentNo, at, bytes.length, ascii, committed)
-  const model = new EntryData(id, seq, 1000 + seq, undefined, text, 0, undefined, undefined, "pending", committed, 100 + seq, false, 4096 * seq)
+  const model = new EntryData(
+    id,
+    seq,
+    1000 + seq,
+    undefined,
+    text,
+    0,
+    undefined,
+    undefined,
+    "pending",
+    committed,
+    100 + seq,
+    false,
+    4096 * seq
+  )
   return { id, seq, text, model, chunk: arena.currentNo }
 }
 
@@ -100,7 +118,21 @@ describe("LiveEntries: slot-only entries", () => {
           }
           const addObject = () => {
             const id = `other-${++seq}`
-            const e = new EntryData(id, seq, 1000 + seq, undefined, textOf(seq), 0, undefined, undefined, "pending", true, 50, false, -1)
+            const e = new EntryData(
+              id,
+              seq,
+              1000 + seq,
+              undefined,
+              textOf(seq),
+              0,
+              undefined,
+              undefined,
+              "pending",
+              true,
+              50,
+              false,
+              -1
+            )
             const copy = e.clone()
             live.add(e)
             model.set(id, { id, seq, text: textOf(seq), model: copy, chunk: -1 })
