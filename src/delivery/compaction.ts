@@ -15,6 +15,7 @@ import { acked, type AckedCopy, WrongRecord } from "./ackedWindow.js"
 import type { CheckpointStep } from "./checkpoint.js"
 import type { EntryData } from "./entryData.js"
 import type { KeyDigest } from "./keyDigest.js"
+import type { EntryList } from "./liveEntries.js"
 import { ackedBytes, entryBytes, writeAcked, writeEntry } from "./payload.js"
 import { HEADER_BYTES, Kind, seal } from "./record.js"
 import { RecordReader } from "./recordReader.js"
@@ -40,7 +41,7 @@ export interface CompactionHooks {
 
 /** The live state captured at the checkpoint (copies: the live entries go on changing). */
 export interface Captured {
-  readonly entries: ReadonlyArray<EntryData>
+  readonly entries: EntryList
   readonly acked: AckedCopy
   readonly nextSeq: number
   readonly nextLsn: number
@@ -164,7 +165,7 @@ const write = async (
       plain: captured.acked.plain
     })
     for (let i = 0; i < captured.entries.length; i++) {
-      const e = captured.entries[i]!
+      const e = captured.entries.at(i)!
       entriesAt[i] = here()
       await putBinary(Kind.snapshotEntry, entryBytes(e), (buf, at) => writeEntry(buf, at, e))
     }

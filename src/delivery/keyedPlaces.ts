@@ -103,7 +103,8 @@ export class KeyedPlaces {
     for (let i = 0; i < k.count; i++) {
       state.acked.relocate(k.words.subarray(4 * i, 4 * i + 4), reserved, code, snap.keyedAt[i]!)
     }
-    captured.entries.forEach(({ id, key }, i) => {
+    for (let i = 0; i < captured.entries.length; i++) {
+      const { id, key } = captured.entries.at(i)!
       const offset = snap.entriesAt[i]!
       const slot = state.live.slotOf(id)
       if (slot >= 0) {
@@ -112,7 +113,7 @@ export class KeyedPlaces {
           state.live.setPos(slot, base + offset)
         }
       } else if (key !== undefined && parseUuid(id, idWords)) state.acked.relocate(idWords, reserved, code, offset)
-    })
+    }
     for (const s of replaced) {
       const c = fileCode(s.number, s.kind)
       this.addresses.drop(c)

@@ -35,6 +35,96 @@ const sought = new Uint32Array(4)
 /** A slot-only entry's id text is made here. */
 const idText = Buffer.alloc(36)
 
+/** `flags`: the entry is dead; its append record is durable; an attempt was started; its text is ASCII; it is `objects[slot]`. */
+const DEAD = 1
+const COMMITTED = 2
+const STARTED = 4
+const ASCII = 8
+const OBJECT = 16
+
+/** The canonical text of the id whose bits are `words[4k..4k + 4)`. */
+const uuidText = (words: Uint32Array, k: number): string => {
+  writeUuidWords(idText, 0, words[4 * k]!, words[4 * k + 1]!, words[4 * k + 2]!, words[4 * k + 3]!)
+  return textOf(idText, 0, 36, true)
+}
+
+/** A slot-only entry as an `EntryData` (`f`: its flags) reading its text from `chunk` (not an owner of it). */
+const plainEntry = (
+  id: string,
+  f: number,
+  seq: number,
+  enqueuedAt: number,
+  pos: number,
+  bytes: number,
+  chunk: TextChunk,
+  textAt: number,
+  textBytes: number
+): EntryData => {
+  const dead = (f & DEAD) !== 0 ? "dead" : "pending"
+  const e = new EntryData(
+    id,
+    seq,
+    enqueuedAt,
+    undefined,
+    undefined,
+    0,
+    undefined,
+    undefined,
+    dead,
+    (f & COMMITTED) !== 0,
+    bytes
+  )
+  if ((f & STARTED) !== 0) e.started = true
+  e.pos = pos
+  e.holdText(chunk, textAt, textBytes, (f & ASCII) !== 0)
+  return e
+}
+
+/** Entries to read one at a time: an array of them, or the live entries as they were at a moment (`LiveEntries.freeze`). */
+export interface EntryList extends Iterable<EntryData> {
+  readonly length: number
+  /** Entry `k` (a fresh copy for a slot-only one: read it, keep it no longer than needed). */
+  at(k: number): EntryData | undefined
+}
+
+/** The live entries as they were when `LiveEntries.freeze` ran: the slot-only ones' fields copied in typed arrays. */
+class FrozenEntries implements EntryList {
+  constructor(
+    readonly length: number,
+    /** Per entry: its flags; its id's bits (4); seq, time, place and size (4); its text's offset and bytes (2) in `chunks[k]`. */
+    private readonly flags: Uint8Array,
+    private readonly words: Uint32Array,
+    private readonly numbers: Float64Array,
+    private readonly texts: Int32Array,
+    private readonly chunks: Array<TextChunk | undefined>,
+    /** Copies of the object entries (`undefined` at a slot-only entry's index). */
+    private readonly objects: Array<EntryData | undefined>
+  ) {}
+
+  at(k: number): EntryData | undefined {
+    if (!(k >= 0 && k < this.length)) return undefined
+    const o = this.objects[k]
+    if (o !== undefined) return o
+    const n = this.numbers
+    const t = this.texts
+    return plainEntry(
+      uuidText(this.words, k),
+      this.flags[k]!,
+      n[4 * k]!,
+      n[4 * k + 1]!,
+      n[4 * k + 2]!,
+      n[4 * k + 3]!,
+      this.chunks[k]!,
+      t[2 * k]!,
+      t[2 * k + 1]!
+    )
+  }
+
+  *[Symbol.iterator](): IterableIterator<EntryData> {
+    for (let k = 0; k < this.length; k++) yield this.at(k)!
+  }
+}
+
 /** The value of a lowercase hex digit's char code, or -1. */
 const hexValue = (c: number): number => (c >= 48 && c <= 57 ? c - 48 : c >= 97 && c <= 102 ? c - 87 : -1)
 
@@ -64,12 +154,16 @@ export const hashId = (id: string): number => {
   return mix(h)
 }
 
-/** `flags`: the entry is dead; its append record is durable; an attempt was started; its text is ASCII; it is `objects[slot]`. */
-const DEAD = 1
-const COMMITTED = 2
-const STARTED = 4
-const ASCII = 8
-const OBJECT = 16
+// An object entry's flags.
+const isDead = (e: EntryData): boolean => e.status === "dead"
+const isCommitted = (e: EntryData): boolean => e.committed
+const isStarted = (e: EntryData): boolean => e.started
+const commit = (e: EntryData): void => {
+  e.committed = true
+}
+const start = (e: EntryData): void => {
+  e.started = true
+}
 
 /** Live entries by id, iterated in insertion order. */
 export class LiveEntries {
@@ -318,31 +412,38 @@ export class LiveEntries {
     return (this.flags[s]! & OBJECT) !== 0
   }
 
-  isDead(s: number): boolean {
+  /** Flag `bit` of a slot-only entry, or what `of` reads of an object entry. */
+  private flag(s: number, bit: number, of: (e: EntryData) => boolean): boolean {
     const f = this.flags[s]!
-    return (f & OBJECT) !== 0 ? this.objects[s]!.status === "dead" : (f & DEAD) !== 0
+    return (f & OBJECT) !== 0 ? of(this.objects[s]!) : (f & bit) !== 0
+  }
+
+  /** Set flag `bit` of a slot-only entry, or what `on` sets of an object entry. */
+  private setFlag(s: number, bit: number, on: (e: EntryData) => void): void {
+    if ((this.flags[s]! & OBJECT) !== 0) on(this.objects[s]!)
+    else this.flags[s]! |= bit
+  }
+
+  isDead(s: number): boolean {
+    return this.flag(s, DEAD, isDead)
   }
 
   isCommitted(s: number): boolean {
-    const f = this.flags[s]!
-    return (f & OBJECT) !== 0 ? this.objects[s]!.committed : (f & COMMITTED) !== 0
+    return this.flag(s, COMMITTED, isCommitted)
   }
 
   /** Its append record is durable. */
   setCommitted(s: number): void {
-    if ((this.flags[s]! & OBJECT) !== 0) this.objects[s]!.committed = true
-    else this.flags[s]! |= COMMITTED
+    this.setFlag(s, COMMITTED, commit)
   }
 
   isStarted(s: number): boolean {
-    const f = this.flags[s]!
-    return (f & OBJECT) !== 0 ? this.objects[s]!.started : (f & STARTED) !== 0
+    return this.flag(s, STARTED, isStarted)
   }
 
   /** An attempt of it started (`applyStarted`). */
   setStarted(s: number): void {
-    if ((this.flags[s]! & OBJECT) !== 0) this.objects[s]!.started = true
-    else this.flags[s]! |= STARTED
+    this.setFlag(s, STARTED, start)
   }
 
   /** Its idempotency key (a slot-only entry has none). */
@@ -379,9 +480,7 @@ export class LiveEntries {
   /** Its id (a slot-only entry's made from its bits). */
   idOf(s: number): string {
     if ((this.flags[s]! & OBJECT) !== 0) return this.objects[s]!.id
-    const w = this.words
-    writeUuidWords(idText, 0, w[4 * s]!, w[4 * s + 1]!, w[4 * s + 2]!, w[4 * s + 3]!)
-    return textOf(idText, 0, 36, true)
+    return uuidText(this.words, s)
   }
 
   /** Write its id as a record holds it (length byte, then the text) at `buf[at]`; returns its end. */
@@ -422,23 +521,17 @@ export class LiveEntries {
   copy(s: number, clone = true): EntryData {
     const f = this.flags[s]!
     if ((f & OBJECT) !== 0) return clone ? this.objects[s]!.clone() : this.objects[s]!
-    const e = new EntryData(
+    return plainEntry(
       this.idOf(s),
+      f,
       this.seqs[s]!,
       this.times[s]!,
-      undefined,
-      undefined,
-      0,
-      undefined,
-      undefined,
-      (f & DEAD) !== 0 ? "dead" : "pending",
-      (f & COMMITTED) !== 0,
+      this.places[s]!,
       this.sizes[s]!,
-      (f & STARTED) !== 0,
-      this.places[s]!
+      this.chunkOf(s),
+      this.textAts[s]!,
+      this.textBytes[s]!
     )
-    e.holdText(this.chunkOf(s), this.textAts[s]!, this.textBytes[s]!, (f & ASCII) !== 0)
-    return e
   }
 
   // ---- in order ----
@@ -461,11 +554,42 @@ export class LiveEntries {
     yield* this.list()
   }
 
-  /** Copies of every entry as it is now, in insertion order (compaction writes them while the live ones change). */
-  cloneAll(): Array<EntryData> {
-    const out: Array<EntryData> = []
-    for (const s of this.slots()) out.push(this.copy(s, true))
-    return out
+  /**
+   * Every entry as it is now, in insertion order, for compaction to write while the live ones change: the
+   * object entries cloned, the slot-only ones' fields copied into typed arrays (no object per entry; `at`
+   * makes one when it is read). The same entries as `cloneAll`.
+   */
+  freeze(): EntryList {
+    const slots = this.slots()
+    const n = slots.length
+    const flags = new Uint8Array(n)
+    const words = new Uint32Array(4 * n)
+    const numbers = new Float64Array(4 * n)
+    const texts = new Int32Array(2 * n)
+    const chunks: Array<TextChunk | undefined> = Array.from({ length: n }, () => undefined)
+    const objects: Array<EntryData | undefined> = Array.from({ length: n }, () => undefined)
+    const w = this.words
+    for (let k = 0; k < n; k++) {
+      const s = slots[k]!
+      const f = this.flags[s]!
+      if ((f & OBJECT) !== 0) {
+        objects[k] = this.objects[s]!.clone()
+        continue
+      }
+      flags[k] = f
+      words[4 * k] = w[4 * s]!
+      words[4 * k + 1] = w[4 * s + 1]!
+      words[4 * k + 2] = w[4 * s + 2]!
+      words[4 * k + 3] = w[4 * s + 3]!
+      numbers[4 * k] = this.seqs[s]!
+      numbers[4 * k + 1] = this.times[s]!
+      numbers[4 * k + 2] = this.places[s]!
+      numbers[4 * k + 3] = this.sizes[s]!
+      texts[2 * k] = this.textAts[s]!
+      texts[2 * k + 1] = this.textBytes[s]!
+      chunks[k] = this.chunkOf(s)
+    }
+    return new FrozenEntries(n, flags, words, numbers, texts, chunks, objects)
   }
 
   /** The texts of slot-only entries in `chunks` become strings: each such entry becomes an object entry. */

@@ -129,7 +129,7 @@ export class LogCompaction {
         : await host.checkpoint((): Captured => {
           state.evict(host.now(), o.dedupeWindowMs)
           return {
-            entries: state.live.cloneAll(),
+            entries: state.live.freeze(),
             acked: state.acked.copy(),
             nextSeq: state.nextSeq,
             nextLsn: host.nextLsn()

@@ -312,7 +312,8 @@ export class LogCore implements CallHost {
     // A plain message without key (its text in the arena): held by slot only, no object (liveEntries.ts).
     const placed = text === undefined && key === undefined ? texts.place(enc.buf, enc.start, textBytes) : -1
     if (placed >= 0) {
-      slot = state.insertPlain(idWords, seq, now, pos, bytes, texts.currentNo, placed, textBytes, enc.ascii)
+      slot = state.live.addPlain(idWords, seq, now, pos, bytes, texts.currentNo, placed, textBytes, enc.ascii, false)
+      state.addedPlain(seq, bytes)
     } else {
       const data = new EntryData(id, seq, now, key, text, 0, undefined, undefined, "pending", false, bytes)
       data.pos = pos

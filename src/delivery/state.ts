@@ -67,26 +67,11 @@ export class LogState {
     return slot
   }
 
-  /**
-   * A fresh pending entry without key, its id new (`id[0..4)`, its bits), its text in `texts` (chunk
-   * `chunk` at `textAt`), held by slot only (liveEntries.ts). Returns its slot.
-   */
-  insertPlain(
-    id: Uint32Array,
-    seq: number,
-    enqueuedAt: number,
-    pos: number,
-    bytes: number,
-    chunk: number,
-    textAt: number,
-    textBytes: number,
-    ascii: boolean
-  ): number {
-    const slot = this.live.addPlain(id, seq, enqueuedAt, pos, bytes, chunk, textAt, textBytes, ascii, false)
+  /** Count a fresh pending entry without key just added to `live` slot-only (`LiveEntries.addPlain`). */
+  addedPlain(seq: number, bytes: number): void {
     this.pending++
     this.liveBytes += bytes
     if (seq >= this.nextSeq) this.nextSeq = seq + 1
-    return slot
   }
 
   /** Absolute values: replaying it twice changes nothing. */

@@ -189,8 +189,6 @@ describe("LiveEntries: slot-only entries", () => {
             "insertion order"
           )
           assert.deepStrictEqual(live.list().map((e) => e.id), [...model.keys()])
-          assert.deepStrictEqual(live.cloneAll().map((e) => e.text), [...model.values()].map((m) => m.text))
-          for (const m of model.values()) sameEntry(live, m)
           const words = new Uint32Array(4)
           for (const m of [...model.values()].slice(0, 50)) {
             if (parseUuid(m.id, words)) assert.isTrue(live.hasUuid(words))
@@ -198,6 +196,39 @@ describe("LiveEntries: slot-only entries", () => {
           assert.isFalse(live.has(randomUUID()))
           assert.isTrue(parseUuid(randomUUID(), words))
           assert.isFalse(live.hasUuid(words))
+          // Frozen: the entries as they are now, unchanged by what happens to the live ones after.
+          const frozen = live.freeze()
+          const asFrozen = [...model.values()].map((m) => m.model.clone())
+          assert.strictEqual(frozen.length, asFrozen.length)
+          for (const m of model.values()) sameEntry(live, m)
+          for (const m of [...model.values()].slice(0, 100)) {
+            const s = live.slotOf(m.id)
+            live.setStarted(s)
+            if (m.seq % 2 === 0) live.deleteSlot(s)
+          }
+          for (let i = 0; i < 50; i++) addPlain(live, arena, ++seq)
+          asFrozen.forEach((e, k) => {
+            const f = frozen.at(k)!
+            for (
+              const field of [
+                "id",
+                "seq",
+                "enqueuedAt",
+                "text",
+                "status",
+                "started",
+                "committed",
+                "bytes",
+                "pos",
+                "attempts",
+                "lastError"
+              ] as const
+            ) {
+              assert.strictEqual(f[field], e[field], `${field} of ${e.id}`)
+            }
+          })
+          assert.strictEqual([...frozen].length, asFrozen.length)
+          assert.isUndefined(frozen.at(asFrozen.length))
         }
       ),
       { numRuns: 40 }
