@@ -42,6 +42,42 @@ const STARTED = 4
 const ASCII = 8
 const OBJECT = 16
 
+/** The value of each ASCII code as a lowercase hex digit, -1 for any other. */
+const HEX_OF = (() => {
+  const t = new Int8Array(128).fill(-1)
+  for (let c = 0; c < 16; c++) t["0123456789abcdef".charCodeAt(c)] = c
+  return t
+})()
+
+/** Hex digits `id[at, at + n)` as a number, or -1 if one is not a lowercase hex digit. */
+const hexRun = (id: string, at: number, n: number, acc: number): number => {
+  for (let i = at; i < at + n; i++) {
+    const c = id.charCodeAt(i)
+    const v = c < 128 ? HEX_OF[c]! : -1
+    if (v < 0) return -1
+    acc = acc * 16 + v
+  }
+  return acc
+}
+
+/** `parseUuid` (uuidWords.ts), unrolled for the lookups of every call on an entry. */
+const parseCanonical = (id: string, out: Uint32Array): boolean => {
+  if (
+    id.length !== 36 || id.charCodeAt(8) !== 45 || id.charCodeAt(13) !== 45 || id.charCodeAt(18) !== 45 ||
+    id.charCodeAt(23) !== 45
+  ) return false
+  const w0 = hexRun(id, 0, 8, 0)
+  const w1 = hexRun(id, 14, 4, hexRun(id, 9, 4, 0))
+  const w2 = hexRun(id, 24, 4, hexRun(id, 19, 4, 0))
+  const w3 = hexRun(id, 28, 8, 0)
+  if (w0 < 0 || w1 < 0 || w2 < 0 || w3 < 0) return false
+  out[0] = w0
+  out[1] = w1
+  out[2] = w2
+  out[3] = w3
+  return true
+}
+
 /** The canonical text of the id whose bits are `words[4k..4k + 4)`. */
 const uuidText = (words: Uint32Array, k: number): string => {
   writeUuidWords(idText, 0, words[4 * k]!, words[4 * k + 1]!, words[4 * k + 2]!, words[4 * k + 3]!)
@@ -229,35 +265,45 @@ export class LiveEntries {
   // ---- lookup ----
 
   /** Does slot `s` hold `id` (`canonical`: `id` is a UUID whose bits are in `sought`)? */
-  private holds(s: number, id: string, canonical: boolean): boolean {
+  private holds(s: number, id: string): boolean {
     if ((this.flags[s]! & OBJECT) !== 0) return this.objects[s]!.id === id
-    if (!canonical) return false
+    // A slot-only entry: the looked-up id's bits, parsed once per lookup (`sought`; 2: not yet, 0: not canonical).
+    if (this.parsed === 2) this.parsed = parseCanonical(id, sought) ? 1 : 0
+    if (this.parsed === 0) return false
     const w = this.words
     return w[4 * s] === sought[0] && w[4 * s + 1] === sought[1] && w[4 * s + 2] === sought[2] &&
       w[4 * s + 3] === sought[3]
   }
 
+  /** Whether `sought` holds the bits of the id being looked up (`holds`): 2 not parsed yet, 1 yes, 0 not a canonical id. */
+  private parsed = 2
+
   /** The table cell holding `id`, or -1. */
   private find(id: string, h: number): number {
     const t = this.table
     const mask = this.mask
-    let canonical: boolean | undefined
+    this.parsed = 2
     for (let i = h & mask;; i = (i + 1) & mask) {
       const s = t[2 * i]!
       if (s === 0) return -1
-      if (t[2 * i + 1] === h) {
-        canonical ??= parseUuid(id, sought)
-        if (this.holds(s - 1, id, canonical)) return i
-      }
+      if (t[2 * i + 1] === h && this.holds(s - 1, id)) return i
     }
   }
 
   /** The slot of `id`, or -1. A slot stays the entry's until it is deleted. */
   slotOf(id: string): number {
     if (this.size === 0) return -1
+    // A call looks its id up more than once (its check, then the state's change): the last one found is kept.
+    if (id === this.lastId) return this.lastSlot
     const i = this.find(id, hashId(id))
-    return i < 0 ? -1 : this.table[2 * i]! - 1
+    if (i < 0) return -1
+    this.lastId = id
+    return (this.lastSlot = this.table[2 * i]! - 1)
   }
+
+  /** The id `slotOf` found last and its slot (forgotten when an entry is removed). */
+  private lastId: string | undefined = undefined
+  private lastSlot = -1
 
   has(id: string): boolean {
     return this.slotOf(id) >= 0
@@ -385,6 +431,7 @@ export class LiveEntries {
     const t = this.table
     const mask = this.mask
     const s = t[2 * i]! - 1
+    this.lastId = undefined
     if ((this.flags[s]! & OBJECT) === 0) this.texts.releasePlaced(this.chunks[s]!, this.textBytes[s]!)
     this.objects[s] = undefined
     this.flags[s] = 0
