@@ -20,150 +20,30 @@
  * whole). Insertion order (append order, which is seq order) is an array of slots; removed entries leave
  * a hole there until holes outnumber the entries (then it is packed again, amortised O(1)).
  */
-import { EntryData } from "./entryData.js"
-import { textOf } from "./messageBytes.js"
+import type { EntryData } from "./entryData.js"
+import {
+  ASCII,
+  COMMITTED,
+  DEAD,
+  type EntryList,
+  FrozenEntries,
+  OBJECT,
+  plainEntry,
+  STARTED,
+  uuidText
+} from "./entrySlots.js"
 import { utf8Bytes, writeId } from "./payload.js"
 import { TextArena, type TextChunk } from "./textArena.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
-import { parseUuid, writeUuidWords } from "./uuidWords.js"
+import { hexValue, parseUuid, writeUuidWords } from "./uuidWords.js"
+
+export type { EntryList } from "./entrySlots.js"
 
 const MIN_CAPACITY = 1024
 
 const scratch = new Uint32Array(4)
 /** The looked-up id's 128 bits (`find`). */
 const sought = new Uint32Array(4)
-/** A slot-only entry's id text is made here. */
-const idText = Buffer.alloc(36)
-
-/** `flags`: the entry is dead; its append record is durable; an attempt was started; its text is ASCII; it is `objects[slot]`. */
-const DEAD = 1
-const COMMITTED = 2
-const STARTED = 4
-const ASCII = 8
-const OBJECT = 16
-
-/** The value of each ASCII code as a lowercase hex digit, -1 for any other. */
-const HEX_OF = (() => {
-  const t = new Int8Array(128).fill(-1)
-  for (let c = 0; c < 16; c++) t["0123456789abcdef".charCodeAt(c)] = c
-  return t
-})()
-
-/** Hex digits `id[at, at + n)` as a number, or -1 if one is not a lowercase hex digit. */
-const hexRun = (id: string, at: number, n: number, acc: number): number => {
-  for (let i = at; i < at + n; i++) {
-    const c = id.charCodeAt(i)
-    const v = c < 128 ? HEX_OF[c]! : -1
-    if (v < 0) return -1
-    acc = acc * 16 + v
-  }
-  return acc
-}
-
-/** `parseUuid` (uuidWords.ts), unrolled for the lookups of every call on an entry. */
-const parseCanonical = (id: string, out: Uint32Array): boolean => {
-  if (
-    id.length !== 36 || id.charCodeAt(8) !== 45 || id.charCodeAt(13) !== 45 || id.charCodeAt(18) !== 45 ||
-    id.charCodeAt(23) !== 45
-  ) return false
-  const w0 = hexRun(id, 0, 8, 0)
-  const w1 = hexRun(id, 14, 4, hexRun(id, 9, 4, 0))
-  const w2 = hexRun(id, 24, 4, hexRun(id, 19, 4, 0))
-  const w3 = hexRun(id, 28, 8, 0)
-  if (w0 < 0 || w1 < 0 || w2 < 0 || w3 < 0) return false
-  out[0] = w0
-  out[1] = w1
-  out[2] = w2
-  out[3] = w3
-  return true
-}
-
-/** The canonical text of the id whose bits are `words[4k..4k + 4)`. */
-const uuidText = (words: Uint32Array, k: number): string => {
-  writeUuidWords(idText, 0, words[4 * k]!, words[4 * k + 1]!, words[4 * k + 2]!, words[4 * k + 3]!)
-  return textOf(idText, 0, 36, true)
-}
-
-/** A slot-only entry as an `EntryData` (`f`: its flags) reading its text from `chunk` (not an owner of it). */
-const plainEntry = (
-  id: string,
-  f: number,
-  seq: number,
-  enqueuedAt: number,
-  pos: number,
-  bytes: number,
-  chunk: TextChunk,
-  textAt: number,
-  textBytes: number
-): EntryData => {
-  const dead = (f & DEAD) !== 0 ? "dead" : "pending"
-  const e = new EntryData(
-    id,
-    seq,
-    enqueuedAt,
-    undefined,
-    undefined,
-    0,
-    undefined,
-    undefined,
-    dead,
-    (f & COMMITTED) !== 0,
-    bytes
-  )
-  if ((f & STARTED) !== 0) e.started = true
-  e.pos = pos
-  e.holdText(chunk, textAt, textBytes, (f & ASCII) !== 0)
-  return e
-}
-
-/** Entries to read one at a time: an array of them, or the live entries as they were at a moment (`LiveEntries.freeze`). */
-export interface EntryList extends Iterable<EntryData> {
-  readonly length: number
-  /** Entry `k` (a fresh copy for a slot-only one: read it, keep it no longer than needed). */
-  at(k: number): EntryData | undefined
-}
-
-/** The live entries as they were when `LiveEntries.freeze` ran: the slot-only ones' fields copied in typed arrays. */
-class FrozenEntries implements EntryList {
-  constructor(
-    readonly length: number,
-    /** Per entry: its flags; its id's bits (4); seq, time, place and size (4); its text's offset and bytes (2) in `chunks[k]`. */
-    private readonly flags: Uint8Array,
-    private readonly words: Uint32Array,
-    private readonly numbers: Float64Array,
-    private readonly texts: Int32Array,
-    private readonly chunks: Array<TextChunk | undefined>,
-    /** Copies of the object entries (`undefined` at a slot-only entry's index). */
-    private readonly objects: Array<EntryData | undefined>
-  ) {}
-
-  at(k: number): EntryData | undefined {
-    if (!(k >= 0 && k < this.length)) return undefined
-    const o = this.objects[k]
-    if (o !== undefined) return o
-    const n = this.numbers
-    const t = this.texts
-    return plainEntry(
-      uuidText(this.words, k),
-      this.flags[k]!,
-      n[4 * k]!,
-      n[4 * k + 1]!,
-      n[4 * k + 2]!,
-      n[4 * k + 3]!,
-      this.chunks[k]!,
-      t[2 * k]!,
-      t[2 * k + 1]!
-    )
-  }
-
-  *[Symbol.iterator](): IterableIterator<EntryData> {
-    for (let k = 0; k < this.length; k++) yield this.at(k)!
-  }
-}
-
-/** The value of a lowercase hex digit's char code, or -1. */
-const hexValue = (c: number): number => (c >= 48 && c <= 57 ? c - 48 : c >= 97 && c <= 102 ? c - 87 : -1)
-
 /** Spread the hash's bits (the table uses the low ones). */
 const mix = (h: number): number => {
   h = Math.imul(h ^ (h >>> 16), 0x85ebca6b)
@@ -268,7 +148,7 @@ export class LiveEntries {
   private holds(s: number, id: string): boolean {
     if ((this.flags[s]! & OBJECT) !== 0) return this.objects[s]!.id === id
     // A slot-only entry: the looked-up id's bits, parsed once per lookup (`sought`; 2: not yet, 0: not canonical).
-    if (this.parsed === 2) this.parsed = parseCanonical(id, sought) ? 1 : 0
+    if (this.parsed === 2) this.parsed = parseUuid(id, sought) ? 1 : 0
     if (this.parsed === 0) return false
     const w = this.words
     return w[4 * s] === sought[0] && w[4 * s + 1] === sought[1] && w[4 * s + 2] === sought[2] &&

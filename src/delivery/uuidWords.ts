@@ -6,32 +6,47 @@
 const HEX = "0123456789abcdef"
 
 /** The value of a lowercase hex digit's char code, or -1. */
-const hexValue = (c: number): number => (c >= 48 && c <= 57 ? c - 48 : c >= 97 && c <= 102 ? c - 87 : -1)
+export const hexValue = (c: number): number => (c >= 48 && c <= 57 ? c - 48 : c >= 97 && c <= 102 ? c - 87 : -1)
 
 /** Dashes of a canonical UUID: 8-4-4-4-12. */
 const isDash = (i: number): boolean => i === 8 || i === 13 || i === 18 || i === 23
 
-/** Parse a canonical lowercase UUID into `out[0..4)`; false (out unchanged in meaning) for anything else. */
-export const parseUuid = (id: string, out: Uint32Array): boolean => {
-  if (id.length !== 36) return false
-  let w = 0
-  let word = 0
-  let digits = 0
-  for (let i = 0; i < 36; i++) {
+/** The value of each ASCII code as a lowercase hex digit, -1 for any other. */
+const HEX_OF = (() => {
+  const t = new Int8Array(128).fill(-1)
+  for (let c = 0; c < 16; c++) t[HEX.charCodeAt(c)] = c
+  return t
+})()
+
+/** Hex digits `id[at, at + n)` as a number (`acc` first), or -1 if one is not a lowercase hex digit. */
+const hexRun = (id: string, at: number, n: number, acc: number): number => {
+  for (let i = at; i < at + n; i++) {
     const c = id.charCodeAt(i)
-    if (isDash(i)) {
-      if (c !== 45) return false
-      continue
-    }
-    const v = hexValue(c)
-    if (v < 0) return false
-    word = (word << 4) | v
-    if (++digits === 8) {
-      out[w++] = word >>> 0
-      word = 0
-      digits = 0
-    }
+    const v = c < 128 ? HEX_OF[c]! : -1
+    if (v < 0) return -1
+    acc = acc * 16 + v
   }
+  return acc
+}
+
+/**
+ * Parse a canonical lowercase UUID into `out[0..4)`; false (out unchanged) for anything else. Unrolled by
+ * word: the live entries' lookups parse the id of every call on an entry.
+ */
+export const parseUuid = (id: string, out: Uint32Array): boolean => {
+  if (
+    id.length !== 36 || id.charCodeAt(8) !== 45 || id.charCodeAt(13) !== 45 || id.charCodeAt(18) !== 45 ||
+    id.charCodeAt(23) !== 45
+  ) return false
+  const w0 = hexRun(id, 0, 8, 0)
+  const w1 = hexRun(id, 14, 4, hexRun(id, 9, 4, 0))
+  const w2 = hexRun(id, 24, 4, hexRun(id, 19, 4, 0))
+  const w3 = hexRun(id, 28, 8, 0)
+  if (w0 < 0 || w1 < 0 || w2 < 0 || w3 < 0) return false
+  out[0] = w0
+  out[1] = w1
+  out[2] = w2
+  out[3] = w3
   return true
 }
 
