@@ -11,6 +11,12 @@
  * Windows Terminal all reflow), so the live part is erased with its rows counted at the new width and
  * drawn again. readline's own resize handler is taken off: it moves up by the rows the prompt took at
  * the old width, which on a narrower terminal lands inside the re-wrapped line and draws it twice.
+ *
+ * A reply's line that streams grows at its end only, so the live part never holds more than half the
+ * screen of it: the rows above that are filled are printed as finished rows. Redrawn whole under every
+ * chunk, a long line (a pasted text echoed, minified JSON) cost writes that grow with the square of its
+ * length, and once taller than the screen it could no longer be erased: each chunk left a copy of it in
+ * the scrollback.
  */
 import type * as readline from "node:readline"
 import { stripVTControlCharacters } from "node:util"
@@ -50,11 +56,42 @@ const WIDE =
 // eslint-disable-next-line no-misleading-character-class -- each combining mark is matched alone, on purpose
 const ZERO = /[\u0300-\u036f\u200b-\u200f\ufe00-\ufe0f]/u
 
+/** Columns a character (a code point) takes on a terminal. */
+const charWidth = (char: string): number => (ZERO.test(char) ? 0 : WIDE.test(char) ? 2 : 1)
+
 /** Columns `text` takes on a terminal. */
 export const displayWidth = (text: string): number => {
   let width = 0
-  for (const char of stripVTControlCharacters(text)) width += ZERO.test(char) ? 0 : WIDE.test(char) ? 2 : 1
+  for (const char of stripVTControlCharacters(text)) width += charWidth(char)
   return width
+}
+
+/**
+ * Splits `text` (one line, no control sequences) where a terminal `columns` wide wraps it: the rows it
+ * fills (a wide character that does not fit goes to the next row, as the terminal puts it) and the rest,
+ * the last row, shorter than `columns` (possibly empty). No row is empty (a wide character alone is a
+ * row on a terminal one column wide).
+ */
+export const wrapRows = (text: string, columns: number): { readonly rows: Array<string>; readonly rest: string } => {
+  const rows: Array<string> = []
+  let start = 0
+  let at = 0
+  let width = 0
+  for (const char of text) {
+    const w = charWidth(char)
+    if (width + w > columns && width > 0) {
+      rows.push(text.slice(start, at))
+      start = at
+      width = 0
+    }
+    width += w
+    at += char.length
+  }
+  if (width === columns) {
+    rows.push(text.slice(start))
+    start = text.length
+  }
+  return { rows, rest: text.slice(start) }
 }
 
 export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = process.stderr): Screen => {
@@ -65,6 +102,8 @@ export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = pr
   let liveRows = 0
 
   const columns = () => (out.columns !== undefined && out.columns > 0 ? out.columns : 80)
+  /** The most rows of a streaming line kept live (redrawn under each chunk): half the screen. */
+  const streamRows = () => Math.max(1, Math.floor((out.rows !== undefined && out.rows > 0 ? out.rows : 24) / 2))
   const rowsOf = (text: string) => Math.max(1, Math.ceil(displayWidth(text) / columns()))
   const live = (): string | undefined =>
     streaming !== undefined && (streaming.partial !== "" || streaming.prefix !== "")
@@ -132,6 +171,14 @@ export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = pr
         write(s.prefix + s.partial.slice(0, nl) + "\n")
         s.prefix = ""
         s.partial = s.partial.slice(nl + 1)
+      }
+      const line = s.prefix + s.partial
+      if (line.length > columns() && rowsOf(line) > streamRows()) {
+        // Its filled rows are final: print them as rows of their own, the last one stays live.
+        const { rest, rows } = wrapRows(line, columns())
+        write(rows.join("\n") + "\n")
+        s.prefix = ""
+        s.partial = rest
       }
       draw()
     },

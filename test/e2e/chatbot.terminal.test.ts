@@ -15,8 +15,12 @@ const skip = terminalSkip()
 if (skip !== undefined) console.log(`chatbot.terminal.test.ts: ${skip}`)
 
 /** Runs `body` with a chatbot in a terminal; the tmux server is killed afterwards, whatever happened. */
-const withTerminal = async (args: ReadonlyArray<string>, body: (t: Terminal) => Promise<void>) => {
-  const t = await startTerminal(["--state-dir", path.join(fresh(), "state"), ...args])
+const withTerminal = async (
+  args: ReadonlyArray<string>,
+  body: (t: Terminal) => Promise<void>,
+  size?: { readonly columns: number; readonly rows: number }
+) => {
+  const t = await startTerminal(["--state-dir", path.join(fresh(), "state"), ...args], size)
   try {
     await body(t)
   } finally {
@@ -89,6 +93,34 @@ describe("chatbot in a terminal", () => {
         const last = await t.screen()
         expect(last).toMatch(/^bye \(eof\): /m)
       })
+    },
+    90_000
+  )
+
+  ttyIt(
+    "a reply that streams as one long line (a 12 KB paste echoed, 130 rows on a 40-row screen) is on screen and in the scrollback once, whole, in order",
+    async () => {
+      await withTerminal(["--latency", "500"], async (t) => {
+        await t.waitFor(promptLast, "the prompt")
+        const words = Array.from({ length: 2000 }, (_, i) => `w${i}`)
+        const text = words.join(" ")
+        await t.type(text)
+        await t.keys("Enter")
+        const history = await t.waitForHistory(
+          (h) => h.includes("bot> You said: ") && h.replace(/\s+/g, "").endsWith("w1999you>"),
+          "the whole reply, then the prompt",
+          60_000
+        )
+        // Redrawn whole under every chunk, the live line left a copy in the scrollback per chunk once it
+        // was taller than the screen.
+        expect(history.split("bot> You said: ").length - 1).toBe(1)
+        const reply = history.slice(history.indexOf("bot> You said: "), history.lastIndexOf("\nyou>"))
+        expect(linesOf(await t.screen()).at(-1)).toBe("you>")
+        // The rows joined give the reply (tmux drops a row's trailing blank, so compare without blanks).
+        expect(reply.replace(/\s+/g, "")).toBe(`bot>Yousaid:${words.join("")}`)
+        await t.keys("C-d")
+        expect((await t.waitForExit()).code).toBe(0)
+      }, { rows: 40, columns: 100 })
     },
     90_000
   )

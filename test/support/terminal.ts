@@ -37,6 +37,10 @@ export interface Terminal {
   readonly keys: (...keys: ReadonlyArray<string>) => Promise<void>
   /** The screen now, its lines without trailing blanks, and the blank lines at the end dropped. */
   readonly screen: () => Promise<string>
+  /** What scrolled off the top and the screen now, as `screen` gives its lines. */
+  readonly history: () => Promise<string>
+  /** Polls `history` until `check` holds; fails at the deadline with the last screen. */
+  readonly waitForHistory: (check: (history: string) => boolean, what: string, timeoutMs?: number) => Promise<string>
   /** Polls the screen until `check` holds; fails at the deadline with the last screen. */
   readonly waitFor: (check: (screen: string) => boolean, what: string, timeoutMs?: number) => Promise<string>
   /** Resizes the terminal (the program gets SIGWINCH; tmux re-wraps what is on screen). */
@@ -101,13 +105,14 @@ export const startTerminal = async (
     command
   )
 
-  const screen = async () => {
-    const { stdout } = await tmux("capture-pane", "-p", "-t", "chat")
+  const capture = async (...range: ReadonlyArray<string>) => {
+    const { stdout } = await tmux("capture-pane", "-p", ...range, "-t", "chat")
     // tmux's own last line under a dead pane ("Pane is dead (status 0, <date>)") is not the program's.
     return stdout.split("\n").map((line) => line.trimEnd()).filter((line) => !line.startsWith("Pane is dead (")).join(
       "\n"
     ).trimEnd()
   }
+  const screen = () => capture()
 
   const poll = async <A>(check: () => Promise<A | undefined>, what: string, timeoutMs: number): Promise<A> => {
     const deadline = Date.now() + timeoutMs
@@ -127,6 +132,16 @@ export const startTerminal = async (
     type: async (text) => void (await tmux("send-keys", "-t", "chat", "-l", text)),
     keys: async (...keys) => void (await tmux("send-keys", "-t", "chat", ...keys)),
     screen,
+    history: () => capture("-S", "-"),
+    waitForHistory: (check, what, timeoutMs = DEFAULT_WAIT_MS) =>
+      poll(
+        async () => {
+          const now = await capture("-S", "-")
+          return check(now) ? now : undefined
+        },
+        what,
+        timeoutMs
+      ),
     resize: async (columns, rows) =>
       void (await tmux("resize-window", "-t", "chat", "-x", String(columns), "-y", String(rows))),
     waitFor: (check, what, timeoutMs = DEFAULT_WAIT_MS) =>
