@@ -13,6 +13,7 @@
  */
 import Database from "better-sqlite3"
 import { Effect, Exit, Scope } from "effect"
+import { randomUUID } from "node:crypto"
 import * as fs from "node:fs"
 import fsModule from "node:fs"
 import { syncBuiltinESMExports } from "node:module"
@@ -20,7 +21,7 @@ import { loadavg } from "node:os"
 import { join } from "node:path"
 import { DeliveryLog } from "../src/delivery/index.js"
 import { encode, Kind } from "../src/delivery/record.js"
-import { gc, now, ratio, table, tickBatcher } from "./lib.js"
+import { gc, now, quiet, ratio, table, tickBatcher } from "./lib.js"
 
 const root = join(process.cwd(), ".bench-tmp", "delivery-log")
 fs.rmSync(root, { recursive: true, force: true })
@@ -234,7 +235,7 @@ const sqliteEach = async (perProducer: number): Promise<Result> => {
   const db = openSqlite("each.db")
   const insert = db.prepare("INSERT INTO outbox (id, enqueued_at, message) VALUES (?, ?, ?)")
   const r = await drive(perProducer, async (p, n) => {
-    insert.run(`${p}-${n}`, Date.now(), JSON.stringify(message(p, n)))
+    insert.run(randomUUID(), Date.now(), JSON.stringify(message(p, n)))
   })
   db.close()
   return r
@@ -244,7 +245,7 @@ const sqliteEach = async (perProducer: number): Promise<Result> => {
 const batchedOn = (db: Database.Database) => {
   const add = tickBatcher(db)
   return (perProducer: number): Promise<Result> =>
-    drive(perProducer, (p, n) => add([`${p}-${n}`, Date.now(), JSON.stringify(message(p, n))]))
+    drive(perProducer, (p, n) => add([randomUUID(), Date.now(), JSON.stringify(message(p, n))]))
 }
 
 /** better-sqlite3, a transaction per tick, on a fresh database. */
@@ -263,8 +264,10 @@ const sqliteBatched = async (perProducer: number): Promise<Result> => {
  * and shrinks the young generation: bench/README.md, "round 3"). After each round, outside the
  * measured time, what it appended is delivered: the log acks every pending entry, the database
  * deletes its rows; so each round starts with nothing pending, as in a process that delivers what it
- * logs, and what a long-lived log does in the background meanwhile (ack records, the running
- * checkpoint, compaction) is in the next round's CPU.
+ * logs. Then the bench waits until the process is quiet (session 15: before, what the deliveries
+ * started in the background, the ack records, a checkpoint, a compaction and the collector's marking of
+ * what `pending` read, ran in the next round: ours or the peer's, whichever came next). The peer's rows
+ * carry a random UUID as their id, as the log's records do.
  */
 const keptOpen = async (rounds: number, perProducer: number) => {
   const scope = Effect.runSync(Scope.make())
@@ -280,8 +283,12 @@ const keptOpen = async (rounds: number, perProducer: number) => {
       l.pending,
       (entries) => Effect.forEach(entries, (e) => l.ack(e.id), { concurrency: PRODUCERS, discard: true })
     )
+  // Then wait until the process is quiet (`quiet`): what the deliveries started in the background (the
+  // logs' ack records, a running checkpoint, a compaction, the collector's marking of the entries
+  // `pending` read) ends before the next round, instead of landing in whichever contender runs next.
   const deliverAll = () =>
     Effect.runPromise(Effect.andThen(deliver(log), deliver(poolLog))).then(() => void db.exec("DELETE FROM outbox"))
+      .then(() => quiet())
   const fibersRound = (l: DeliveryLog.DeliveryLog) => async (): Promise<Result> => {
     const latencies: Array<number> = []
     const start = now()

@@ -89,6 +89,39 @@ export const tickBatcher = (db: Database.Database) => {
     })
 }
 
+/** CPU ns of every thread of this process together, from `/proc/self/task/<tid>/schedstat` (Linux; 0 elsewhere). */
+const processThreadsNs = (): number => {
+  let ns = 0
+  try {
+    for (const t of fs.readdirSync("/proc/self/task")) {
+      try {
+        ns += Number(fs.readFileSync(`/proc/self/task/${t}/schedstat`, "utf8").split(" ")[0])
+      } catch {
+        // the thread ended meanwhile
+      }
+    }
+  } catch {
+    return 0
+  }
+  return ns
+}
+
+/**
+ * Wait until the process is quiet: all its threads together busy < 5 % of a core over 20 ms (at most
+ * `maxMs`). Between measured rounds, so that background work the last step started (a log's ack records,
+ * a running checkpoint, a compaction, the collector's marking of what it read) ends before the next
+ * round instead of landing in whichever contender runs next.
+ */
+export const quiet = async (maxMs = 3000): Promise<void> => {
+  const end = now() + maxMs
+  while (now() < end) {
+    const c0 = processThreadsNs()
+    const t0 = now()
+    await new Promise((r) => setTimeout(r, 20))
+    if ((processThreadsNs() - c0) / 1e6 / (now() - t0) < 0.05) return
+  }
+}
+
 /** A TCP port free on 127.0.0.1 right now (for a child process to listen on). */
 export const freePort = (): Promise<number> =>
   new Promise((resolve) => {
