@@ -15,6 +15,7 @@ import { Model } from "../agent/Model.js"
 import * as Answers from "./Answers.js"
 import type { AlreadyAnswered } from "./Answers.js"
 import { Fenced } from "./Fencing.js"
+import type { FenceToken } from "./Fencing.js"
 import { marksSlot, writesAnswer } from "./LaneHandler.js"
 import type { ClusterTask, LaneHandler } from "./LaneHandler.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
@@ -87,6 +88,130 @@ export const reservedSession = (session: string): string | undefined =>
     ? `\`${cronSession("*")}\` sessions belong to cron jobs`
     : undefined
 
+/** A turn's start when its slot statement did not start it (Migrations 0005, 0008): slot started, inbox rows, history. */
+const turnStartSql = (prefix: string): string =>
+  `SELECT src, id, role, content FROM ${prefix}_turn_start($1, $2, $3, $4, $5, $6)`
+
+/** What a turn's commit writes (see {@link prepareCommit}). */
+interface CommitInput {
+  readonly session: string
+  readonly to: string
+  readonly kind: "user" | "cron"
+  readonly job: string | undefined
+  readonly runId: string
+  readonly texts: ReadonlyArray<string>
+  readonly reply: string
+  readonly member: string
+  readonly startedAt: number
+  readonly endedAt: number
+  readonly fence: FenceToken | undefined
+  readonly deliveryId: string
+  /** The run's answer as Answers.ts stores it. */
+  readonly answer: string | undefined
+}
+
+/**
+ * A turn's commit, checked and ready to run: what makes the turn visible (the reply in the outbox, the
+ * exchange in the transcript, the turn record, the run's answer in its inbox rows) in one statement, written
+ * only while the shard's epoch is the one the turn started under (Fencing.ts) and the run has no stored
+ * answer. The same text whatever the input (one prepared statement per connection, warmed by
+ * {@link warmStatements}).
+ */
+const prepareCommit = (outbox: PgDeliveryLog, prefix: string, channel: string, input: CommitInput) => {
+  const unanswered = `NOT EXISTS (SELECT 1 FROM ${prefix}_inbox a WHERE a.run_id = $11 AND a.answer IS NOT NULL)`
+  const { fence, job, session } = input
+  return outbox.prepareGuarded({
+    channel,
+    to: input.to,
+    body: {
+      session,
+      kind: input.kind,
+      text: input.reply,
+      messages: input.texts.length,
+      ...(job === undefined ? {} : { job })
+    },
+    idempotencyKey: `reply:${input.runId}`
+  }, {
+    id: input.deliveryId,
+    // Nothing is written for a run whose answer is stored already (its turn committed before: a run
+    // delivered twice whose turn did not read its stored answer first, the prefetched start); the turn
+    // then answers what was stored.
+    guard: fence === undefined
+      ? `SELECT 1 WHERE ${unanswered}`
+      : `SELECT 1 FROM ${prefix}_shard_epochs WHERE shard = $17::text AND epoch = $18::bigint AND ${unanswered} FOR SHARE`,
+    also: [
+      `INSERT INTO ${prefix}_transcripts (session, run_id, role, content, part)
+             SELECT $10, $11, v.role, v.content, v.part FROM locked, (
+               SELECT 'user' AS role, u.content, u.part::integer AS part FROM unnest($12::text[]) WITH ORDINALITY AS u (content, part)
+               UNION ALL SELECT 'assistant', $13::text, 0) AS v
+             ON CONFLICT (run_id, role, part) DO NOTHING`,
+      `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at, shard, epoch)
+             SELECT $10, $14, $11, $15::bigint, $16::bigint, $17::text, $18::bigint FROM locked`,
+      // The run's answer in its inbox rows (Answers.ts): a volatile run sent again is answered from it.
+      `UPDATE ${prefix}_inbox SET answer = $19::text FROM locked WHERE run_id = $11`
+    ],
+    params: [
+      session,
+      input.runId,
+      input.texts,
+      input.reply,
+      input.member,
+      input.startedAt,
+      input.endedAt,
+      fence?.shard ?? null,
+      fence?.epoch ?? null,
+      input.answer
+    ]
+  })
+}
+
+/**
+ * One round of a connection's warm-up (Warmup.ts): a turn's statements as a turn runs them, on inputs that
+ * write nothing (a session and run of their own, and a fence of no shard, which the commit's guard refuses)
+ * and are run in a transaction that is rolled back anyway: the fenced commit and the turn's start.
+ */
+export const warmStatements = (options: {
+  readonly outbox: PgDeliveryLog
+  readonly member: string
+  readonly prefix?: string
+  readonly channel?: string
+  readonly historyLimit?: number
+}) =>
+(round: number, connection: number): Effect.Effect<void, unknown, PgClient.PgClient> =>
+  Effect.gen(function*() {
+    const sql = yield* PgClient.PgClient
+    const prefix = options.prefix ?? "switchyard"
+    const session = `\u0001warmup:${options.member}:${connection}:${round}`
+    const runId = `warmup:${options.member}:${connection}:${round}`
+    const now = Date.now()
+    yield* sql.unsafe(turnStartSql(prefix), [
+      "main",
+      session,
+      1,
+      runId,
+      session,
+      (options.historyLimit ?? DEFAULT_HISTORY_LIMIT) * 2
+    ])
+    const commit = yield* prepareCommit(options.outbox, prefix, options.channel ?? "console", {
+      session,
+      to: session,
+      kind: "user",
+      job: undefined,
+      runId,
+      texts: ["warm-up"],
+      reply: "You said: warm-up",
+      member: options.member,
+      startedAt: now,
+      endedAt: now,
+      // No shard has this name: the guard is empty and nothing is written.
+      fence: { shard: `warmup:${options.member}`, epoch: 0 },
+      deliveryId: crypto.randomUUID(),
+      answer: Answers.encode(Exit.succeed({ text: "", deliveryId: "", turnRunner: options.member, messages: 1 }))
+    })
+    const written = yield* commit()
+    if (written !== undefined) return yield* Effect.die(new Error("the warm-up's commit wrote a row"))
+  })
+
 /** The lane handlers of the agent: `main` answers user messages, `cron` runs cron jobs. */
 export const handlers = (
   options: ClusterAgentOptions
@@ -133,7 +258,7 @@ export const handlers = (
               readonly content: string
             }
           >(
-            `SELECT src, id, role, content FROM ${prefix}_turn_start($1, $2, $3, $4, $5, $6)`,
+            turnStartSql(prefix),
             [task.lane, task.key, task.coalesceSlot ?? null, task.runId, session, historyLimit * 2]
           )
           // Answered before (a volatile run sent again after its turn committed, Answers.ts): that answer.
@@ -171,7 +296,6 @@ export const handlers = (
         // Where the runner can, that statement also saves the run's reply (Storage.ts): the turn is
         // visible exactly when its run is answered, in one transaction.
         const fence = task.fence
-        const unanswered = `NOT EXISTS (SELECT 1 FROM ${prefix}_inbox a WHERE a.run_id = $11 AND a.answer IS NOT NULL)`
         const deliveryId = crypto.randomUUID()
         const result: TurnResult = {
           text: reply.text,
@@ -180,42 +304,20 @@ export const handlers = (
           messages: texts.length
         }
         // Checked now (a reply the outbox refuses fails the turn), written by `commit`.
-        const statement = yield* options.outbox.prepareGuarded({
-          channel,
+        const statement = yield* prepareCommit(options.outbox, prefix, channel, {
+          session,
           to,
-          body: { session, kind, text: reply.text, messages: texts.length, ...(job === undefined ? {} : { job }) },
-          idempotencyKey: `reply:${task.runId}`
-        }, {
-          id: deliveryId,
-          // Nothing is written for a run whose answer is stored already (its turn committed before: a run
-          // delivered twice whose turn did not read its stored answer first, the prefetched start); the turn
-          // then answers what was stored (below).
-          guard: fence === undefined
-            ? `SELECT 1 WHERE ${unanswered}`
-            : `SELECT 1 FROM ${prefix}_shard_epochs WHERE shard = $17::text AND epoch = $18::bigint AND ${unanswered} FOR SHARE`,
-          also: [
-            `INSERT INTO ${prefix}_transcripts (session, run_id, role, content, part)
-             SELECT $10, $11, v.role, v.content, v.part FROM locked, (
-               SELECT 'user' AS role, u.content, u.part::integer AS part FROM unnest($12::text[]) WITH ORDINALITY AS u (content, part)
-               UNION ALL SELECT 'assistant', $13::text, 0) AS v
-             ON CONFLICT (run_id, role, part) DO NOTHING`,
-            `INSERT INTO ${prefix}_turns (session, runner, run_id, started_at, ended_at, shard, epoch)
-             SELECT $10, $14, $11, $15::bigint, $16::bigint, $17::text, $18::bigint FROM locked`,
-            // The run's answer in its inbox rows (Answers.ts): a volatile run sent again is answered from it.
-            `UPDATE ${prefix}_inbox SET answer = $19::text FROM locked WHERE run_id = $11`
-          ],
-          params: [
-            session,
-            task.runId,
-            texts,
-            reply.text,
-            options.member,
-            startedAt,
-            endedAt,
-            fence?.shard ?? null,
-            fence?.epoch ?? null,
-            Answers.encode(Exit.succeed(result))
-          ]
+          kind,
+          job,
+          runId: task.runId,
+          texts,
+          reply: reply.text,
+          member: options.member,
+          startedAt,
+          endedAt,
+          fence,
+          deliveryId,
+          answer: Answers.encode(Exit.succeed(result))
         })
         // With the run's reply (Storage.replyWrites: parameters from $20 on), or on its own.
         const write = (withReply: Storage.ReplyRow | undefined) =>

@@ -51,6 +51,11 @@ export interface ClusterLayerOptions {
   readonly lockCheckReuseMs?: number
   /** Pool size of this runner's Postgres client; default 10. */
   readonly maxConnections?: number
+  /**
+   * Connections the pool keeps open while idle (it closes unused ones after 60 s otherwise); default 0. A
+   * runner keeps the ones it warmed at its start (Warmup.ts), so they stay warm.
+   */
+  readonly minConnections?: number
   /** Table prefix of switchyard's tables, created with effect/cluster's; default `switchyard`. */
   readonly prefix?: string
 }
@@ -97,6 +102,11 @@ export const layer = (options: ClusterLayerOptions) => {
   ).pipe(Layer.provide(ShardingConfig.layerFromEnv(shardingConfig)), Layer.provide(schema))
   return NodeClusterSocket.layer({ storage: "byo", shardingConfig }).pipe(
     Layer.provideMerge(storage),
-    Layer.provideMerge(Postgres.layer(options.postgres, { maxConnections: options.maxConnections ?? 10 }))
+    Layer.provideMerge(
+      Postgres.layer(options.postgres, {
+        maxConnections: options.maxConnections ?? 10,
+        ...(options.minConnections === undefined ? {} : { minConnections: options.minConnections })
+      })
+    )
   )
 }

@@ -65,6 +65,8 @@ export interface HopOptions {
   readonly prefix?: string
   /** How often the shards' owners are read; default 1_000 ms. */
   readonly refreshMs?: number
+  /** Open the connection to a runner when it appears among the shards' owners; default true (else at its first run). */
+  readonly eager?: boolean
 }
 
 /** The ingress's short way to shard owners, for the Scope's lifetime. */
@@ -72,22 +74,6 @@ export const make = (options: HopOptions): Effect.Effect<Hop, never, PgClient.Pg
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const prefix = options.prefix ?? "switchyard"
-    // The ingress URL of each shard's owner, other runners only.
-    let owners = new Map<string, string>()
-    yield* sql.unsafe<{ readonly shard: string; readonly url: string }>(
-      `SELECT e.shard, o.url FROM ${prefix}_shard_epochs e JOIN ${prefix}_ingress_owners o ON o.owner = e.owner
-       WHERE e.owner <> $1`,
-      [options.self]
-    ).pipe(
-      Effect.tap((rows) =>
-        Effect.sync(() => {
-          owners = new Map(rows.map((r) => [r.shard, r.url]))
-        })
-      ),
-      Effect.ignore,
-      Effect.repeat(Schedule.spaced(Duration.millis(options.refreshMs ?? 1_000))),
-      Effect.forkScoped
-    )
     const headers = {
       connection: "Upgrade",
       upgrade: HopWire.HOP_PROTOCOL,
@@ -97,7 +83,8 @@ export const make = (options: HopOptions): Effect.Effect<Hop, never, PgClient.Pg
     let hopFailures = 0
     // An ingress that gave no answer is not asked again for a while (the usual way is taken at once).
     const failedUntil = new Map<string, number>()
-    // One connection per other ingress, opened at its first run and kept (HopWire.ts).
+    // One connection per other ingress, opened when it appears among the owners (or at its first run) and
+    // kept (HopWire.ts).
     const connections = new Map<string, Connection>()
     yield* Effect.addFinalizer(() =>
       Effect.sync(() => {
@@ -112,6 +99,30 @@ export const make = (options: HopOptions): Effect.Effect<Hop, never, PgClient.Pg
       }
       return c
     }
+    // The ingress URL of each shard's owner, other runners only.
+    let owners = new Map<string, string>()
+    yield* sql.unsafe<{ readonly shard: string; readonly url: string }>(
+      `SELECT e.shard, o.url FROM ${prefix}_shard_epochs e JOIN ${prefix}_ingress_owners o ON o.owner = e.owner
+       WHERE e.owner <> $1`,
+      [options.self]
+    ).pipe(
+      Effect.tap((rows) =>
+        Effect.sync(() => {
+          const before = new Set(owners.values())
+          owners = new Map(rows.map((r) => [r.shard, r.url]))
+          // A runner that appears among the owners gets its connection now, not at the first run sent
+          // there (which would wait for the upgrade): once, when it appears.
+          if (options.eager !== false) {
+            for (const url of new Set(owners.values())) {
+              if (!before.has(url) && (failedUntil.get(url) ?? 0) <= Date.now()) connectionTo(url)
+            }
+          }
+        })
+      ),
+      Effect.ignore,
+      Effect.repeat(Schedule.spaced(Duration.millis(options.refreshMs ?? 1_000))),
+      Effect.forkScoped
+    )
     const post = (url: string, body: string) =>
       Effect.callback<string | { readonly why: string }>((resume) => {
         const c = connectionTo(url)

@@ -8,11 +8,17 @@ import type { SqlError } from "effect/sql/SqlError"
 /** A `SqlClient` (and `PgClient`) layer for `url` (`postgres://user@host:port/db`); the URL is held redacted. */
 export const layer = (
   url: string,
-  options: { readonly maxConnections?: number; readonly applicationName?: string } = {}
+  options: {
+    readonly maxConnections?: number
+    /** Connections the pool keeps open when idle (it closes the others after 60 s unused); default 0. */
+    readonly minConnections?: number
+    readonly applicationName?: string
+  } = {}
 ): Layer.Layer<PgClient.PgClient | SqlClient.SqlClient, SqlError> =>
   PgClient.layer({
     url: Redacted.make(url),
     maxConnections: options.maxConnections ?? 10,
+    ...(options.minConnections === undefined ? {} : { minConnections: options.minConnections }),
     applicationName: options.applicationName ?? "switchyard",
     connectTimeout: "5 seconds"
   })

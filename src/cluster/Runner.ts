@@ -24,6 +24,7 @@ import * as ClusterDelivery from "./ClusterDelivery.js"
 import * as ClusterHeartbeat from "./ClusterHeartbeat.js"
 import * as ClusterLayer from "./ClusterLayer.js"
 import * as ClusterQueue from "./ClusterQueue.js"
+import * as Coalesce from "./Coalesce.js"
 import { Fence } from "./Fencing.js"
 import * as Hop from "./Hop.js"
 import * as Inbox from "./Inbox.js"
@@ -31,6 +32,7 @@ import * as Ingress from "./Ingress.js"
 import * as PgDeliveryLog from "./PgDeliveryLog.js"
 import * as Retention from "./Retention.js"
 import { probeListen } from "./StartupFailure.js"
+import * as Warmup from "./Warmup.js"
 
 /** Options of {@link start}. */
 export interface RunnerOptions {
@@ -96,15 +98,31 @@ export interface RunnerOptions {
   readonly sweepMs?: number
   readonly sweepAgeMs?: number
   /**
+   * Postgres connections opened and warmed before the runner takes messages, and kept open while it is idle
+   * (Warmup.ts; docs/cluster.md "Start-up and readiness"): each runs the message path's statements on inputs
+   * of its own, in a transaction rolled back, so that the runner's first messages find warm backends.
+   * Default {@link DEFAULT_WARM_CONNECTIONS}; 0 opens none ahead (the pool opens them at first use, cold).
+   * At most the pool's size less one (effect/cluster holds one for its shard locks).
+   */
+  readonly warmConnections?: number
+  /**
    * Record Effect spans (effect/cluster's requests, SQL statements, HTTP requests) for a tracer you
    * provide; default false: a span costs CPU on every message even when nothing reads it.
    */
   readonly tracing?: boolean
 }
 
+/** Postgres connections a runner warms at its start when {@link RunnerOptions.warmConnections} is not given. */
+export const DEFAULT_WARM_CONNECTIONS = 4
+
+/** The runner's Postgres pool size. */
+const POOL_SIZE = 10
+
 /** A running runner. */
 export interface Runner {
   readonly name: string
+  /** What the start's warm-up of Postgres connections did (Warmup.ts). */
+  readonly warmed: Warmup.Warmed
   readonly queue: ClusterQueue.ClusterQueue
   readonly delivery: ClusterDelivery.ClusterDelivery
   readonly outbox: PgDeliveryLog.PgDeliveryLog
@@ -158,6 +176,10 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
     const prefix = options.prefix ?? "switchyard"
     const jobs = yield* parseJobs(options.cron ?? [])
     const clusterPort = options.clusterPort ?? options.port + 1000
+    const warmConnections = Math.min(
+      POOL_SIZE - 1,
+      Math.max(0, Math.floor(options.warmConnections ?? DEFAULT_WARM_CONNECTIONS))
+    )
     // A port in use fails the start here, before this runner joins the cluster (and takes shards it would
     // hand back at once); the ingress listens last.
     for (const port of [options.port, clusterPort]) {
@@ -167,6 +189,8 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
       postgres: options.postgres,
       port: clusterPort,
       prefix,
+      maxConnections: POOL_SIZE,
+      minConnections: warmConnections,
       ...(options.host === undefined ? {} : { host: options.host }),
       ...(options.shardsPerGroup === undefined ? {} : { shardsPerGroup: options.shardsPerGroup }),
       ...(options.leaseMs === undefined ? {} : { shardLockExpiration: options.leaseMs })
@@ -236,6 +260,34 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
       Retention.start({ outbox, prefix, ...(options.retainMs === undefined ? {} : { retainMs: options.retainMs }) })
     )
     const inbox = yield* provide(Inbox.make(prefix))
+    // The message path's statements warmed on the connections the first messages will use, before the
+    // ingress listens (Warmup.ts): a message's slot statement as the ingress runs it, a turn's start and its
+    // fenced commit, on a session of each connection's own, rolled back.
+    const historyRows = ClusterAgent.DEFAULT_HISTORY_LIMIT * 2
+    const slots = yield* provide(Coalesce.make(prefix))
+    const turnStatements = ClusterAgent.warmStatements({ outbox, member: name, prefix, channel: channel.name })
+    const warmed = yield* provide(Warmup.warm({
+      connections: warmConnections,
+      statements: (round, connection) => {
+        const session = `\u0001warmup:${name}:${connection}:${round}`
+        return Effect.andThen(
+          slots.slot("main", session, {
+            session,
+            messageId: "warmup",
+            text: "warm-up",
+            shard: `warmup:${name}`,
+            generation: 0,
+            history: historyRows
+          }),
+          turnStatements(round, connection)
+        )
+      }
+    }))
+    if (warmed.failures > 0) {
+      yield* Effect.logWarning(
+        `warm-up: ${warmed.failures} of ${warmed.connections} Postgres connections failed a statement (the first messages may be slower): ${warmed.firstFailure}`
+      )
+    }
     const ingress = yield* Ingress.serve({
       queue,
       delivery,
@@ -243,7 +295,7 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
       inbox,
       relay: queue.runNow,
       // The agent's history (its default limit, two rows a turn): an idle session's turn gets it from the slot.
-      historyRows: ClusterAgent.DEFAULT_HISTORY_LIMIT * 2,
+      historyRows,
       port: options.port,
       ...(options.host === undefined ? {} : { host: options.host }),
       ...(options.token === undefined ? {} : { token: options.token })
@@ -268,7 +320,7 @@ const startTraced = (options: RunnerOptions): Effect.Effect<Runner, unknown, Sco
     })
     // The first finalizer to run: closing the Scope without `stop` shuts down the same way.
     yield* Effect.addFinalizer(() => Effect.asVoid(stop))
-    return { name, queue, delivery, outbox, stop }
+    return { name, warmed, queue, delivery, outbox, stop }
   })
 
 /** The Postgres client type the runner uses, re-exported for callers that build their own. */

@@ -101,6 +101,12 @@ const program = new Command("runner")
     DEFAULT_TURN_TIMEOUT_MS
   )
   .option(
+    "--pg-warm <n>",
+    `Postgres connections opened and warmed before the runner reports ready, kept open while idle (0: none; at most 9)`,
+    integer("--pg-warm", 0),
+    Runner.DEFAULT_WARM_CONNECTIONS
+  )
+  .option(
     "--no-hop",
     "send runs to their owner over the runners' cluster socket only, not to the owner's HTTP ingress (for runners whose HTTP ports cannot reach each other)"
   )
@@ -133,6 +139,7 @@ const opts = program.opts<{
   heartbeat?: number
   hop: boolean
   localRuns: boolean
+  pgWarm: number
 }>()
 
 if (opts.postgres === undefined || opts.postgres === "") {
@@ -174,6 +181,7 @@ const options: Runner.RunnerOptions = {
   ...(opts.outbox === undefined ? {} : { outboxFile: opts.outbox }),
   ...(apiKey && !opts.offline ? { anthropic: { apiKey } } : {}),
   turnTimeoutMs: opts.turnTimeout,
+  warmConnections: opts.pgWarm,
   ...(opts.mainConcurrent === undefined ? {} : { lanes: { main: { concurrent: opts.mainConcurrent } } })
 }
 
@@ -202,7 +210,8 @@ runMain((main) =>
         pid: process.pid,
         http: opts.port,
         cluster: clusterPort,
-        postgres: Postgres.redactUrl(options.postgres)
+        postgres: Postgres.redactUrl(options.postgres),
+        warm: { connections: runner.warmed.connections, ms: runner.warmed.ms }
       })
       const signal = yield* main.signal
       const at = Date.now()
