@@ -17,6 +17,11 @@
  * chunk, a long line (a pasted text echoed, minified JSON) cost writes that grow with the square of its
  * length, and once taller than the screen it could no longer be erased: each chunk left a copy of it in
  * the scrollback.
+ *
+ * What is printed is text, never a command to the terminal: a model's reply (or a message quoted in
+ * an error) can hold control characters, and `ESC [2J` would clear the screen, `ESC ]0;…` retitle the
+ * window, a bare CR overwrite the line. `visible` shows each as its Unicode control picture (␛, ␍, ␇),
+ * as `cat -v` does with its own notation; a line's CR before its LF (Windows line ends) is dropped.
  */
 import type * as readline from "node:readline"
 import { stripVTControlCharacters } from "node:util"
@@ -94,6 +99,22 @@ export const wrapRows = (text: string, columns: number): { readonly rows: Array<
   return { rows, rest: text.slice(start) }
 }
 
+// C0 controls but LF and TAB, DEL, and the C1 controls (which some terminals act on, as 8-bit CSI/OSC).
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
+const CONTROL = /[\x00-\x08\x0b-\x1f\x7f-\x9f]/g
+
+const picture = (char: string): string => {
+  const code = char.charCodeAt(0)
+  return code < 0x20 ? String.fromCharCode(0x2400 + code) : code === 0x7f ? "\u2421" : "\ufffd"
+}
+
+/**
+ * `text` as a terminal shows it without acting on it: a CR that ends a line (or the text: a CRLF split
+ * between two chunks) is dropped, every other control character but LF and TAB becomes its control
+ * picture (U+2400 + code; DEL U+2421), a C1 control U+FFFD. One picture takes one column, as it did.
+ */
+export const visible = (text: string): string => text.replace(/\r+(?=\n|$)/g, "").replace(CONTROL, picture)
+
 export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = process.stderr): Screen => {
   let rl: Readline | undefined
   let thinkingOn = false
@@ -144,8 +165,8 @@ export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = pr
   out.on("resize", resized)
 
   const printLine = (line: string, to: "out" | "err") => {
-    if (to === "out") write(line + "\n")
-    else err.write(line + "\n")
+    if (to === "out") write(visible(line) + "\n")
+    else err.write(visible(line) + "\n")
   }
 
   return {
@@ -165,7 +186,7 @@ export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = pr
       erase()
       thinkingOn = false
       const s = (streaming ??= { prefix: BOT, partial: "" })
-      s.partial += chunk
+      s.partial += visible(chunk)
       let nl: number
       while ((nl = s.partial.indexOf("\n")) >= 0) {
         write(s.prefix + s.partial.slice(0, nl) + "\n")

@@ -1,6 +1,7 @@
 /** The chatbot's terminal arithmetic: where a terminal wraps a line. */
+import { EventEmitter } from "node:events"
 import { describe, expect, it } from "vitest"
-import { displayWidth, wrapRows } from "../../examples/chatbot/screen.js"
+import { displayWidth, makeScreen, visible, wrapRows } from "../../examples/chatbot/screen.js"
 
 describe("wrapRows", () => {
   it("cuts a line into the rows a terminal fills and the last row", () => {
@@ -32,5 +33,57 @@ describe("wrapRows", () => {
       for (const row of rows) expect(displayWidth(row)).toBeLessThanOrEqual(columns)
       expect(displayWidth(rest)).toBeLessThan(Math.max(columns, 2))
     }
+  })
+})
+
+describe("visible", () => {
+  it("shows control characters as their pictures and leaves text, LF and TAB as they are", () => {
+    expect(visible("\x1b[2J\x1b]0;pwned\x07")).toBe("\u241b[2J\u241b]0;pwned\u2407")
+    expect(visible("a\bb\x00\x7f")).toBe("a\u2408b\u2400\u2421")
+    expect(visible("8-bit CSI \x9b2J")).toBe("8-bit CSI \ufffd2J")
+    expect(visible("tab\there\nnext 漢 😀 e\u0301")).toBe("tab\there\nnext 漢 😀 e\u0301")
+  })
+
+  it("drops the CR of a line's end (CRLF, or split before the LF of the next chunk) and shows a bare one", () => {
+    expect(visible("one\r\ntwo\r")).toBe("one\ntwo")
+    expect(visible("progress 10%\rprogress 90%")).toBe("progress 10%\u240dprogress 90%")
+  })
+})
+
+/** A terminal's output stream as the screen uses it: what was written, joined. */
+const fakeTerminal = () => {
+  const written: Array<string> = []
+  const out = Object.assign(new EventEmitter(), {
+    columns: 40,
+    rows: 10,
+    write: (text: string) => {
+      written.push(text)
+      return true
+    }
+  })
+  return { out: out as unknown as NodeJS.WriteStream, text: () => written.join("") }
+}
+
+describe("the screen prints text, never a command to the terminal", () => {
+  it("a printed line and a streamed reply reach the terminal with their control characters shown", () => {
+    const out = fakeTerminal()
+    const err = fakeTerminal()
+    const screen = makeScreen(out.out, err.out)
+    screen.print("line \x1b]0;pwned\x07", "out")
+    screen.print("error \x1b[31mred", "err")
+    screen.thinking(true)
+    screen.stream("reply \x1b[2J")
+    screen.stream("\x1b[Hmore\r")
+    screen.stream("\nnext\r\n")
+    screen.endStream()
+    // The screen's own sequences (erase the live part) are the only ESC it writes.
+    const sequences = out.text().split("\x1b").slice(1)
+    expect(sequences.length).toBeGreaterThan(0)
+    for (const sequence of sequences) expect(sequence).toMatch(/^\[(\d+A|J)/)
+    expect(err.text()).toBe("error \u241b[31mred\n")
+    expect(out.text()).toContain("line \u241b]0;pwned\u2407\n")
+    expect(out.text()).toContain("bot> reply \u241b[2J\u241b[Hmore\n")
+    expect(out.text()).toContain("next\n")
+    expect(out.text()).not.toContain("\r\n")
   })
 })
