@@ -5,31 +5,24 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import { Effect } from "effect"
-import { afterAll, beforeAll } from "vitest"
 import { parseJobs } from "../../src/agent/CronJobs.js"
 import * as ClusterCronJobs from "../../src/cluster/ClusterCronJobs.js"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import * as Runner from "../../src/cluster/Runner.js"
-import { freshDatabase, postgresAvailable } from "./pg.js"
+import { postgresAvailable, useFreshDatabase } from "./pg.js"
 import { freePort } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/ClusterCron.test.ts")
 
 describe.skipIf(!up)("cron once per due time (Postgres)", () => {
-  let db: { url: string; drop: () => Promise<void> } | undefined
-  beforeAll(async () => {
-    db = await freshDatabase("cron")
-  }, 30_000)
-  afterAll(async () => {
-    await db?.drop()
-  })
+  const db = useFreshDatabase("cron")
 
   it.live(
     "a replayed firing of a due time dispatches nothing: not after the first firing's run ended (no second run, the slot stays), not when two firings of one due time race (one run); each replay is counted in `fired`",
     () =>
       Effect.scoped(Effect.gen(function*() {
         const runner = yield* Runner.start({
-          postgres: db!.url,
+          postgres: db.url,
           port: yield* Effect.promise(freePort),
           clusterPort: yield* Effect.promise(freePort),
           latencyMs: 0,
@@ -38,9 +31,9 @@ describe.skipIf(!up)("cron once per due time (Postgres)", () => {
         })
         const [job] = yield* parseJobs([{ name: "tick", schedule: "* * * * * *", prompt: "tick" }])
         const query = <A extends object>(text: string, params: ReadonlyArray<unknown> = []) =>
-          Postgres.withClient(db!.url, (sql) => sql.unsafe<A>(text, params))
+          Postgres.withClient(db.url, (sql) => sql.unsafe<A>(text, params))
         const fire = (due: number) =>
-          ClusterCronJobs.fire(job, due, runner.queue).pipe(Effect.provide(Postgres.layer(db!.url)))
+          ClusterCronJobs.fire(job, due, runner.queue).pipe(Effect.provide(Postgres.layer(db.url)))
         const turnsOf = (runId: string) =>
           Effect.map(
             query<{ n: number }>(`SELECT count(*)::float8 AS n FROM switchyard_turns WHERE run_id = $1`, [runId]),

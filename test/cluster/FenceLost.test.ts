@@ -10,25 +10,18 @@ import { assert, describe, it } from "@effect/vitest"
 import { Context, Effect, Schedule } from "effect"
 import { EntityId, Sharding } from "effect/cluster"
 import { SqlClient } from "effect/sql"
-import { afterAll, beforeAll } from "vitest"
 import * as ClusterQueue from "../../src/cluster/ClusterQueue.js"
 import * as Fencing from "../../src/cluster/Fencing.js"
 import * as Migrations from "../../src/cluster/Migrations.js"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import { KeyEntity } from "../../src/cluster/protocol.js"
-import { freshDatabase, postgresAvailable, query } from "./pg.js"
+import { postgresAvailable, query, useFreshDatabase } from "./pg.js"
 import { freePort, runnerContext } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/FenceLost.test.ts")
 
 describe.skipIf(!up)("a fenced turn makes its runner forget the shard (Postgres)", () => {
-  let db: { url: string; drop: () => Promise<void> } | undefined
-  beforeAll(async () => {
-    db = await freshDatabase("fencelost")
-  }, 30_000)
-  afterAll(async () => {
-    await db?.drop()
-  })
+  const db = useFreshDatabase("fencelost")
 
   it.live(
     "lost: only when Postgres has a newer epoch than this runner's current one; acquired again, the shard is held at a new epoch",
@@ -57,7 +50,7 @@ describe.skipIf(!up)("a fenced turn makes its runner forget the shard (Postgres)
         assert.deepStrictEqual([fence.epochOf(shard), fence.holds(shard)], [epoch + 2, true])
         assert.isFalse(yield* fence.lost(shard, epoch))
         assert.strictEqual(fence.epochOf(shard), epoch + 2)
-      }).pipe(Effect.provide(Postgres.layer(db!.url, { maxConnections: 2 }))),
+      }).pipe(Effect.provide(Postgres.layer(db.url, { maxConnections: 2 }))),
     30_000
   )
 
@@ -65,7 +58,7 @@ describe.skipIf(!up)("a fenced turn makes its runner forget the shard (Postgres)
     "a turn that fails Fenced while its shard has a newer epoch: the runner forgets the shard's epoch",
     () =>
       Effect.scoped(Effect.gen(function*() {
-        const ctx = yield* runnerContext(db!.url, yield* Effect.promise(freePort))
+        const ctx = yield* runnerContext(db.url, yield* Effect.promise(freePort))
         const entity = EntityId.make("main/fenced-key")
         const shardId = Context.get(ctx, Sharding.Sharding).getShardId(entity, KeyEntity.getShardGroup(entity))
         const shard = `${shardId.group}:${shardId.id}`
@@ -87,7 +80,7 @@ describe.skipIf(!up)("a fenced turn makes its runner forget the shard (Postgres)
           drainTimeoutMs: 500
         }).pipe(Effect.provideContext(ctx))
         yield* Effect.promise(() =>
-          query(db!.url, `UPDATE switchyard_shard_epochs SET epoch = epoch + 1, owner = 'other' WHERE shard = $1`, [
+          query(db.url, `UPDATE switchyard_shard_epochs SET epoch = epoch + 1, owner = 'other' WHERE shard = $1`, [
             shard
           ])
         )

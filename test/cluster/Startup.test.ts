@@ -7,9 +7,9 @@
 import { spawn } from "node:child_process"
 import * as net from "node:net"
 import * as path from "node:path"
-import { afterAll, beforeAll, describe, expect, it } from "vitest"
+import { describe, expect, it } from "vitest"
 import { nodeArgs } from "../support/node.js"
-import { ADMIN_URL, freshDatabase, postgresAvailable } from "./pg.js"
+import { ADMIN_URL, postgresAvailable, useFreshDatabase } from "./pg.js"
 import { freePort } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/Startup.test.ts")
@@ -50,13 +50,7 @@ const holdPort = () =>
   })
 
 describe.skipIf(!up)("a runner that cannot start (Postgres)", () => {
-  let db: { url: string; drop: () => Promise<void> } | undefined
-  beforeAll(async () => {
-    db = await freshDatabase("startup")
-  }, 30_000)
-  afterAll(async () => {
-    await db?.drop()
-  })
+  const db = useFreshDatabase("startup")
 
   it(
     "prints one line that names what failed and how to fix it, exits 1: Postgres down, no such database, the HTTP port or the cluster port in use",
@@ -69,8 +63,8 @@ describe.skipIf(!up)("a runner that cannot start (Postgres)", () => {
         const [down, noDb, httpInUse, clusterInUse] = await Promise.all([
           runner(["--postgres", `postgres://postgres@127.0.0.1:${closed}/x`, "--port", String(await freePort())]),
           runner(["--postgres", missing.toString(), "--port", String(await freePort())]),
-          runner(["--postgres", db!.url, "--port", String(http.port), "--cluster-port", String(await freePort())]),
-          runner(["--postgres", db!.url, "--port", String(await freePort()), "--cluster-port", String(cluster.port)])
+          runner(["--postgres", db.url, "--port", String(http.port), "--cluster-port", String(await freePort())]),
+          runner(["--postgres", db.url, "--port", String(await freePort()), "--cluster-port", String(cluster.port)])
         ])
         const seen = [down, noDb, httpInUse, clusterInUse].map((r) => ({
           code: r.code,

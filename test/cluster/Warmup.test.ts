@@ -9,30 +9,23 @@ import { assert, describe, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import * as http from "node:http"
 import type * as net from "node:net"
-import { afterAll, beforeAll } from "vitest"
 import * as Hop from "../../src/cluster/Hop.js"
 import * as HopWire from "../../src/cluster/HopWire.js"
 import * as Migrations from "../../src/cluster/Migrations.js"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import * as Runner from "../../src/cluster/Runner.js"
 import * as Warmup from "../../src/cluster/Warmup.js"
-import { freshDatabase, postgresAvailable } from "./pg.js"
+import { postgresAvailable, useFreshDatabase } from "./pg.js"
 import { freePort } from "./support.js"
 
 const up = await postgresAvailable("test/cluster/Warmup.test.ts")
 
 describe.skipIf(!up)("a runner ready to answer at once (Postgres)", () => {
-  let db: { url: string; drop: () => Promise<void> } | undefined
-  beforeAll(async () => {
-    db = await freshDatabase("warmup")
-  }, 30_000)
-  afterAll(async () => {
-    await db?.drop()
-  })
+  const db = useFreshDatabase("warmup")
 
   const count = (table: string) =>
     Effect.map(
-      Postgres.withClient(db!.url, (sql) => sql.unsafe<{ n: number }>(`SELECT count(*)::float8 AS n FROM ${table}`)),
+      Postgres.withClient(db.url, (sql) => sql.unsafe<{ n: number }>(`SELECT count(*)::float8 AS n FROM ${table}`)),
       (rows) => Number(rows[0].n)
     )
 
@@ -40,12 +33,12 @@ describe.skipIf(!up)("a runner ready to answer at once (Postgres)", () => {
     "warm: N distinct connections each run every round in a transaction rolled back, and stay open",
     () =>
       Effect.scoped(Effect.gen(function*() {
-        yield* Postgres.withClient(db!.url, (sql) =>
+        yield* Postgres.withClient(db.url, (sql) =>
           Effect.andThen(
             sql.unsafe(`CREATE TABLE warm_rows (pid integer, round integer)`),
             sql.unsafe(`CREATE SEQUENCE warm_seq`)
           ))
-        const pool = yield* Layer.build(Postgres.layer(db!.url, { maxConnections: 5, minConnections: 3 }))
+        const pool = yield* Layer.build(Postgres.layer(db.url, { maxConnections: 5, minConnections: 3 }))
         const rounds = new Map<number, Array<number>>()
         const warmed = yield* Warmup.warm({
           connections: 3,
@@ -70,12 +63,12 @@ describe.skipIf(!up)("a runner ready to answer at once (Postgres)", () => {
         for (const r of rounds.values()) assert.deepStrictEqual(r, [0, 1, 2, 3, 4, 5])
         assert.strictEqual(yield* count("warm_rows"), 0)
         const [seq] = yield* Postgres.withClient(
-          db!.url,
+          db.url,
           (sql) => sql.unsafe<{ n: number }>(`SELECT last_value::float8 AS n FROM warm_seq`)
         )
         assert.strictEqual(Number(seq.n), 18)
         // The warmed backends are still there, open in the pool.
-        const alive = yield* Postgres.withClient(db!.url, (sql) =>
+        const alive = yield* Postgres.withClient(db.url, (sql) =>
           sql.unsafe<{ pid: number }>(
             `SELECT pid FROM pg_stat_activity WHERE pid = ANY($1::integer[])`,
             [[...rounds.keys()]]
@@ -91,7 +84,7 @@ describe.skipIf(!up)("a runner ready to answer at once (Postgres)", () => {
       Effect.scoped(Effect.gen(function*() {
         const port = yield* Effect.promise(freePort)
         const runner = yield* Runner.start({
-          postgres: db!.url,
+          postgres: db.url,
           port,
           clusterPort: yield* Effect.promise(freePort),
           latencyMs: 0,
@@ -119,7 +112,7 @@ describe.skipIf(!up)("a runner ready to answer at once (Postgres)", () => {
     "the hop opens its connection to another runner's ingress when that runner appears among the owners",
     () =>
       Effect.scoped(Effect.gen(function*() {
-        const pool = yield* Layer.build(Postgres.layer(db!.url, { maxConnections: 2 }))
+        const pool = yield* Layer.build(Postgres.layer(db.url, { maxConnections: 2 }))
         yield* Effect.orDie(Migrations.migrate({})).pipe(Effect.provideContext(pool))
         // Another runner's ingress: takes the hop's upgrade and answers nothing.
         let upgraded = 0
@@ -136,7 +129,7 @@ describe.skipIf(!up)("a runner ready to answer at once (Postgres)", () => {
           () => Effect.sync(() => server.close())
         )
         yield* Hop.make({ self: "me", refreshMs: 100 }).pipe(Effect.provideContext(pool))
-        yield* Postgres.withClient(db!.url, (sql) =>
+        yield* Postgres.withClient(db.url, (sql) =>
           Effect.andThen(
             sql.unsafe(`INSERT INTO switchyard_ingress_owners (owner, url, registered_at) VALUES ('other', $1, 0)`, [
               `http://127.0.0.1:${port}`

@@ -7,6 +7,7 @@ import * as fs from "node:fs"
 import * as net from "node:net"
 import * as os from "node:os"
 import * as path from "node:path"
+import { afterAll, beforeAll } from "vitest"
 import * as Postgres from "../../src/cluster/Postgres.js"
 
 /** The server the tests use; override with `SWITCHYARD_TEST_PG` (a URL of a database to connect to first). */
@@ -72,6 +73,26 @@ export const freshDatabase = async (
           await new Promise((r) => setTimeout(r, 200 * attempt))
         }
       }
+    }
+  }
+}
+
+/**
+ * A database of its own for the tests of the enclosing `describe`: created before them, dropped after them.
+ * Read `url` inside a test (or a hook that runs after this one).
+ */
+export const useFreshDatabase = (tag: string): { readonly url: string } => {
+  let db: Awaited<ReturnType<typeof freshDatabase>> | undefined
+  beforeAll(async () => {
+    db = await freshDatabase(tag)
+  }, 30_000)
+  afterAll(async () => {
+    await db?.drop()
+  })
+  return {
+    get url() {
+      if (db === undefined) throw new Error(`the database "${tag}" is made in beforeAll: read its url in a test`)
+      return db.url
     }
   }
 }
