@@ -26,6 +26,28 @@ export interface Output {
   readonly terminalGone: () => boolean
 }
 
+/** The line for a model call that failed and is tried again, e.g. `the model answered 429 (rate limited): trying again in 20 s (retry 1 of 2)`. */
+export const modelRetryLine = (
+  event: Extract<AgentEvent, { readonly type: "model-retry" }>,
+  chatSession: string
+): string => {
+  const why = event.reason === "rate-limit"
+    ? " (rate limited)"
+    : event.reason === "overloaded"
+    ? " (overloaded)"
+    : ""
+  const what = event.status === undefined
+    ? "the model could not be reached"
+    : `the model answered ${event.status}${why}`
+  const when = event.retryInMs === undefined
+    ? "trying again in a moment"
+    : event.retryInMs < 1000
+    ? "trying again in under a second"
+    : `trying again in ${Math.round(event.retryInMs / 1000)} s`
+  const session = event.session === chatSession ? "" : ` for session ${event.session}`
+  return `${what}${session}: ${when} (retry ${event.retry} of ${event.maxRetries})`
+}
+
 /** Makes the output; `screen` is given when standard output is a terminal (and not `--json`). */
 export const makeOutput = (
   options: { readonly json: boolean; readonly screen?: Screen; readonly session: string }
@@ -45,6 +67,13 @@ export const makeOutput = (
   }
 
   const onAgentEvent = (event: AgentEvent) => {
+    if (event.type === "model-retry" && event.kind === "user") {
+      // The turn goes on, slower: say why (a retry-after can be tens of seconds), and keep the
+      // thinking sign, which printing a line clears.
+      if (!json) line("err", modelRetryLine(event, options.session))
+      if (screen !== undefined && event.session === options.session && streaming === undefined) screen.thinking(true)
+      return
+    }
     if (screen === undefined) return
     if (event.type === "turn-started" && event.kind === "user" && event.session === options.session) {
       screen.thinking(true)

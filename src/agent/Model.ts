@@ -23,6 +23,25 @@ export interface ModelRequest {
   readonly maxTokens: number
   /** Called with each chunk of text as it streams in (a model that does not stream calls it once). */
   readonly onText?: (chunk: string) => void
+  /**
+   * Called when a try failed and the model tries again by itself (the Anthropic SDK's own retries):
+   * a person waiting on the reply can be told why it takes longer. Not called for the last failure,
+   * which is the `ModelError`.
+   */
+  readonly onRetry?: (retry: ModelRetry) => void
+}
+
+/** A failed try of a model call that will be tried again. */
+export interface ModelRetry {
+  /** Why the try failed (`"network"` when no answer came). */
+  readonly reason: ModelErrorReason
+  /** The HTTP status of the failed try, when it had one. */
+  readonly status?: number
+  /** When the next try goes, when the server said (`retry-after`); absent: a backoff of at most a few seconds. */
+  readonly retryInMs?: number
+  /** The number of this retry, from 1, and how many there are at most. */
+  readonly retry: number
+  readonly maxRetries: number
 }
 
 /** The model's answer to a turn. */

@@ -107,7 +107,8 @@ export const makeAnswer = (deps: AnswerDeps) => {
         system: deps.system,
         transcript: toMessages(state, user),
         maxTokens: deps.maxTokens,
-        onText: (chunk) => emit({ type: "text", kind, session, turn: n, chunk })
+        onText: (chunk) => emit({ type: "text", kind, session, turn: n, chunk }),
+        onRetry: (retry) => emit({ type: "model-retry", kind, session, turn: n, ...retry })
       })
       if (kind === "heartbeat" && isHeartbeatOk(reply.text)) {
         const result: TurnResult = { session, kind, turn: n, text: reply.text, messages, suppressed: true }

@@ -1,5 +1,6 @@
 /** What an agent reports while it works: the events `onEvent` receives, and the result of a turn. */
 import type { DeliveryEntry } from "../delivery/index.js"
+import type { ModelRetry } from "./Model.js"
 import type { TurnKind } from "./Transcripts.js"
 
 /** The outcome of a turn. */
@@ -39,6 +40,16 @@ export type AgentEvent =
     readonly turn: number
     readonly chunk: string
   }
+  /**
+   * The model's try failed and it tries again by itself (`retryInMs`: when, if the server said; a
+   * `retry-after` can be tens of seconds): the turn goes on, slower. The last failure is `turn-failed`.
+   */
+  | ({
+    readonly type: "model-retry"
+    readonly kind: TurnKind
+    readonly session: string
+    readonly turn: number
+  } & ModelRetry)
   /** A turn ended; its reply (unless suppressed) is in the delivery log. */
   | ({ readonly type: "turn-ended" } & TurnResult)
   /**

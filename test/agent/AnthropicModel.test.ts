@@ -8,7 +8,7 @@ import * as http from "node:http"
 import type { AddressInfo } from "node:net"
 import { inspect } from "node:util"
 import { AnthropicModel } from "../../src/agent/index.js"
-import { Model, ModelError, type ModelRequest, type TranscriptMessage } from "../../src/agent/Model.js"
+import { Model, ModelError, type ModelRequest, type ModelRetry, type TranscriptMessage } from "../../src/agent/Model.js"
 import * as FakeAnthropic from "../support/fakeAnthropic.js"
 
 const KEY = "sk-ant-test-0123456789-SECRET-abcdef"
@@ -252,6 +252,131 @@ describe("AnthropicModel", () => {
         assert.include(err.message, "ECONNREFUSED")
         assert.notInclude(err.message, KEY)
       }))
+  })
+
+  describe("retries told to onRetry", () => {
+    /** A request whose `onRetry` calls are kept in `seen`. */
+    const watched = (seen: Array<ModelRetry>): ModelRequest => ({
+      ...request([user("hi")]),
+      onRetry: (retry) => seen.push(retry)
+    })
+
+    for (const stream of [true, false]) {
+      it.live(`each failed try the SDK makes again is told, with its status and retry-after (stream: ${stream})`, () =>
+        withFake({ maxRetries: 2, stream }, (fake, model) =>
+          Effect.gen(function*() {
+            fake.enqueue(
+              FakeAnthropic.error(429, { headers: { "retry-after-ms": "5" } }),
+              FakeAnthropic.overloaded(),
+              FakeAnthropic.text("made it")
+            )
+            const seen: Array<ModelRetry> = []
+            const reply = yield* model.reply(watched(seen))
+            assert.strictEqual(reply.text, "made it")
+            assert.deepStrictEqual(seen, [
+              { reason: "rate-limit", status: 429, retryInMs: 5, retry: 1, maxRetries: 2 },
+              { reason: "overloaded", status: 529, retryInMs: 1, retry: 2, maxRetries: 2 }
+            ])
+          })))
+    }
+
+    it.live("a retry-after in seconds: the wait the server asked for, in ms", () =>
+      withFake({ maxRetries: 2 }, (fake, model) =>
+        Effect.gen(function*() {
+          // `retry-after: 0` is no wait the SDK can use (it backs off by itself): no retryInMs
+          fake.enqueue(
+            FakeAnthropic.error(429, { headers: { "retry-after": "0.02" } }),
+            FakeAnthropic.rateLimited(0),
+            FakeAnthropic.text("made it")
+          )
+          const seen: Array<ModelRetry> = []
+          yield* model.reply(watched(seen))
+          assert.deepStrictEqual(seen, [
+            { reason: "rate-limit", status: 429, retryInMs: 20, retry: 1, maxRetries: 2 },
+            { reason: "rate-limit", status: 429, retry: 2, maxRetries: 2 }
+          ])
+        })))
+
+    it.live("the last failure is the ModelError, not a retry; none told when maxRetries is 0 or the error is final", () =>
+      Effect.gen(function*() {
+        const seen: Array<ModelRetry> = []
+        yield* withFake({ maxRetries: 1 }, (fake, model) =>
+          Effect.gen(function*() {
+            fake.enqueue(FakeAnthropic.overloaded(), FakeAnthropic.overloaded())
+            const err = yield* Effect.flip(model.reply(watched(seen)))
+            assert.strictEqual(err.reason, "overloaded")
+            assert.strictEqual(fake.requests.length, 2)
+          }))
+        assert.deepStrictEqual(seen.map((r) => r.retry), [1])
+        seen.length = 0
+        yield* withFake({ maxRetries: 0 }, (fake, model) =>
+          Effect.gen(function*() {
+            fake.enqueue(FakeAnthropic.overloaded())
+            assert.strictEqual((yield* Effect.flip(model.reply(watched(seen)))).reason, "overloaded")
+          }))
+        yield* withFake({ maxRetries: 2 }, (fake, model) =>
+          Effect.gen(function*() {
+            fake.enqueue(FakeAnthropic.error(401, { message: "invalid x-api-key" }))
+            assert.strictEqual((yield* Effect.flip(model.reply(watched(seen)))).reason, "auth")
+          }))
+        assert.deepStrictEqual(seen, [])
+      }))
+
+    it.live("a connection that fails is a network retry, with no status", () =>
+      Effect.gen(function*() {
+        const port = yield* Effect.promise(closedPort)
+        const layer = AnthropicModel.layer({ apiKey: KEY, baseURL: `http://127.0.0.1:${port}`, maxRetries: 1 })
+        const seen: Array<ModelRetry> = []
+        const err = yield* Effect.flip(
+          Effect.gen(function*() {
+            return yield* (yield* Model).reply(watched(seen))
+          }).pipe(Effect.provide(layer))
+        )
+        assert.strictEqual(err.reason, "network")
+        assert.deepStrictEqual(seen, [{ reason: "network", retry: 1, maxRetries: 1 }])
+      }))
+
+    it.live("an onRetry that throws is a defect, and no retry is sent", () =>
+      withFake({ maxRetries: 2 }, (fake, model) =>
+        Effect.gen(function*() {
+          fake.enqueue(FakeAnthropic.overloaded(), FakeAnthropic.text("not asked"))
+          const exit = yield* Effect.exit(model.reply({
+            ...request([user("hi")]),
+            onRetry: () => {
+              throw new Error("callback bug")
+            }
+          }))
+          assert.isTrue(Exit.isFailure(exit) && Cause.hasDies(exit.cause))
+          assert.strictEqual(fake.requests.length, 1)
+        })))
+
+    it.live("interrupted during the wait: the retry was told, no more after", () =>
+      withFake({ maxRetries: 2 }, (fake, model) =>
+        Effect.gen(function*() {
+          fake.enqueue(FakeAnthropic.error(529, { headers: { "retry-after-ms": "600000" } }))
+          const seen: Array<ModelRetry> = []
+          let told!: () => void
+          const first = new Promise<void>((resolve) => {
+            told = resolve
+          })
+          const fiber = yield* Effect.forkChild(model.reply({
+            ...request([user("hi")]),
+            onRetry: (retry) => {
+              seen.push(retry)
+              told()
+            }
+          }))
+          yield* Effect.promise(() => first)
+          yield* Fiber.interrupt(fiber)
+          assert.deepStrictEqual(seen, [{
+            reason: "overloaded",
+            status: 529,
+            retryInMs: 600000,
+            retry: 1,
+            maxRetries: 2
+          }])
+          assert.strictEqual(fake.requests.length, 1)
+        })))
   })
 
   describe("the API key", () => {

@@ -155,4 +155,39 @@ describe("Agent retries", () => {
       assert.isTrue(events.some((e) => e.type === "log-health" && e.status === "ok"))
       assert.deepStrictEqual((yield* agent.snapshot).log, { status: "ok" })
     }))
+
+  it.effect("the model's own retries inside a turn are reported as model-retry events; the turn then ends", () =>
+    Effect.gen(function*() {
+      const inner = ScriptedModel.make({ latencyMs: 0 })
+      const model: Model["Service"] = {
+        reply: (request) =>
+          Effect.suspend(() => {
+            request.onRetry?.({ reason: "rate-limit", status: 429, retryInMs: 20_000, retry: 1, maxRetries: 2 })
+            request.onRetry?.({ reason: "network", retry: 2, maxRetries: 2 })
+            return inner.reply(request)
+          })
+      }
+      const { agent, delivered, events, waitFor } = yield* harness(model)
+      yield* agent.send("s", "hello")
+      yield* waitFor((e) => e.type === "turn-ended")
+      const retries = events.filter((e) => e.type === "model-retry")
+      assert.deepStrictEqual(retries, [
+        {
+          type: "model-retry",
+          kind: "user",
+          session: "s",
+          turn: 1,
+          reason: "rate-limit",
+          status: 429,
+          retryInMs: 20_000,
+          retry: 1,
+          maxRetries: 2
+        },
+        { type: "model-retry", kind: "user", session: "s", turn: 1, reason: "network", retry: 2, maxRetries: 2 }
+      ])
+      assert.isBelow(events.indexOf(retries[1]!), events.findIndex((e) => e.type === "turn-ended"))
+      yield* waitFor(isDelivered)
+      assert.deepStrictEqual(delivered.map((e) => bodyOf(e).text), ["You said: hello"])
+      assert.strictEqual(events.filter(failed).length, 0)
+    }))
 })

@@ -49,6 +49,26 @@ describe("chatbot with Claude (fake Messages API)", () => {
     }
   })
 
+  it("a rate-limited try the SDK makes again is one line saying why the reply waits; then the reply", async () => {
+    const fake = await FakeAnthropic.start()
+    try {
+      fake.enqueue(FakeAnthropic.error(429, { headers: { "retry-after-ms": "1500" } }))
+      const dir = fresh()
+      const bot = startChatbot(["--state-dir", path.join(dir, "state")], {
+        env: { ANTHROPIC_API_KEY: KEY, ANTHROPIC_BASE_URL: fake.url }
+      })
+      bot.write("hello\n")
+      await bot.waitForStderr(/^the model answered 429 \(rate limited\): trying again in 2 s \(retry 1 of 2\)$/)
+      await bot.waitForStdout(/Fake Claude heard: hello/)
+      bot.end()
+      expect((await bot.waitForExit()).code).toBe(0)
+      expect(fake.requests).toHaveLength(2)
+      expect(bot.stderr.filter((line) => line.startsWith("error:"))).toEqual([])
+    } finally {
+      await fake.close()
+    }
+  })
+
   it("a turn canceled by the drain deadline aborts its HTTP request, and the chatbot exits 0", async () => {
     const fake = await FakeAnthropic.start()
     try {
