@@ -22,6 +22,7 @@
  * an error) can hold control characters, and `ESC [2J` would clear the screen, `ESC ]0;…` retitle the
  * window, a bare CR overwrite the line. `visible` shows each as its Unicode control picture (␛, ␍, ␇),
  * as `cat -v` does with its own notation; a line's CR before its LF (Windows line ends) is dropped.
+ * A TAB is printed as the spaces it moves over (`expandTabs`), so the live part's rows are counted right.
  */
 import type * as readline from "node:readline"
 import { stripVTControlCharacters } from "node:util"
@@ -115,6 +116,32 @@ const picture = (char: string): string => {
  */
 export const visible = (text: string): string => text.replace(/\r+(?=\n|$)/g, "").replace(CONTROL, picture)
 
+/** Tab stops are every 8 columns, as terminals set them. */
+const TAB_STOP = 8
+
+/**
+ * `text` with each TAB replaced by the spaces a terminal moves over (to the next multiple of 8 columns,
+ * counted from `column`, where the text starts on its line; a LF starts a new line at 0). The live part's
+ * rows are counted from its text, so a TAB counted as one column would leave rows of it behind when it
+ * is erased; spaces take the columns they are counted for.
+ */
+export const expandTabs = (text: string, column: number): string => {
+  if (!text.includes("\t")) return text
+  let out = ""
+  let col = column
+  for (const char of text) {
+    if (char === "\t") {
+      const spaces = TAB_STOP - (col % TAB_STOP)
+      out += " ".repeat(spaces)
+      col += spaces
+    } else {
+      out += char
+      col = char === "\n" ? 0 : col + charWidth(char)
+    }
+  }
+  return out
+}
+
 export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = process.stderr): Screen => {
   let rl: Readline | undefined
   let thinkingOn = false
@@ -165,8 +192,8 @@ export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = pr
   out.on("resize", resized)
 
   const printLine = (line: string, to: "out" | "err") => {
-    if (to === "out") write(visible(line) + "\n")
-    else err.write(visible(line) + "\n")
+    if (to === "out") write(expandTabs(visible(line), 0) + "\n")
+    else err.write(expandTabs(visible(line), 0) + "\n")
   }
 
   return {
@@ -186,7 +213,8 @@ export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = pr
       erase()
       thinkingOn = false
       const s = (streaming ??= { prefix: BOT, partial: "" })
-      s.partial += visible(chunk)
+      const text = visible(chunk)
+      s.partial += text.includes("\t") ? expandTabs(text, displayWidth(s.prefix + s.partial)) : text
       let nl: number
       while ((nl = s.partial.indexOf("\n")) >= 0) {
         write(s.prefix + s.partial.slice(0, nl) + "\n")

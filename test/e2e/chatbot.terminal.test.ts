@@ -125,6 +125,33 @@ describe("chatbot in a terminal", () => {
     90_000
   )
 
+  ttyIt(
+    "a reply line with tabs (a pasted table echoed) is on screen once, whole: a TAB takes the columns it moves",
+    async () => {
+      await withTerminal(["--latency", "300"], async (t) => {
+        await t.waitFor(promptLast, "the prompt")
+        const cells = Array.from({ length: 30 }, (_, i) => `c${i}`)
+        for (const cell of cells) {
+          await t.type(cell)
+          await t.keys("Tab")
+        }
+        await t.keys("Enter")
+        const history = await t.waitForHistory(
+          (h) => h.includes("bot> You said: ") && /c29\s*you>\s*$/.test(h),
+          "the whole reply, then the prompt"
+        )
+        // Counted as one column, each TAB made the live line's rows too few to erase: copies of its rows stayed.
+        expect(history.split("bot> You said: ").length - 1).toBe(1)
+        const reply = history.slice(history.indexOf("bot> You said: "), history.lastIndexOf("\nyou>"))
+        expect(reply).not.toContain("\t")
+        expect(reply.replace(/\s+/g, "")).toBe(`bot>Yousaid:${cells.join("")}`)
+        await t.keys("C-d")
+        expect((await t.waitForExit()).code).toBe(0)
+      }, { rows: 20, columns: 100 })
+    },
+    60_000
+  )
+
   ttyIt("commands with a wrong argument are one line each: /quit now, /restart bogus, /nope", async () => {
     await withTerminal(["--latency", "10"], async (t) => {
       await t.waitFor(promptLast, "the prompt")

@@ -1,7 +1,7 @@
 /** The chatbot's terminal arithmetic: where a terminal wraps a line. */
 import { EventEmitter } from "node:events"
 import { describe, expect, it } from "vitest"
-import { displayWidth, makeScreen, visible, wrapRows } from "../../examples/chatbot/screen.js"
+import { displayWidth, expandTabs, makeScreen, visible, wrapRows } from "../../examples/chatbot/screen.js"
 
 describe("wrapRows", () => {
   it("cuts a line into the rows a terminal fills and the last row", () => {
@@ -85,5 +85,35 @@ describe("the screen prints text, never a command to the terminal", () => {
     expect(out.text()).toContain("bot> reply \u241b[2J\u241b[Hmore\n")
     expect(out.text()).toContain("next\n")
     expect(out.text()).not.toContain("\r\n")
+  })
+})
+
+describe("tabs", () => {
+  it("expandTabs: the spaces to the next multiple of 8 columns, from where the text starts; a LF starts at 0", () => {
+    expect(expandTabs("a\tb", 0)).toBe("a       b")
+    expect(expandTabs("a\tb", 5)).toBe("a  b")
+    expect(expandTabs("\t\t", 3)).toBe(" ".repeat(5 + 8))
+    expect(expandTabs("x\ny\tz", 6)).toBe("x\ny       z")
+    expect(expandTabs("漢\t", 0)).toBe("漢      ") // a wide character takes 2 columns
+    expect(expandTabs("no tab", 3)).toBe("no tab")
+  })
+
+  it("a streamed line with tabs is erased by the rows it takes (a TAB counted as one column left rows behind)", () => {
+    const out = fakeTerminal()
+    const screen = makeScreen(out.out, fakeTerminal().out)
+    // `bot> ` and six `\tx`: 49 columns on a 40-column terminal, two rows; 17 if a TAB were one column.
+    screen.stream("\tx".repeat(6))
+    screen.stream("y")
+    screen.endStream()
+    expect(out.text()).not.toContain("\t")
+    expect(out.text()).toContain(`bot> ${expandTabs("\tx".repeat(6), 5)}\x1b[1A\r\x1b[J`)
+    expect(out.text().endsWith(`bot> ${expandTabs("\tx".repeat(6), 5)}y\n`)).toBe(true)
+  })
+
+  it("a printed line's tabs are spaces too", () => {
+    const out = fakeTerminal()
+    const err = fakeTerminal()
+    makeScreen(out.out, err.out).print("a\tb", "err")
+    expect(err.text()).toBe("a       b\n")
   })
 })
