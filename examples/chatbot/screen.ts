@@ -259,7 +259,8 @@ export const makeScreen = (out: NodeJS.WriteStream, err: NodeJS.WriteStream = pr
       if (rl === undefined) return
       // readline left `you> <line>` and a new row; the cursor is at its start, readline's rows at 0.
       if (liveRows > 0) {
-        const typedRows = Math.floor(displayWidth(PROMPT + line) / columns()) + 1
+        // readline counts a TAB to the next multiple of 8 from the line's start, as expandTabs does
+        const typedRows = Math.floor(displayWidth(expandTabs(PROMPT + line, 0)) / columns()) + 1
         write(`\x1b[${liveRows + typedRows}A\r\x1b[J`)
         write(PROMPT + line + "\n")
         liveRows = 0

@@ -116,4 +116,15 @@ describe("tabs", () => {
     makeScreen(out.out, err.out).print("a\tb", "err")
     expect(err.text()).toBe("a       b\n")
   })
+
+  it("a typed line with tabs: the rows readline echoed it on are erased, counted as readline counts them", () => {
+    const out = fakeTerminal()
+    const screen = makeScreen(out.out, fakeTerminal().out)
+    const rl = { setPrompt: () => {}, prompt: () => {}, getCursorPos: () => ({ rows: 0, cols: 0 }) }
+    screen.attach(rl as unknown as Parameters<typeof screen.attach>[0])
+    screen.thinking(true)
+    // `you> ` and five `\tx`: 41 columns on 40, two rows as readline echoed it (15 with a TAB as one column).
+    screen.entered("\tx".repeat(5))
+    expect(out.text()).toContain(`\x1b[3A\r\x1b[Jyou> ${"\tx".repeat(5)}\n`)
+  })
 })
