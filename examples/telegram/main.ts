@@ -17,6 +17,7 @@ import { makeBotApi, readApiBase, readToken } from "./botApi.js"
 import { loadMigrations } from "./migrations.js"
 import { poll } from "./poller.js"
 import { TelegramChannel, textOf } from "./TelegramChannel.js"
+import { makeTyping } from "./typing.js"
 
 interface BotOptions {
   readonly stateDir: string
@@ -113,6 +114,12 @@ const run = (options: BotOptions): void => {
         onMigrated: (from, to) =>
           say(`telegram: chat ${from} was upgraded to a supergroup (${to}); its replies go to ${to} from now on`)
       })
+      // "typing…" in a chat while its turn runs (sent to the chat a migrated group became)
+      const typing = yield* makeTyping({
+        send: (chat) => api.call("sendChatAction", { chat_id: migrations.get(chat) ?? chat, action: "typing" }, 5_000),
+        maxMs: options.turnTimeout
+      })
+      const printEvent = makeEventPrinter(options.stateDir)
       const agent = yield* Agent.make({
         stateDir,
         channel,
@@ -121,7 +128,10 @@ const run = (options: BotOptions): void => {
         // Telegram asks to wait (429 retry_after) often under load. The queue waits at least a quarter of
         // the backoff step whatever Telegram says, so the steps grow slowly, and a storm takes many attempts.
         delivery: { backoffMs: [1_000, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000], maxAttempts: 15 },
-        onEvent: makeEventPrinter(options.stateDir)
+        onEvent: (event) => {
+          typing.onEvent(event)
+          printEvent(event)
+        }
       }).pipe(Effect.provide(model.layer))
       say(`switchyard telegram: @${me.username ?? me.id} is listening, answering with ${model.what}. Ctrl+C stops it.`)
       const { reason, report } = yield* serve({

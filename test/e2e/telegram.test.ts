@@ -118,6 +118,14 @@ describe("npm run telegram: one bot, many chats", () => {
     })
   })
 
+  it("\"typing…\" is shown in the chat while its turn runs, before the reply", async () => {
+    f.pushText(21, "are you there?")
+    await f.until((sent) => (sent.some((m) => m.chat === "21") ? true : undefined), "the reply")
+    const typing = f.actions.filter((a) => a.chat === "21")
+    expect(typing.map((a) => a.action)).toEqual(["typing"])
+    expect(typing[0]!.at).toBeLessThanOrEqual(f.sent.find((m) => m.chat === "21")!.at)
+  })
+
   it("a reply longer than 4,096 characters is sent as parts of at most 4,096, in order, an emoji never cut", async () => {
     // The reply is "You said: " (10) + the text: its 4,096th code unit is the first half of the emoji.
     const text = "a".repeat(4085) + "😀" + "b".repeat(5000) + "c".repeat(100)

@@ -28,6 +28,8 @@ export interface FakeTelegram {
   readonly attempts: Array<SentMessage & { readonly answered: number | "held" }>
   /** Every getUpdates call's offset (undefined when none was given). */
   readonly polls: Array<number | undefined>
+  /** Every `sendChatAction` call, in order (answered `true`). */
+  readonly actions: Array<{ readonly chat: string; readonly action: string; readonly at: number }>
   readonly pushText: (chat: number, text: string) => number
   readonly pushUpdate: (update: Record<string, unknown>) => number
   /** The next `count` sendMessage calls answer 429 with `retry_after` seconds. */
@@ -67,6 +69,7 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
   let hold: ((m: SentMessage) => void) | undefined
   let holdSkip = 0
   const sent: Array<SentMessage> = []
+  const actions: Array<{ readonly chat: string; readonly action: string; readonly at: number }> = []
   const attempts: FakeTelegram["attempts"] = []
   const polls: Array<number | undefined> = []
   const pollers = new Set<() => void>()
@@ -157,6 +160,9 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
         changed()
         return ok(res, { message_id: sent.length, chat: { id: Number(message.chat) }, text: message.text })
       }
+      case "sendChatAction":
+        actions.push({ chat: String(params.chat_id), action: String(params.action), at: Date.now() })
+        return ok(res, true)
       default:
         return fail(res, 404, "Not Found: method not found")
     }
@@ -194,6 +200,7 @@ export const startFakeTelegram = async (token = FAKE_TOKEN): Promise<FakeTelegra
   return {
     url: server.url,
     sent,
+    actions,
     attempts,
     polls,
     pushUpdate: push,
