@@ -7,6 +7,7 @@
  */
 import { Data, Effect, Semaphore } from "effect"
 import * as crypto from "node:crypto"
+import * as fsSync from "node:fs"
 import * as fs from "node:fs/promises"
 import * as path from "node:path"
 import type { TranscriptMessage } from "./Model.js"
@@ -356,8 +357,23 @@ const io = <A>(
   Effect.tryPromise({
     try: f,
     catch: (cause) =>
-      new TranscriptError({ reason: "io", message: `cannot ${what} ${file}: ${text(cause)}`, path: file })
+      new TranscriptError({ reason: "io", message: `cannot ${what} ${file}: ${why(file, what, cause)}`, path: file })
   })
+
+/**
+ * The reason of a failed call; when a write finds the transcripts' folder gone (the state folder deleted
+ * under a running agent, a tmp cleaner), says so: the system's ENOENT names only the temp file.
+ */
+const why = (file: string, what: "read" | "write" | "create", cause: unknown): string => {
+  if (what !== "read" && (cause as NodeJS.ErrnoException | undefined)?.code === "ENOENT") {
+    const dir = path.dirname(file)
+    if (!fsSync.existsSync(dir)) {
+      return `the folder ${dir} is gone (deleted while the agent ran?): nothing can be kept until the agent ` +
+        "is restarted, which makes it again"
+    }
+  }
+  return text(cause)
+}
 
 /** Removes the temp files a crash (or a full disk, before this version) left in `dir`: only the writer's own `*.tmp` names. */
 const sweepTemps = (dir: string): Effect.Effect<void, TranscriptError> =>

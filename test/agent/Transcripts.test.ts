@@ -72,6 +72,22 @@ describe("Transcripts", () => {
       assert.strictEqual((yield* store.load("s")).unsent, undefined)
     }))
 
+  it.effect("a write that finds the folder gone (deleted under a running agent) says so, not only ENOENT of a temp file", () =>
+    Effect.gen(function*() {
+      const root = yield* tempDir
+      const dir = path.join(root, "sessions")
+      const store = yield* Transcripts.make({ dir, fsync: false })
+      yield* store.accept("s", ["a"])
+      fs.rmSync(dir, { recursive: true })
+      const error = yield* Effect.flip(store.accept("s", ["b"]))
+      assert.strictEqual(error.reason, "io")
+      assert.strictEqual(
+        error.message,
+        `cannot write ${path.join(dir, "s.json")}: the folder ${dir} is gone (deleted while the agent ran?): ` +
+          "nothing can be kept until the agent is restarted, which makes it again"
+      )
+    }))
+
   it.effect("files are 0600 in a 0700 folder, replaced atomically (no temp file is left)", () =>
     Effect.gen(function*() {
       const root = yield* tempDir
