@@ -19,13 +19,17 @@ import * as Postgres from "./Postgres.js"
 import * as Runner from "./Runner.js"
 import * as StartupFailure from "./StartupFailure.js"
 
-const integer = (name: string, min: number) => (value: string): number => {
+const integer = (name: string, min: number, max?: number) => (value: string): number => {
   const n = Number(value)
-  if (!Number.isInteger(n) || n < min) {
-    throw new InvalidArgumentError(`Expected \`${name}\` to be an integer from ${min} and up, got \`${value}\``)
+  if (!Number.isInteger(n) || n < min || (max !== undefined && n > max)) {
+    const range = max === undefined ? `from ${min} and up` : `from ${min} to ${max}`
+    throw new InvalidArgumentError(`Expected \`${name}\` to be an integer ${range}, got \`${value}\``)
   }
   return n
 }
+
+/** The highest TCP port. */
+const MAX_PORT = 65_535
 
 const program = new Command("runner")
   .description("One runner of a switchyard cluster (effect/cluster over Postgres) with an HTTP ingress")
@@ -34,8 +38,12 @@ const program = new Command("runner")
     "Postgres URL shared by every runner (or SWITCHYARD_POSTGRES)",
     process.env.SWITCHYARD_POSTGRES
   )
-  .requiredOption("--port <n>", "HTTP ingress port", integer("--port", 1))
-  .option("--cluster-port <n>", "runner-to-runner port (default: --port + 1000)", integer("--cluster-port", 1))
+  .requiredOption("--port <n>", "HTTP ingress port", integer("--port", 1, MAX_PORT))
+  .option(
+    "--cluster-port <n>",
+    "runner-to-runner port (default: --port + 1000)",
+    integer("--cluster-port", 1, MAX_PORT)
+  )
   .option("--host <host>", "address to listen on and to be reached at", "127.0.0.1")
   .option("--name <name>", "runner name (default runner-<port>)")
   .option("--latency <ms>", "scripted model latency", integer("--latency", 0), 300)
@@ -197,6 +205,12 @@ const name = options.name ?? `runner-${opts.port}`
 const line = (value: unknown) => process.stdout.write(JSON.stringify(value) + "\n")
 
 const clusterPort = opts.clusterPort ?? opts.port + 1000
+if (clusterPort > MAX_PORT) {
+  process.stderr.write(
+    `runner: --cluster-port defaults to --port + 1000 = ${clusterPort}, above ${MAX_PORT}: give --cluster-port\n`
+  )
+  process.exit(1)
+}
 
 runMain((main) =>
   Effect.gen(function*() {

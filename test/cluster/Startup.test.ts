@@ -49,6 +49,36 @@ const holdPort = () =>
       }))
   })
 
+describe("a runner given a port that is not one", () => {
+  it("--port or --cluster-port above 65535, or a --port whose default cluster port is: one line, exit 1", async () => {
+    const postgres = "postgres://postgres@127.0.0.1:1/never_reached"
+    const [port, cluster, derived] = await Promise.all([
+      runner(["--postgres", postgres, "--port", "99999"]),
+      runner(["--postgres", postgres, "--port", "8080", "--cluster-port", "70000"]),
+      runner(["--postgres", postgres, "--port", "65000"])
+    ])
+    expect([port, cluster, derived].map((r) => ({ code: r.code, stdout: r.stdout, stderr: r.stderr }))).toEqual([
+      {
+        code: 1,
+        stdout: "",
+        stderr:
+          "error: option '--port <n>' argument '99999' is invalid. Expected `--port` to be an integer from 1 to 65535, got `99999`\n"
+      },
+      {
+        code: 1,
+        stdout: "",
+        stderr:
+          "error: option '--cluster-port <n>' argument '70000' is invalid. Expected `--cluster-port` to be an integer from 1 to 65535, got `70000`\n"
+      },
+      {
+        code: 1,
+        stdout: "",
+        stderr: "runner: --cluster-port defaults to --port + 1000 = 66000, above 65535: give --cluster-port\n"
+      }
+    ])
+  }, 60_000)
+})
+
 describe.skipIf(!up)("a runner that cannot start (Postgres)", () => {
   const db = useFreshDatabase("startup")
 
