@@ -4,7 +4,7 @@
  * and its reply streams as it arrives. Errors always go to standard error, one line each.
  */
 import * as tty from "node:tty"
-import type { AgentEvent, ReplyBody } from "../../src/agent/index.js"
+import { type AgentEvent, describeModelRetry, type ReplyBody } from "../../src/agent/index.js"
 import type { Screen } from "./screen.js"
 
 /** The output of one chatbot process. */
@@ -30,23 +30,7 @@ export interface Output {
 export const modelRetryLine = (
   event: Extract<AgentEvent, { readonly type: "model-retry" }>,
   chatSession: string
-): string => {
-  const why = event.reason === "rate-limit"
-    ? " (rate limited)"
-    : event.reason === "overloaded"
-    ? " (overloaded)"
-    : ""
-  const what = event.status === undefined
-    ? "the model could not be reached"
-    : `the model answered ${event.status}${why}`
-  const when = event.retryInMs === undefined
-    ? "trying again in a moment"
-    : event.retryInMs < 1000
-    ? "trying again in under a second"
-    : `trying again in ${Math.round(event.retryInMs / 1000)} s`
-  const session = event.session === chatSession ? "" : ` for session ${event.session}`
-  return `${what}${session}: ${when} (retry ${event.retry} of ${event.maxRetries})`
-}
+): string => describeModelRetry(event, event.session === chatSession ? undefined : event.session)
 
 /** Makes the output; `screen` is given when standard output is a terminal (and not `--json`). */
 export const makeOutput = (

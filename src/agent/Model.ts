@@ -44,6 +44,24 @@ export interface ModelRetry {
   readonly maxRetries: number
 }
 
+/**
+ * One line for a retry, as a person reads it: `the model answered 429 (rate limited): trying again in
+ * 20 s (retry 1 of 2)`; with `session`, `... 429 (rate limited) for session 42: ...`.
+ */
+export const describeModelRetry = (retry: ModelRetry, session?: string): string => {
+  const why = retry.reason === "rate-limit" ? " (rate limited)" : retry.reason === "overloaded" ? " (overloaded)" : ""
+  const what = retry.status === undefined
+    ? "the model could not be reached"
+    : `the model answered ${retry.status}${why}`
+  const when = retry.retryInMs === undefined
+    ? "trying again in a moment"
+    : retry.retryInMs < 1000
+    ? "trying again in under a second"
+    : `trying again in ${Math.round(retry.retryInMs / 1000)} s`
+  const whose = session === undefined ? "" : ` for session ${session}`
+  return `${what}${whose}: ${when} (retry ${retry.retry} of ${retry.maxRetries})`
+}
+
 /** The model's answer to a turn. */
 export interface ModelReply {
   readonly text: string

@@ -11,7 +11,7 @@ import { Clock, Effect, Exit } from "effect"
 import { cronSession } from "../agent/CronJobs.js"
 import { HEARTBEAT_SESSION } from "../agent/Heartbeat.js"
 import type { Model as ModelService } from "../agent/Model.js"
-import { Model } from "../agent/Model.js"
+import { describeModelRetry, Model } from "../agent/Model.js"
 import * as Answers from "./Answers.js"
 import type { AlreadyAnswered } from "./Answers.js"
 import { Fenced } from "./Fencing.js"
@@ -219,6 +219,8 @@ export const handlers = (
   Effect.gen(function*() {
     const sql = yield* PgClient.PgClient
     const model = yield* Model
+    // A model's own retry (a 429 waited out) is told from a callback: logged by a fiber of its own.
+    const runFork = Effect.runForkWith(yield* Effect.context<never>())
     const prefix = options.prefix ?? "switchyard"
     const historyLimit = options.historyLimit ?? DEFAULT_HISTORY_LIMIT
     const channel = options.channel ?? "console"
@@ -286,7 +288,9 @@ export const handlers = (
             ...history,
             ...texts.map((content) => ({ role: "user" as const, content }))
           ],
-          maxTokens
+          maxTokens,
+          onRetry: (retry) =>
+            void runFork(Effect.logWarning(`${describeModelRetry(retry, session)} (run ${task.runId})`))
         })
         const endedAt = yield* Clock.currentTimeMillis
         Timing.mark(task.runId, "modelDone")

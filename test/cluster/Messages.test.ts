@@ -17,6 +17,7 @@ import * as Migrations from "../../src/cluster/Migrations.js"
 import * as PgDeliveryLog from "../../src/cluster/PgDeliveryLog.js"
 import * as Postgres from "../../src/cluster/Postgres.js"
 import type { ReplyCommit } from "../../src/cluster/Storage.js"
+import { captureLogs } from "../queue/CommandQueue.helpers.js"
 import { freshDatabase, postgresAvailable } from "./pg.js"
 
 const up = await postgresAvailable("test/cluster/Messages.test.ts")
@@ -397,5 +398,43 @@ describe.skipIf(!up)("the statements of a message (Postgres)", () => {
     const entries = await query<{ id: string }>(`SELECT id FROM switchyard_outbox WHERE recipient = 'again'`)
     expect(entries.map((e) => e.id)).toEqual([first.deliveryId])
     expect([second.deliveryId, second.turnRunner]).toEqual([first.deliveryId, "me"])
+  })
+  it("a model's own retries in a turn are logged as warnings naming the session and the run; the turn then answers", async () => {
+    const logs = captureLogs()
+    const model = Layer.succeed(
+      Model,
+      {
+        reply: (request) =>
+          Effect.sync(() => {
+            request.onRetry?.({ reason: "rate-limit", status: 429, retryInMs: 20_000, retry: 1, maxRetries: 2 })
+            return { text: "answered" }
+          })
+      } as Model["Service"]
+    )
+    const result = await Effect.runPromise(
+      Effect.scoped(Effect.gen(function*() {
+        const outbox = yield* PgDeliveryLog.make()
+        const handlers = yield* ClusterAgent.handlers({ member: "me", outbox })
+        const result = (yield* handlers.main({
+          runId: "run-retried",
+          lane: "main",
+          key: "retried",
+          generation: 0,
+          command: { type: "message", session: "retried", text: "hi" },
+          admittedAt: 0
+        })) as ClusterAgent.TurnResult
+        // the line is logged by a fiber of its own: let it run
+        yield* Effect.yieldNow
+        return result
+      })).pipe(
+        Effect.provide(model),
+        Effect.provide(Postgres.layer(db!.url, { maxConnections: 2 })),
+        Effect.provide(logs.layer)
+      )
+    )
+    expect(result.text).toBe("answered")
+    expect(logs.lines.filter((l) => l.level === "Warn").map((l) => l.message)).toEqual([
+      "the model answered 429 (rate limited) for session retried: trying again in 20 s (retry 1 of 2) (run run-retried)"
+    ])
   })
 })
