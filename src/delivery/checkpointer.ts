@@ -47,16 +47,29 @@ export interface CaptureAt {
 /** Queue a marker behind everything staged: `done` once it is durable (or with the writer's failure). */
 export type Mark = (done: (error: Error | undefined) => void) => void
 
-/** Capture the log now into `CHECKPOINT.tmp` of `dir` (checkpoint.ts). Throws the I/O error. */
-const capture = (dir: string, at: CaptureAt): CapturedCheckpoint => {
+/**
+ * Capture the log now into `CHECKPOINT.tmp` of `dir` (checkpoint.ts), its entries into `room` if they
+ * fit. Throws the I/O error.
+ */
+const capture = (dir: string, at: CaptureAt, room?: Buffer): CapturedCheckpoint => {
   return captureCheckpoint(
     dir,
     { nextLsn: at.nextLsn, nextSeq: at.state.nextSeq, liveBytes: at.state.liveBytes },
     at.state.live,
     // Views of the rings' arrays: written out in this same step, before anything changes.
-    at.state.acked.view()
+    at.state.acked.view(),
+    room
   )
 }
+
+/**
+ * The running checkpoints' entries are serialised into a buffer the log keeps (one runs at a time) while
+ * they take at most this much: a fresh one each time was fresh pages to fault in (~12 µs each on the
+ * bench machine's VM, ~500 for 25,000 pending entries, twice with the copy that framed them).
+ */
+const KEEP_ROOM_BYTES = 8 << 20
+/** Room past the entries for the header and trailer `frameCheckpoint` puts after them. */
+const ROOM_SLACK = 64 << 10
 
 const writeAt = (fd: number, buf: Buffer, position: number): Promise<number> =>
   new Promise((resolve, reject) =>
@@ -116,6 +129,8 @@ export class Checkpointer {
   private epoch = 0
   /** The running checkpoints' read buffer (`CHUNK`). */
   private chunk: Buffer | undefined
+  /** The running checkpoints' entries buffer (`KEEP_ROOM_BYTES`); free while none runs. */
+  private room: Buffer | undefined
 
   constructor(
     private readonly dir: string,
@@ -141,7 +156,7 @@ export class Checkpointer {
     if (now.state.acked.size === 0 || !pays(now.state)) return
     let captured: CapturedCheckpoint
     try {
-      captured = capture(this.dir, now)
+      captured = capture(this.dir, now, this.room)
     } catch {
       // No checkpoint this time (a full disk, say; the temporary file is gone): the last one still stands,
       // and the next try waits as long as after a checkpoint.
@@ -149,6 +164,12 @@ export class Checkpointer {
       return
     }
     this.open.add(captured)
+    // The entries did not fit the room kept: a bigger one for the next checkpoints (room to grow, and for
+    // the header framed after the entries), or none past `KEEP_ROOM_BYTES`.
+    if (captured.room !== this.room) {
+      const size = Math.ceil(captured.entries.length * 1.25) + ROOM_SLACK
+      this.room = size <= KEEP_ROOM_BYTES ? Buffer.allocUnsafeSlow(size) : undefined
+    }
     this.since = 0
     const epoch = this.epoch
     this.step?.("checkpoint-captured")

@@ -2,7 +2,7 @@
  * `EntryData`: an entry as the log holds it in memory (its message as JSON text or arena bytes, its
  * delivery state kept small). The record payloads that carry it are in payload.ts.
  */
-import type { TextChunk } from "./textArena.js"
+import { recycledRead, type TextChunk } from "./textArena.js"
 import type { DeliveryEntry, OutboundMessage } from "./types.js"
 
 /** UTF-8 bytes of `s`. */
@@ -179,7 +179,9 @@ export class EntryData {
     const s = this.textString
     if (s !== undefined) return at + buf.write(s, at, "utf8")
     const from = this.textAt >>> 2
-    return at + this.arena!.buf.copy(buf, at, from, from + this.textBytes)
+    const chunk = this.arena!
+    if (chunk.buf.length === 0) throw recycledRead(chunk.no)
+    return at + chunk.buf.copy(buf, at, from, from + this.textBytes)
   }
 
   /** The text is `chunk.buf[at, at + bytes)` from now on (`TextArena.put`). */

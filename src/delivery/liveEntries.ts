@@ -484,9 +484,11 @@ export class LiveEntries {
   /**
    * Every entry as it is now, in insertion order, for compaction to write while the live ones change: the
    * object entries cloned, the slot-only ones' fields copied into typed arrays (no object per entry; `at`
-   * makes one when it is read). The same entries as `cloneAll`.
+   * makes one when it is read). The same entries as `cloneAll`. It reads texts of chunks the arena may
+   * let go meanwhile: the arena recycles none until `texts.unpin()` says the capture is no longer read.
    */
   freeze(): EntryList {
+    this.texts.pin()
     const slots = this.slots()
     const n = slots.length
     const flags = new Uint8Array(n)

@@ -122,12 +122,15 @@ export class LogCompaction {
     if (no) throw no
     this.running = true
     let reserved = -1
+    // The capture froze the live entries (`freeze` pins the texts' arena until they are written).
+    let frozen = false
     try {
       await host.checkpointsIdle()
       const cp = this.retry !== undefined
         ? { reserved: this.retry.reserved, captured: this.rebuild(this.retry.reserved) }
         : await host.checkpoint((): Captured => {
           state.evict(host.now(), o.dedupeWindowMs)
+          frozen = true
           return {
             entries: state.live.freeze(),
             acked: state.acked.copy(),
@@ -184,6 +187,7 @@ export class LogCompaction {
         path: o.dir
       })
     } finally {
+      if (frozen) state.texts.unpin()
       this.running = false
     }
   }

@@ -14,6 +14,14 @@
  * chunk, an older one whose live bytes fell under a quarter of its used bytes gets its remaining
  * entries' texts made into strings (the old representation) and is let go. So the chunks held
  * through the arena are at most four times their live texts, plus the one being filled.
+ *
+ * A chunk let go with nothing live, whose texts no object entry ever held (slot-only entries read
+ * theirs through the arena, by chunk number, only while they are live) and while no frozen capture of
+ * the entries is out (`pin`), is read by nothing any more: its buffer serves the next chunk (at most
+ * `KEEP_FREE_CHUNKS` kept). A new chunk's buffer is otherwise fresh memory that the kernel maps page
+ * by page as the encoder first writes it (a minor page fault per 4 KiB, ~12 µs of CPU each on the bench
+ * machine's VM), and a dropped one is freed only when the old generation's collector finds its chunk
+ * unreachable.
  */
 
 /** What the arena needs of an entry (`EntryData` in entryData.ts, which imports this file). */
@@ -32,6 +40,10 @@ export interface TextOwner {
 export const CHUNK_BYTES = 256 * 1024
 /** Texts longer than this stay strings (a chunk holds many texts; a large one would waste its tail). */
 export const ARENA_TEXT_MAX = 16 * 1024
+/** Buffers of chunks let go kept for the next chunks (4 MiB): a burst of appends acked together fits. */
+export const KEEP_FREE_CHUNKS = 16
+/** What a recycled chunk's `buf` becomes: a read through it fails instead of reading another chunk's texts. */
+const RECYCLED = Buffer.alloc(0)
 
 /** Raw Buffer methods Node has on every supported version (no argument checks per call). */
 interface RawBuffer {
@@ -49,9 +61,12 @@ export interface NumberedTexts {
 
 /** One chunk of texts. */
 export class TextChunk {
-  /** Its number in its arena (`TextArena.chunk`). */
-  constructor(readonly no: number = 0) {}
-  readonly buf: Buffer = Buffer.allocUnsafeSlow(CHUNK_BYTES)
+  constructor(
+    /** Its number in its arena (`TextArena.chunk`). */
+    readonly no: number = 0,
+    /** Its bytes (a recycled chunk's buffer, or a fresh one). Empty once the arena recycled it. */
+    public buf: Buffer = Buffer.allocUnsafeSlow(CHUNK_BYTES)
+  ) {}
   used = 0
   /** Bytes of the texts here whose entries have not been released. */
   live = 0
@@ -60,10 +75,15 @@ export class TextChunk {
 
   /** The text at `at` (`length` bytes; `ascii`: every byte below 0x80). */
   text(at: number, length: number, ascii: boolean): string {
+    if (this.buf === RECYCLED) throw recycledRead(this.no)
     const raw = this.buf as unknown as RawBuffer
     return ascii ? raw.latin1Slice(at, at + length) : raw.utf8Slice(at, at + length)
   }
 }
+
+/** A text read through a chunk whose buffer was recycled: a bug (the arena's rule above was broken), never data. */
+export const recycledRead = (no: number): Error =>
+  new Error(`text arena: chunk ${no} was read after its buffer was recycled`)
 
 /** The chunks of one log's state. */
 export class TextArena {
@@ -75,6 +95,10 @@ export class TextArena {
   private readonly byNo = new Map<number, TextChunk>([[this.current.no, this.current]])
   /** The entries that hold texts by chunk number, if any. */
   numbered: NumberedTexts | undefined
+  /** Buffers of chunks let go that nothing reads any more (`next`), for the next chunks. */
+  private readonly free: Array<Buffer> = []
+  /** Frozen captures out (`pin`): while any is, no chunk is recycled (a capture reads chunks let go). */
+  private pins = 0
 
   /** Chunk `no` (held through the arena: some text there is live). */
   chunk(no: number): TextChunk {
@@ -168,8 +192,15 @@ export class TextArena {
     const kept: Array<TextChunk> = []
     const sparse: Array<TextChunk> = []
     for (const c of [...this.older, this.current]) {
-      if (c.live === 0) this.byNo.delete(c.no)
-      else if (c.live * 4 >= c.used) kept.push(c)
+      if (c.live === 0) {
+        this.byNo.delete(c.no)
+        // No object entry ever held a text here and no capture is out: nothing reads it any more.
+        if (c.owners.length === 0 && this.pins === 0 && this.free.length < KEEP_FREE_CHUNKS) {
+          this.free.push(c.buf)
+          c.buf = RECYCLED
+          this.recycled++
+        }
+      } else if (c.live * 4 >= c.used) kept.push(c)
       else sparse.push(c)
     }
     if (sparse.length > 0) {
@@ -181,13 +212,28 @@ export class TextArena {
     }
     this.older = kept
     this.started++
-    this.current = new TextChunk(this.nextNo++)
+    this.current = new TextChunk(this.nextNo++, this.free.pop())
     this.byNo.set(this.current.no, this.current)
     return this.current
   }
 
+  /**
+   * A frozen capture of the entries (`LiveEntries.freeze`) is out: it reads the texts of chunks the
+   * arena may let go meanwhile, so none is recycled until `unpin`.
+   */
+  pin(): void {
+    this.pins++
+  }
+
+  /** The capture `pin` was called for is no longer read. */
+  unpin(): void {
+    if (this.pins > 0) this.pins--
+  }
+
   /** Chunks started after the first (tests). */
   started = 0
+  /** Chunks whose buffer went back to the free list (tests and benchmarks). */
+  recycled = 0
 
   /** Chunks held through the arena (tests and benchmarks). */
   get chunks(): number {
