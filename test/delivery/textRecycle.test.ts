@@ -102,7 +102,8 @@ const message = (n: number): OutboundMessage => ({
 /** Append `from..to-1` with `now`; their entries once durable. */
 const appendAll = (core: LogCore, from: number, to: number): Promise<Array<DeliveryEntry>> =>
   Promise.all(
-    Array.from({ length: to - from }, (_, k) => call<DeliveryEntry>((d) => core.append(message(from + k), 1, d, undefined)))
+    Array.from({ length: to - from }, (_, k) =>
+      call<DeliveryEntry>((d) => core.append(message(from + k), 1, d, undefined)))
   )
 
 describe("the log's texts recycled", () => {
@@ -117,17 +118,19 @@ describe("the log's texts recycled", () => {
         // Right after the capture, before the snapshot is written: every captured entry acked (their
         // chunks emptied) and more appended than those chunks hold (new chunks started).
         for (const id of pendingIds) core!.ack(id, 2, () => {})
-        later = Array.from({ length: 600 }, (_, k) =>
-          call<DeliveryEntry>((d) => core!.append(message(10_000 + k), 2, d, undefined)))
+        later = Array.from(
+          { length: 600 },
+          (_, k) => call<DeliveryEntry>((d) => core!.append(message(10_000 + k), 2, d, undefined))
+        )
       }
     }
-    core = (await LogCore.open(options(dir), 1, hooks)).core
+    core = LogCore.open(options(dir), 1, hooks).core
     const first = await appendAll(core, 0, 600)
     pendingIds = first.map((e) => e.id)
     await core.compact()
     const kept = await Promise.all(later)
     await core.close()
-    const reopened = (await LogCore.open(options(dir), 3, {})).core
+    const reopened = LogCore.open(options(dir), 3, {}).core
     const pending = reopened.list("pending")
     assert.deepStrictEqual(pending.map((e) => [e.id, e.message]), kept.map((e) => [e.id, e.message]))
     await reopened.close()
@@ -135,7 +138,7 @@ describe("the log's texts recycled", () => {
 
   it("appends acked and appended again reuse the chunks' buffers", async () => {
     const dir = tmp.next()
-    const core = (await LogCore.open(options(dir), 1, {})).core
+    const core = LogCore.open(options(dir), 1, {}).core
     for (let round = 0; round < 4; round++) {
       const entries = await appendAll(core, round * 1000, round * 1000 + 1000)
       for (const e of entries) assert.deepStrictEqual(core.get(e.id)?.message, e.message)
@@ -150,9 +153,23 @@ describe("a running checkpoint's room", () => {
   it("entries serialised into the room given and framed after them in place: the same bytes as in a fresh buffer", () => {
     const dir = tmp.next()
     fs.mkdirSync(dir, { recursive: true })
-    const live = Array.from({ length: 40 }, (_, i) =>
-      new EntryData(randomUUID(), i, 1000 + i, undefined, JSON.stringify({ channel: "c", to: "t", body: i }), 0,
-        undefined, undefined, "pending", true, 200))
+    const live = Array.from(
+      { length: 40 },
+      (_, i) =>
+        new EntryData(
+          randomUUID(),
+          i,
+          1000 + i,
+          undefined,
+          JSON.stringify({ channel: "c", to: "t", body: i }),
+          0,
+          undefined,
+          undefined,
+          "pending",
+          true,
+          200
+        )
+    )
     const w = new AckedWindow()
     const locate = (address: number, out: Uint32Array): boolean => {
       out[0] = 1
