@@ -8,6 +8,8 @@
  * port in use, ...) prints one line `runner: <what failed>: <how to fix it>` on standard error and
  * exits 1 (`SWITCHYARD_DEBUG=1`: the whole cause too).
  */
+// First: the rest of the runner's code is evaluated with the runner's V8 tiering (Tiering.ts).
+import "./TieringApplied.js"
 import { Command, InvalidArgumentError } from "commander"
 import { Cause, Effect } from "effect"
 import type { CronJob } from "../agent/CronJobs.js"
