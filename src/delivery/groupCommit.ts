@@ -283,8 +283,9 @@ export class GroupCommitWriter {
       const cp = this.checkpoint
       this.checkpoint = undefined
       const captured = cp?.capture()
+      let inline: boolean
       try {
-        await this.writeBatch(buf, ends, dones)
+        inline = await this.writeBatch(buf, ends, dones)
         if (cp !== undefined) {
           const sealed = this.active.number
           this.roll(sealed + 2)
@@ -306,6 +307,13 @@ export class GroupCommitWriter {
         return
       }
       if (buf.length <= KEEP_STAGE_BYTES) this.spare = buf
+      // After an inline batch, one turn of the event loop before the next, as a write on the thread pool
+      // gives (its completion comes through the loop's poll): the calls it completed resume their fibers
+      // at once and queue the next records, so without it the loop would take batch after batch in
+      // microtasks, and I/O waiting for the loop (a running checkpoint's read-back, timers) would wait
+      // until the producers pause. Seen: a 1M keyed fill's running checkpoints fell minutes behind, and
+      // the open after a crash replayed ~300 MB instead of ~10 (bench/README.md, session 17).
+      if (inline) await new Promise<void>((resolve) => setImmediate(resolve))
     }
     this.running = false
   }
@@ -313,13 +321,13 @@ export class GroupCommitWriter {
   /**
    * Write the records of `buf` (record i ends at `ends[i]`), rolling to a new segment where one would
    * pass `segmentBytes`. The calls of each part are completed once that part is durable (their slot in
-   * `dones` is emptied), so a failure in a later part fails only what is not on disk.
+   * `dones` is emptied), so a failure in a later part fails only what is not on disk. True if written inline.
    */
   private async writeBatch(
     buf: Buffer,
     ends: ReadonlyArray<number>,
     dones: Array<Completion | undefined>
-  ): Promise<void> {
+  ): Promise<boolean> {
     const inline = this.inlineFor(ends.length)
     let start = 0
     let i = 0
@@ -372,6 +380,7 @@ export class GroupCommitWriter {
       start = to
       if (i < ends.length) this.roll(this.active.number + 1)
     }
+    return inline
   }
 
   /** Below this offset of the active segment the writer does not try to fill again (a fill failed there). */

@@ -285,4 +285,41 @@ describe("DeliveryLog writes", () => {
         assert.isTrue(block.every((b) => b === block[0] && b !== 0), `record ${r} whole`)
       }
     }))
+
+  it.effect("inline: the event loop turns between batches, so I/O waiting for it (a running checkpoint's read-back) is not held until producers that append again at once pause", () =>
+    Effect.promise(async () => {
+      const dir = tmp.next()
+      fs.mkdirSync(dir, { mode: 0o700 })
+      const { fd } = createSegment(dir, 1, false)
+      let batches = 0
+      const writer = new GroupCommitWriter(
+        dir,
+        { number: 1, fd, size: 0, length: 0 },
+        1 << 24,
+        false,
+        { onRoll: () => {}, onWritten: () => void batches++ },
+        "inline"
+      )
+      // 8 producers, each appending again as soon as its call completed (as a fiber resumed by it does),
+      // 100 records each: the writer always has a batch waiting.
+      let left = 800
+      const all = new Promise<void>((resolve) => {
+        const push = (): void => {
+          const at = writer.reserve(16)
+          writer.buffer.fill(7, at, at + 16)
+          writer.push(() => {
+            if (--left === 0) resolve()
+            else if (left >= 8) push()
+          })
+        }
+        for (let p = 0; p < 8; p++) push()
+      })
+      // A callback waiting for the event loop, as the thread pool's answers to a checkpoint's reads do.
+      const turned = new Promise<number>((resolve) => setImmediate(() => resolve(batches)))
+      const batchesAtTurn = await turned
+      await all
+      await writer.close()
+      assert.isAtLeast(batches, 50, `${batches} batches`)
+      assert.isAtMost(batchesAtTurn, 2, `the event loop turned only after ${batchesAtTurn} of ${batches} batches`)
+    }))
 })
