@@ -8,14 +8,14 @@
  * - SDK failures become a `ModelError` with a short message (see {@link toModelError}).
  * - The SDK retries 408, 409, 429, 5xx (529 included) and connection failures `maxRetries` times
  *   (default 2) with backoff, honouring `retry-after`; the `ModelError` comes after the last try.
- *   Each failed try that will be tried again is told to `request.onRetry` (a request middleware
- *   watches the SDK's tries), so a person is not left waiting out a 20 s `retry-after` in silence.
+ *   Each failed try that will be tried again is told to `request.onRetry` (sdkRetries.ts: a request
+ *   middleware watches the SDK's tries), so a person is not left waiting out a 20 s `retry-after` in silence.
  *
  * The SDK is loaded when the layer is built, so a program that only uses `ScriptedModel` never
  * loads it.
  */
 import type * as AnthropicSdk from "@anthropic-ai/sdk"
-import type { Anthropic as AnthropicClient, Middleware } from "@anthropic-ai/sdk"
+import type { Anthropic as AnthropicClient } from "@anthropic-ai/sdk"
 import type { MessageCreateParamsNonStreaming } from "@anthropic-ai/sdk/resources/messages"
 import { Effect, Layer, Redacted } from "effect"
 import type { Context } from "effect"
@@ -26,9 +26,9 @@ import {
   type ModelErrorReason,
   type ModelReply,
   type ModelRequest,
-  type ModelRetry,
   type TranscriptMessage
 } from "./Model.js"
+import { CallbackFailed, retryWatcher } from "./sdkRetries.js"
 
 /** Options of {@link layer}. */
 export interface AnthropicModelOptions {
@@ -129,6 +129,8 @@ const byStatus = (status: number): { readonly reason: ModelErrorReason; readonly
 }
 
 /** For an error that came inside a stream (no HTTP status): the API's error type decides. */
+const reasonOf = (status: number): ModelErrorReason => byStatus(status).reason
+
 const byType = (type: string | null): { readonly reason: ModelErrorReason; readonly retryable: boolean } => {
   switch (type) {
     case "authentication_error":
@@ -215,13 +217,6 @@ class IncompleteStream extends Error {
   }
 }
 
-/** `onText` or `onRetry` threw: a bug in the caller, surfaced as a defect, not a `ModelError`. */
-class CallbackFailed extends Error {
-  constructor(callback: "onText" | "onRetry", override readonly cause: unknown) {
-    super(`${callback} threw`, { cause })
-  }
-}
-
 // ---- the layer ---------------------------------------------------------------------------------
 
 const where = (baseURL: string): string => {
@@ -234,72 +229,6 @@ const where = (baseURL: string): string => {
 
 type Body = Omit<MessageCreateParamsNonStreaming, "stream">
 
-/** Whether the SDK tries a failed answer again (its `shouldRetry` for an API key's requests). */
-const sdkRetries = (response: Response): boolean => {
-  const header = response.headers.get("x-should-retry")
-  if (header === "true" || header === "false") return header === "true"
-  return response.status === 408 || response.status === 409 || response.status === 429 || response.status >= 500
-}
-
-/** The wait the server asked for (`retry-after-ms`, `retry-after` in seconds or a date), as the SDK reads it. */
-const retryAfterMs = (headers: Headers, now: number): number | undefined => {
-  const ms = parseFloat(headers.get("retry-after-ms") ?? "")
-  const header = headers.get("retry-after")
-  const seconds = header === null ? NaN : parseFloat(header)
-  const wait = !Number.isNaN(ms) && ms !== 0
-    ? ms
-    : header === null
-    ? undefined
-    : !Number.isNaN(seconds)
-    ? seconds * 1000
-    : Date.parse(header) - now
-  return wait !== undefined && wait > 0 && wait <= 2 ** 31 - 1 ? Math.ceil(wait) : undefined
-}
-
-/**
- * A request middleware that tells `request.onRetry` of each failed try the SDK will make again
- * (it runs around every try of one call; the last failure is the call's error, not a retry).
- */
-const retryWatcher = (
-  request: ModelRequest,
-  maxRetries: number,
-  signal: AbortSignal
-): { middleware?: ReadonlyArray<Middleware> } => {
-  const onRetry = request.onRetry
-  if (onRetry === undefined || maxRetries === 0) return {}
-  let tries = 0
-  const tell = (retry: ModelRetry) => {
-    try {
-      onRetry(retry)
-    } catch (cause) {
-      throw new CallbackFailed("onRetry", cause) // a middleware's own error: the SDK passes it on as it is
-    }
-  }
-  const watch: Middleware = async (apiRequest, next) => {
-    const retry = ++tries
-    let response: Response
-    try {
-      response = await next(apiRequest)
-    } catch (error) {
-      // the SDK retries a connection failure or a timeout, not the caller's abort
-      if (retry <= maxRetries && !signal.aborted) tell({ reason: "network", retry, maxRetries })
-      throw error
-    }
-    if (!response.ok && retry <= maxRetries && sdkRetries(response)) {
-      const wait = retryAfterMs(response.headers, Date.now())
-      tell({
-        reason: byStatus(response.status).reason,
-        status: response.status,
-        ...(wait === undefined ? {} : { retryInMs: wait }),
-        retry,
-        maxRetries
-      })
-    }
-    return response
-  }
-  return { middleware: [watch] }
-}
-
 const streamReply = async (
   client: AnthropicClient,
   body: Body,
@@ -310,7 +239,7 @@ const streamReply = async (
 ): Promise<ModelReply> => {
   const stream = await client.messages.create({ ...body, stream: true }, {
     signal,
-    ...retryWatcher(request, maxRetries, signal)
+    ...retryWatcher(request, maxRetries, signal, reasonOf)
   })
   let text = ""
   let stopReason: string | undefined
@@ -361,7 +290,7 @@ const wholeReply = async (
 ): Promise<ModelReply> => {
   const message = await client.messages.create({ ...body, stream: false }, {
     signal,
-    ...retryWatcher(request, maxRetries, signal)
+    ...retryWatcher(request, maxRetries, signal, reasonOf)
   })
   let text = ""
   for (const block of message.content) if (block.type === "text") text += block.text
