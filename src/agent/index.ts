@@ -3,7 +3,7 @@
  *
  * Reading order, bottom-up (every file imports only files before it, and queue/delivery):
  * - `errors.ts`, `Model.ts` (the model service), `Channel.ts` (where replies go), `retries.ts`,
- *   `turnErrors.ts`; the models `ScriptedModel.ts`, `AnthropicModel.ts`; `Transcripts.ts` (a
+ *   `turnErrors.ts`; the models `ScriptedModel.ts`, `sdkRetries.ts` (the SDK's retries told), `AnthropicModel.ts`; `Transcripts.ts` (a
  *   session's journal), `Heartbeat.ts`, `CronJobs.ts`, `stateDir.ts`.
  * - `events.ts`, `replies.ts` (a reply as log entries), `logHealth.ts`, then `types.ts` (the public
  *   shapes: options, errors, reports).
