@@ -3,9 +3,11 @@
  * re-opens itself through recovery, as `open` does, keeping its lock. The first re-open runs at once,
  * so reads show what a re-open shows (the failed batch is cut: it was never reported durable); calls
  * keep failing fast with the last `io` error until the backoff has passed (1 s, doubling to 30 s,
- * back to 1 s after a write succeeds), so a disk that is still full is not hammered.
+ * back to 1 s after a write succeeds), so a disk that is still full is not hammered. A log whose folder
+ * or lock went away (lockWatch.ts) heals the same way, taking the lock anew, once its folder is there.
  */
 import { Clock, Deferred, Effect, Fiber } from "effect"
+import * as fs from "node:fs"
 import type { CompactionHooks } from "./compaction.js"
 import { DeliveryLogError } from "./errors.js"
 import { LogCore, type OpenNotes } from "./logCore.js"
@@ -77,8 +79,13 @@ export const makeHealer = (
       const old = core
       yield* Effect.promise(() => old.close(true))
       const now = yield* Clock.currentTimeMillis
+      // The directory or its lock went away under the log (lockWatch.ts): the lock is taken anew, and a
+      // deleted folder is not made again here (an empty log would stand in for the lost one unnoticed):
+      // the log re-opens once somebody makes it again, or the process restarts.
+      const lost = old.lockLost
       try {
-        const next = LogCore.open(o, now, hooks, old.lock)
+        if (lost !== undefined && !fs.existsSync(o.dir)) throw lost
+        const next = LogCore.open(o, now, hooks, lost === undefined ? old.lock : undefined)
         wire(next.core)
         core = next.core
         yield* warnOpened(o.dir, next.notes)

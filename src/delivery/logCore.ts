@@ -14,6 +14,7 @@ import { GroupCommitWriter } from "./groupCommit.js"
 import { type AppendDone, InFlight } from "./inflight.js"
 import { KeyedPlaces, readFailure } from "./keyedPlaces.js"
 import { releaseLock } from "./lockfile.js"
+import { LockWatch } from "./lockWatch.js"
 import { checkpointAtClose, cutToFrontier } from "./logClose.js"
 import { LogCompaction } from "./logCompaction.js"
 import { closedError, ioError } from "./logErrors.js"
@@ -70,6 +71,8 @@ export class LogCore implements CallHost {
   private readonly compaction: LogCompaction
   /** Writes the CHECKPOINT while the log runs (so that an open after a crash replays little) and at close. */
   private readonly checkpoints: Checkpointer
+  /** Whether the directory and its lock are still there (lockWatch.ts): once not, no call is taken. */
+  private readonly lockWatch: LockWatch
 
   private constructor(
     private readonly o: ResolvedOptions,
@@ -84,6 +87,7 @@ export class LogCore implements CallHost {
     active: number,
     replayed: number
   ) {
+    this.lockWatch = new LockWatch(o.dir, lockPath)
     this.places = new KeyedPlaces(o.dir, o.maxRecordBytes + READ_SLACK, state.addresses, writerBase, active)
     this.checkpoints = new Checkpointer(o.dir, o.sync, o.segmentBytes, state.addresses, segments, replayed, hooks.step)
     this.compaction = new LogCompaction({
@@ -182,6 +186,8 @@ export class LogCore implements CallHost {
 
   /** The reason every call fails now, if any. */
   refuse(): DeliveryLogError | undefined {
+    // First: finding the lock gone starts a re-open, which closes this core at once.
+    if (this.lockWatch.lost !== undefined) return this.lockWatch.lost
     if (this.closed) return closedError()
     const f = this.writer.failed
     return f === undefined ? undefined : ioError(this.o.dir, f)
@@ -214,8 +220,22 @@ export class LogCore implements CallHost {
     this.state.evict(now, this.o.dedupeWindowMs)
   }
 
+  /**
+   * A call at `now`: is the lock still there (checked at most once a second)? Once it is not, every call
+   * is refused and the owner heals (healer.ts: re-open once the folder is there again, taking the lock anew).
+   */
+  private watchLock(now: number): void {
+    if (this.lockWatch.check(now)) this.onFailed(this.lockWatch.lost!)
+  }
+
+  /** The error the core was stopped with because its directory or lock went away, if it was. */
+  get lockLost(): DeliveryLogError | undefined {
+    return this.lockWatch.lost
+  }
+
   /** A call at `now` (an ack): remembered, and the dedupe window evicted by then. */
   touch(now: number): void {
+    this.watchLock(now)
     this.lastNow = now
     this.evictAt(now)
   }
@@ -248,6 +268,7 @@ export class LogCore implements CallHost {
    * `done` may serve every call, `arg` telling them apart: nothing is allocated per call to complete it.
    */
   append<X>(m: OutboundMessage, now: number, done: AppendDone<X>, arg: X): void {
+    this.watchLock(now)
     const no = this.refuse()
     if (no) return done(no, undefined, arg)
     // The plain path checks, copies and encodes in one walk; anything else (and every error) goes
@@ -445,6 +466,13 @@ export class LogCore implements CallHost {
       this.closing = (async () => {
         await this.compaction.settled
         await this.writer.close()
+        // The directory or its lock was taken from under the log: write nothing more there (another
+        // process may hold it now); the files are left as they are.
+        if (this.lockWatch.lost !== undefined) {
+          await this.checkpoints.idle()
+          this.places.close()
+          return
+        }
         if (this.writer.failed !== undefined) cutToFrontier(this.o.dir, this.writer.frontier, this.o.sync)
         // The sizes now, so that a segment cut short later is refused (best effort: a full disk keeps the last one).
         try {
