@@ -41,7 +41,16 @@ import type { RunNowPayload } from "./ClusterQueueTypes.js"
 import { RUNS_PATH } from "./Hop.js"
 import type * as Inbox from "./Inbox.js"
 import * as IngressApi from "./IngressApi.js"
-import { authorized, errorsAsJson, failureOf, isLoopback, sameToken, tokenFree, UNAUTHORIZED } from "./IngressChecks.js"
+import {
+  authorized,
+  errorsAsJson,
+  failureOf,
+  isLoopback,
+  notTakenWhy,
+  sameToken,
+  tokenFree,
+  UNAUTHORIZED
+} from "./IngressChecks.js"
 import * as IngressHop from "./IngressHop.js"
 import * as IngressLanes from "./IngressLanes.js"
 import type { PgDeliveryLog } from "./PgDeliveryLog.js"
@@ -167,7 +176,13 @@ export const serve = (options: IngressOptions): Effect.Effect<Ingress, Error, Sc
           if (err?._tag === "RequestError") {
             return yield* new IngressApi.RequestInvalid({ error: err.message ?? "invalid", reason: "invalid" })
           }
-          return yield* new IngressApi.Internal({ error: "dispatch failed", reason: "internal" })
+          // Postgres out of reach, say: said to the client and in the log (it was a bare "dispatch failed").
+          const why = notTakenWhy(dispatched)
+          yield* Effect.logWarning(`ingress: a message to session ${session} was not taken: ${why}`)
+          return yield* new IngressApi.Internal({
+            error: `Could not take the message (${why}); it was not accepted: send it again`,
+            reason: "internal"
+          })
         }
         const future = dispatched.value
         const accepted = { runId: future.runId, session, runner: options.queue.member }

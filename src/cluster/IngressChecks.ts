@@ -49,6 +49,18 @@ export const failureOf = (exit: Exit.Exit<unknown, unknown>) => {
     : undefined
 }
 
+/**
+ * Why a message could not be taken, for its 500 and the runner's log: the first line of the failure
+ * (Postgres out of reach: `PgConnection: Failed to connect`), at most 200 characters.
+ */
+export const notTakenWhy = (exit: Exit.Exit<unknown, unknown>): string => {
+  if (Exit.isSuccess(exit)) return "no failure"
+  const err = failureOf(exit)
+  const text = typeof err?.message === "string" && err.message.trim() !== "" ? err.message : Cause.pretty(exit.cause)
+  const first = text.split("\n").map((l) => l.trim()).find((l) => l !== "") ?? "an unknown failure"
+  return first.length > 200 ? `${first.slice(0, 200)}...` : first
+}
+
 /** `a === b` in time that does not depend on where they differ (equal-length SHA-256 digests). */
 export const sameToken = (a: string, b: string): boolean =>
   nodeCrypto.timingSafeEqual(
