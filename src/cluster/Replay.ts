@@ -15,7 +15,7 @@
  * These sends say `replay: "owner"`: a run its entity already runs, or answered, is not run again and the
  * answer is empty (nobody here waits for it; its dispatcher, if alive, has its own send).
  */
-import { Duration, Effect, Queue, Schedule } from "effect"
+import { Cause, Duration, Effect, Queue, Schedule } from "effect"
 import type { Scope } from "effect"
 import type { Answers, UnansweredRun } from "./Answers.js"
 import type { FenceShape } from "./Fencing.js"
@@ -111,7 +111,14 @@ export const start = (options: ReplayOptions): Effect.Effect<() => ReplayStats, 
           Effect.forkIn(send(options.client, runs), scope)
         )
       }).pipe(
-        Effect.catchCause((cause) => Effect.logWarning(`replay: could not read the unanswered inbox`, cause))
+        // One line (Postgres out of reach would print a stack trace every sweep); the sweep reads it again.
+        Effect.catchCause((cause) =>
+          Effect.logWarning(
+            `replay: could not read the unanswered inbox (the next sweep reads it again, in ${sweepMs} ms): ${
+              Cause.pretty(cause).split("\n")[0]
+            }`
+          )
+        )
       )
     yield* Effect.forever(
       Effect.flatMap(Queue.take(acquired), (shards) => replay("of acquired shards", shards, Number.MAX_SAFE_INTEGER))
