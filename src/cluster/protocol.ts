@@ -94,6 +94,11 @@ export const RunNow = Rpc.make("RunNow", {
   success: Schema.Unknown,
   error: Schema.Union([WireQueueFailure, WireTaskFailed, WireTaskDefect])
 })
+  // Interrupted when its entity stops here, as `Run` is: without it a shard handoff waited up to
+  // effect/cluster's termination timeout (15 s) for every `RunNow` its entity had not answered, a run
+  // this runner left (fenced, no epoch: VolatileRuns.ts) included, whose request nothing answers here.
+  // Its dispatcher gets the interrupt, no answer, and sends it again; the key's next runner runs it.
+  .annotate(ClusterSchema.InterruptOnTermination, true)
   // A dispatcher that stops waiting must not cancel the run (only `Cancel` does).
   .annotate(ClusterSchema.Uninterruptible, "client")
 

@@ -28,6 +28,15 @@ const LATENCY_MS = 1_500
 const LEASE_MS = 3_000
 const SHARDS = 8
 
+/** The shard (1-based) of entity `main/<session>`: effect/cluster's routing (its internal `hashString`). */
+const shardOf = (session: string): number => {
+  const id = `main/${session}`
+  let h = 5381
+  for (let i = id.length; i > 0;) h = (h * 33) ^ id.charCodeAt(--i)
+  h = (h & 0xbfffffff) | ((h >>> 1) & 0x40000000)
+  return Math.abs(h % SHARDS) + 1
+}
+
 /** Whether the heartbeat singleton runs on `r` now, by its log: its last heartbeat line says it started. */
 const runsHeartbeat = (r: RunnerProcess): boolean => {
   const lines = r.log.join("").split("\n").filter((l) => l.includes("heartbeat: the cluster's heartbeat"))
@@ -72,10 +81,21 @@ describe.skipIf(!up)(
       "a runner stalled mid-turn past its lease is fenced on waking: no overlapping turns, no second reply, it logs `fenced` and goes on",
       async () => {
         const session = "fenced-session"
-        const first = await postMessage(runners[0].port, session, "first", 0)
+        // The first message goes to the runner that does not hold the session's shard: it hops to the shard's
+        // holder, and while that one is stopped its dispatcher sends the run again through effect/cluster, to
+        // the key's entity there (a `RunNow` the stalled runner leaves unanswered when it is fenced). Its holder
+        // is found by a session of the same shard.
+        const sameShard = Array.from({ length: 1_000 }, (_, i) => `shard-probe-${i}`).find((s) =>
+          shardOf(s) === shardOf(session)
+        )!
+        const probe = await postMessage(runners[0].port, sameShard, "who holds this shard?", 30_000)
+        expect(probe.status).toBe(200)
+        const holder = runners.find((r) => r.name === probe.body.reply?.turnRunner)!
+        const first = await postMessage(runners.find((r) => r !== holder)!.port, session, "first", 0)
         expect(first.status).toBe(202)
         // The runner whose lane runs the turn now (its model call takes LATENCY_MS).
         const stale: RunnerProcess | undefined = await runningOn(runners)
+        expect(stale).toBe(holder)
         const owner = runners.find((r) => r !== stale)!
         stale!.child.kill("SIGSTOP")
         const stoppedAt = Date.now()
@@ -137,8 +157,11 @@ describe.skipIf(!up)(
         )
         expect(transcript.map((t) => t.content)).toEqual(["first", "You said: first", "second", "You said: second"])
 
-        // It goes on: back in the cluster, it takes shards again and answers through its own ingress.
-        await shardsSettled(runners.map((r) => r.port), SHARDS, 40_000)
+        // It goes on: back in the cluster, it takes shards again and answers through its own ingress. Within a
+        // few seconds (~1 s here): the handoff does not wait for the run it left unanswered (protocol.ts, `RunNow`
+        // is interrupted when its entity stops; without that, 15 s of effect/cluster's termination timeout and
+        // up to 5 s of its acquisition poll).
+        await shardsSettled(runners.map((r) => r.port), SHARDS, 8_000)
         const again = await postMessage(stale!.port, "after-the-stall", "hello", 30_000)
         expect([again.status, again.body.reply?.text]).toEqual([200, "You said: hello"])
         const epochs = await query<{ n: number }>(
