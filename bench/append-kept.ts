@@ -14,7 +14,8 @@
  * V8's collector helpers). `APPEND_KEPT_SQLITE=1` adds better-sqlite3 (WAL, FULL, a transaction per
  * tick, kept open too). With `APPEND_KEPT_IO=stub`, `fs.write`, `fs.writeSync` on the log's segments
  * and `fs.fdatasync` do not touch the disk (the callbacks run on the next turn): what is left is the
- * log's own CPU. Not a `.bench.ts` file: `npm run bench` does not run it (it needs a second tree).
+ * log's own CPU. A tree may carry options for its log as JSON after `@`, e.g.
+ * `.@{"maxWritesInFlight":2}` (the same tree may be given twice, with and without). Not a `.bench.ts` file: `npm run bench` does not run it (it needs a second tree).
  */
 import Database from "better-sqlite3"
 import { Effect, Exit, Scope } from "effect"
@@ -33,7 +34,12 @@ interface Opener {
   readonly open: (o: { dir: string }) => Effect.Effect<Log, unknown, Scope.Scope>
 }
 
-const trees = process.argv.slice(2).map((t) => resolve(t))
+/** `<tree>` or `<tree>@<options as JSON>`. */
+const args = process.argv.slice(2).map((a) => {
+  const at = a.indexOf("@{")
+  return at < 0 ? { tree: a, options: {} } : { tree: a.slice(0, at), options: JSON.parse(a.slice(at + 1)) as object }
+})
+const trees = args.map((a) => resolve(a.tree))
 if (trees.length === 0) {
   console.error("usage: node --import tsx bench/append-kept.ts <tree> [<tree>...]")
   process.exit(2)
@@ -127,8 +133,10 @@ interface Contender {
 const scope = Effect.runSync(Scope.make())
 let dirs = 0
 
-const ours = async (name: string, opener: Opener): Promise<Contender> => {
-  const log = await Effect.runPromise(Scope.provide(scope)(opener.open({ dir: join(root, `log-${dirs++}`) })))
+const ours = async (name: string, opener: Opener, options: object): Promise<Contender> => {
+  const log = await Effect.runPromise(
+    Scope.provide(scope)(opener.open({ ...options, dir: join(root, `log-${dirs++}`) }))
+  )
   return {
     name,
     round: (lat) =>
@@ -187,7 +195,11 @@ const sqlite = (): Contender => {
 const SETTLE = process.env.APPEND_KEPT_SETTLE !== "0"
 
 const contenders: Array<Contender> = []
-for (let i = 0; i < trees.length; i++) contenders.push(await ours(`${i}: ${trees[i]}`, openers[i]!))
+for (let i = 0; i < trees.length; i++) {
+  const options = args[i]!.options
+  const shown = Object.keys(options).length === 0 ? "" : ` ${JSON.stringify(options)}`
+  contenders.push(await ours(`${i}: ${trees[i]}${shown}`, openers[i]!, options))
+}
 if (process.env.APPEND_KEPT_SQLITE === "1") contenders.push(sqlite())
 
 const measure = async (c: Contender): Promise<Round> => {

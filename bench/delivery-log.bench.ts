@@ -271,7 +271,11 @@ const sqliteBatched = async (perProducer: number): Promise<Result> => {
  */
 const keptOpen = async (rounds: number, perProducer: number) => {
   const scope = Effect.runSync(Scope.make())
-  const log = await Effect.runPromise(Scope.provide(scope)(DeliveryLog.open({ dir: join(root, "kept-open") })))
+  // `DELIVERY_LOG_KEPT_OPTIONS='{"maxWritesInFlight":2}'`: the kept-open row's log opened with these options.
+  const options = JSON.parse(process.env.DELIVERY_LOG_KEPT_OPTIONS ?? "{}") as object
+  const log = await Effect.runPromise(
+    Scope.provide(scope)(DeliveryLog.open({ ...options, dir: join(root, "kept-open") }))
+  )
   // The same log with its writes on the thread pool (`writes: "thread-pool"`, the default before session 12).
   const poolLog = await Effect.runPromise(
     Scope.provide(scope)(DeliveryLog.open({ dir: join(root, "kept-open-pool"), writes: "thread-pool" }))
