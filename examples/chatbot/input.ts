@@ -5,6 +5,7 @@
  */
 import { Effect } from "effect"
 import * as readline from "node:readline"
+import { echoOutput, fixPastes } from "./readlineFixes.js"
 import type { Screen } from "./screen.js"
 
 /** A line that is a user message (not empty, not a command). */
@@ -34,11 +35,17 @@ export const readInput = (
     }
     yield* Effect.acquireRelease(
       Effect.sync(() => {
+        // Node 20's readline, with its faults worked around (readlineFixes.ts).
+        let typed: readline.Interface | undefined
         const rl = readline.createInterface({
           input: process.stdin,
-          ...(screen === undefined ? { terminal: false } : { output: process.stdout, terminal: true }),
+          ...(screen === undefined
+            ? { terminal: false }
+            : { output: echoOutput(process.stdout, () => typed?.line), terminal: true }),
           crlfDelay: Infinity
         })
+        typed = rl
+        if (screen !== undefined) fixPastes(rl, process.stdin)
         rl.on("line", (line) => {
           screen?.entered(line)
           push(line)

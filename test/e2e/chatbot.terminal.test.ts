@@ -126,6 +126,48 @@ describe("chatbot in a terminal", () => {
   )
 
   ttyIt(
+    "a paste into the middle of the line is sent as shown; after a paste longer than a row, or TABs up to a row's end, a Backspace draws no row twice",
+    async () => {
+      await withTerminal(["--latency", "100"], async (t) => {
+        await t.waitFor(promptLast, "the prompt")
+        // Node 20's readline appended a pasted chunk's characters (but its last) to the end of the line.
+        await t.type("hello world")
+        await t.keys("Home")
+        await t.type(">> ")
+        await t.waitFor((s) => linesOf(s).at(-1) === "you> >> hello world", "the paste where the cursor was")
+        await t.keys("Enter")
+        await t.waitFor((s) => s.includes("bot> You said: >> hello world"), "the line sent as shown")
+        await t.waitFor(promptLast, "the prompt again")
+
+        // 100 characters pasted on an 80-column terminal, then Backspace: the redraw starts on the prompt's row.
+        await t.type("abcdefghij".repeat(10))
+        await t.keys("BSpace")
+        const pasted = await t.waitFor(
+          (s) => linesOf(s).at(-1) === "fghijabcdefghijabcdefghi",
+          "the pasted line, one character less"
+        )
+        expect(linesOf(pasted).filter((l) => l.startsWith("you> abcdefghij"))).toHaveLength(1)
+        await t.keys("C-u")
+        await t.waitFor(promptLast, "the line cleared")
+
+        // TABs: `col9` ends 4 columns before the row's end; the TAB after it reaches the next row in readline's count.
+        const cells = Array.from({ length: 13 }, (_, i) => `col${i + 1}`)
+        await t.type(cells.join("\t") + "\tend")
+        await t.keys("BSpace", "BSpace", "BSpace")
+        await t.type("XYZ")
+        const tabbed = await t.waitFor((s) => /col13\s+XYZ$/.test(linesOf(s).at(-1)!), "the edited line's last row")
+        expect(linesOf(tabbed).filter((l) => l.startsWith("you> col1"))).toHaveLength(1)
+        expect(linesOf(tabbed).at(-1)!.startsWith("col10")).toBe(true)
+        await t.keys("Enter")
+        await t.waitForHistory((h) => /You said: col1\s+col2[\s\S]*col13\s+XYZ/.test(h), "the reply, TABs and all")
+        await t.keys("C-d")
+        expect((await t.waitForExit()).code).toBe(0)
+      }, { rows: 24, columns: 80 })
+    },
+    60_000
+  )
+
+  ttyIt(
     "a reply line with tabs (a pasted table echoed) is on screen once, whole: a TAB takes the columns it moves",
     async () => {
       await withTerminal(["--latency", "300"], async (t) => {
