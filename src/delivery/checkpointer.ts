@@ -15,8 +15,9 @@
  * log has grown by a quarter of the size of the last checkpoint, and at least 4 MiB (or a segment, if
  * smaller), since that one was captured (so checkpoints write at most about four times the bytes the
  * log writes itself, and an open after a crash replays at most that much more than one from the
- * newest checkpoint), and it spares replaying at
- * least as many acked ids as the live entries it copies.
+ * newest checkpoint), and by what keeps an open after a crash within a budget (`dueAfter`), and it
+ * spares replaying at least as many acked ids as the live entries it copies. Each is written over the
+ * file of the one before the newest (`SPARE`), whose pages the page cache holds already.
  */
 import * as fs from "node:fs"
 import { join } from "node:path"
@@ -30,6 +31,7 @@ import {
   type Covered,
   dropCheckpoint,
   frameCheckpoint,
+  keepSpare,
   writeCheckpoint
 } from "./checkpoint.js"
 import type { KeptSegment } from "./recovery.js"
@@ -75,6 +77,8 @@ const writeAt = (fd: number, buf: Buffer, position: number): Promise<number> =>
   new Promise((resolve, reject) =>
     fs.write(fd, buf, 0, buf.length, position, (e, n) => (e === null ? resolve(n) : reject(e)))
   )
+const truncateFd = (fd: number, length: number): Promise<void> =>
+  new Promise((resolve, reject) => fs.ftruncate(fd, length, (e) => (e === null ? resolve() : reject(e))))
 const fsyncFd = (fd: number): Promise<void> =>
   new Promise((resolve, reject) => fs.fsync(fd, (e) => (e === null ? resolve() : reject(e))))
 const closeFd = (fd: number): Promise<void> =>
@@ -99,6 +103,30 @@ const CHUNK = 256 << 10
 const SHARE = 4
 /** ... and not before the log has written this much (or a segment, if smaller) since the last one. */
 const MIN_SINCE = 4 << 20
+/**
+ * ... nor, with segments of `MIN_SINCE` or more, before an open after a crash would have this much to
+ * do: the tail it replays plus `LOAD_SHARE` of the checkpoint it reads (reading a checkpoint cost about
+ * half of replaying as many log bytes on the bench machine, its arrays' fresh pages mostly: 48 MB of
+ * keyed tail ~310 ms, a 47 MB checkpoint with 350 MB covered ~300 ms, bench/README.md "Session 18").
+ * A small window's checkpoint is then written every ~13–19 MB instead of every 4 MiB (each rewrites
+ * every acked id of the window), and a large one's as before: `1 / SHARE` of it.
+ */
+const REPLAY_BUDGET = 20 << 20
+const LOAD_SHARE = 2
+
+/**
+ * Log bytes after which the next running checkpoint is due, the last one being `lastBytes` long: at
+ * least `MIN_SINCE` (or a segment, if smaller) and `1 / SHARE` of the last one (so checkpoints write at
+ * most about `SHARE` times the bytes the log writes), and, with segments of `MIN_SINCE` or more, what
+ * keeps the tail plus `1 / LOAD_SHARE` of the checkpoint within `REPLAY_BUDGET`. What an open after a
+ * crash replays is bounded by this, plus what was written while the newest checkpoint was being written.
+ */
+export const dueAfter = (lastBytes: number, segmentBytes: number): number =>
+  Math.max(
+    Math.min(segmentBytes, MIN_SINCE),
+    lastBytes / SHARE,
+    segmentBytes < MIN_SINCE ? 0 : REPLAY_BUDGET - lastBytes / LOAD_SHARE
+  )
 
 /** CRC-32 of bytes [from, to) of `path` carried on from `crc`, read through the thread pool; -1 if the file is shorter. */
 const checksumAsync = async (path: string, from: number, to: number, crc: number, buf: Buffer): Promise<number> => {
@@ -143,6 +171,12 @@ export class Checkpointer {
     private readonly step?: (step: CheckpointStep) => void
   ) {
     this.since = replayed
+    // The checkpoint open found, if any, stands for the size of the state until this process writes one.
+    try {
+      this.lastBytes = fs.statSync(join(dir, CHECKPOINT)).size
+    } catch {
+      // none
+    }
   }
 
   /**
@@ -185,14 +219,9 @@ export class Checkpointer {
       })
   }
 
-  /**
-   * Log bytes after which the next running checkpoint is due: `1 / SHARE` of the last one's size (so
-   * checkpoints write at most about `SHARE` times the bytes the log writes), and at least a segment or
-   * `MIN_SINCE`, whichever is less. What an open after a crash replays is bounded by this, plus what
-   * was written while the newest checkpoint was being written.
-   */
+  /** Log bytes after which the next running checkpoint is due (`dueAfter`). */
   private due(): number {
-    return Math.max(Math.min(this.segmentBytes, MIN_SINCE), this.lastBytes / SHARE)
+    return dueAfter(this.lastBytes, this.segmentBytes)
   }
 
   /** Files were replaced (a compaction): the checkpoint that covered them is gone; the next write may start one. */
@@ -260,6 +289,8 @@ export class Checkpointer {
     }
     const rest = frameCheckpoint(c, covered, (address, out) => this.addresses.locate(address, out))
     for (let off = 0; off < rest.length;) off += await writeAt(c.fd, rest.subarray(off), c.at + off)
+    // A spare written over may have been longer: the file ends where the checkpoint does (its trailer).
+    await truncateFd(c.fd, c.at + rest.length)
     if (this.sync) await fsyncFd(c.fd)
     const temp = join(this.dir, `${CHECKPOINT}.tmp`)
     this.open.delete(c)
@@ -274,6 +305,7 @@ export class Checkpointer {
       await fs.promises.rm(temp, { force: true })
       return
     }
+    keepSpare(this.dir)
     await fs.promises.rename(temp, join(this.dir, CHECKPOINT))
     this.step?.("checkpoint-renamed")
     if (this.sync) {

@@ -92,6 +92,27 @@ describe("DeliveryLog CHECKPOINT", () => {
     assert.isFalse(fs.existsSync(join(dir, "CHECKPOINT")))
   })
 
+  it("a one-entry log's checkpoint is small (its rings' tables are not stored), and the next open uses it", async () => {
+    const dir = tmp.next()
+    const { core } = LogCore.open(options(dir), 1000, {})
+    const e = await call<DeliveryEntry>((d) => core.append(msg(1, "reply:session-1:turn-1"), 1000, d, undefined))
+    await call<void>((d) => core.ack(e.id, 1001, d))
+    await core.close()
+    // Was ~25 KB: three open-addressing tables of 2,048 cells for one id.
+    const size = fs.statSync(join(dir, "CHECKPOINT")).size
+    assert.isBelow(size, 1024, `${size} bytes`)
+    const again = LogCore.open(options(dir), 2000, {})
+    try {
+      assert.isTrue(again.notes.fromCheckpoint)
+      const same = await call<DeliveryEntry>((d) =>
+        again.core.append(msg(2, "reply:session-1:turn-1"), 2000, d, undefined)
+      )
+      assert.strictEqual(same.id, e.id)
+    } finally {
+      await again.core.close()
+    }
+  })
+
   it("a clean close writes one (mode 0600) that the next open uses, with the same state as a replay", async () => {
     const dir = tmp.next()
     const known = await build(dir)

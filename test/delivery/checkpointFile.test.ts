@@ -13,7 +13,14 @@ import { join } from "node:path"
 import { crc32 } from "node:zlib"
 import { afterAll } from "vitest"
 import { AckedWindow } from "../../src/delivery/ackedWindow.js"
-import { captureCheckpoint, CHECKPOINT, frameCheckpoint, writeCheckpoint } from "../../src/delivery/checkpoint.js"
+import {
+  captureCheckpoint,
+  CHECKPOINT,
+  frameCheckpoint,
+  SPARE,
+  TABLES_FROM,
+  writeCheckpoint
+} from "../../src/delivery/checkpoint.js"
 import { readCheckpoint } from "../../src/delivery/checkpointRead.js"
 import { EntryData } from "../../src/delivery/entryData.js"
 import { tempRoot } from "./fixtures/files.js"
@@ -38,8 +45,8 @@ const keyedEntry = (seq: number) =>
   )
 
 /** Write `w` (and `live`, their places found in file 1) as a checkpoint of `dir` covering one made-up file; its bytes. */
-const write = (dir: string, w: AckedWindow, live: Array<EntryData> = []): Buffer => {
-  const c = captureCheckpoint(dir, { nextLsn: 7, nextSeq: 9, liveBytes: 123 }, live, w.view())
+const write = (dir: string, w: AckedWindow, live: Array<EntryData> = [], tablesFrom = 0): Buffer => {
+  const c = captureCheckpoint(dir, { nextLsn: 7, nextSeq: 9, liveBytes: 123 }, live, w.view(), undefined, tablesFrom)
   const rest = frameCheckpoint(c, [{ number: 1, kind: "log", size: 10, crc: 5 }], (address, out) => {
     out[0] = 1
     out[1] = address
@@ -166,6 +173,75 @@ describe("CHECKPOINT file: the dedupe window", () => {
     whole2.writeUInt32LE(crc32(whole2.subarray(0, whole2.length - 4)), whole2.length - 4)
     fs.writeFileSync(join(dir, CHECKPOINT), whole2)
     assert.deepStrictEqual(readCheckpoint(dir)!.live.map((p) => p.entry), [whole, placed])
+  })
+
+  it("a small window's tables are not stored: a one-id window's checkpoint is small, and restores the same window", () => {
+    for (const keyed of [false, true]) {
+      const w = new AckedWindow()
+      const id = randomUUID()
+      if (keyed) w.addKeyed(keyedEntry(1), 1000, 3, 64)
+      else w.add(id, 1000, undefined, 80)
+      const dir = tmp.next()
+      fs.mkdirSync(dir)
+      // With the tables (as before): three tables of 2,048 cells, ~24 KB.
+      assert.isAbove(write(dir, w, [], 0).length, 24_000)
+      const bytes = write(dir, w, [], TABLES_FROM)
+      assert.isBelow(bytes.length, 1024, `${bytes.length} bytes`)
+      const read = readCheckpoint(dir)!
+      assert.isUndefined(read.acked.plain.table)
+      assert.isUndefined(read.acked.keyed.tables?.[0])
+      assert.isUndefined(read.acked.keyed.tables?.[1])
+      const again = new AckedWindow()
+      again.restore(read.acked)
+      assert.deepStrictEqual(partsOf(again, false, false), partsOf(w, false, false))
+      if (!keyed) assert.isTrue(again.has(id))
+    }
+    // At `TABLES_FROM` ids a ring's tables are stored and used again as they are.
+    const w = new AckedWindow()
+    for (let i = 0; i < TABLES_FROM; i++) w.add(randomUUID(), 1000 + (i >> 4), undefined, 80)
+    const dir = tmp.next()
+    fs.mkdirSync(dir)
+    write(dir, w, [], TABLES_FROM)
+    const read = readCheckpoint(dir)!
+    assert.deepStrictEqual(read.acked.plain.table, w.parts().plain.table)
+  })
+
+  it("each checkpoint is written over the file of the one before the newest (the spare), cut to its length; a spare that is a second name of CHECKPOINT is never written over", () => {
+    const big = new AckedWindow()
+    for (let i = 0; i < 3000; i++) big.add(randomUUID(), 1000 + i, undefined, 80)
+    const small = new AckedWindow()
+    const id = randomUUID()
+    small.add(id, 1000, undefined, 80)
+    const dir = tmp.next()
+    fs.mkdirSync(dir)
+    const ino = (name: string) => fs.statSync(join(dir, name)).ino
+    const bigBytes = write(dir, big, [], TABLES_FROM)
+    const first = ino(CHECKPOINT)
+    assert.isFalse(fs.existsSync(join(dir, SPARE)))
+    write(dir, big, [], TABLES_FROM)
+    assert.strictEqual(ino(SPARE), first, "the checkpoint before the newest is the spare")
+    const second = ino(CHECKPOINT)
+    // Written over the spare (longer than it needs): the same file, cut to the new checkpoint's length.
+    const smallBytes = write(dir, small, [], TABLES_FROM)
+    assert.strictEqual(ino(CHECKPOINT), first)
+    assert.strictEqual(ino(SPARE), second)
+    assert.isBelow(smallBytes.length, bigBytes.length)
+    assert.strictEqual(fs.statSync(join(dir, CHECKPOINT)).size, smallBytes.length)
+    const restored = new AckedWindow()
+    restored.restore(readCheckpoint(dir)!.acked)
+    assert.isTrue(restored.has(id))
+    // A crash between the link that keeps the spare and the rename: CHECKPOINT and the spare are one file.
+    fs.rmSync(join(dir, SPARE))
+    fs.linkSync(join(dir, CHECKPOINT), join(dir, SPARE))
+    const c = captureCheckpoint(dir, { nextLsn: 7, nextSeq: 9, liveBytes: 123 }, [], big.view())
+    // Captured (its rings written): the checkpoint in force is untouched.
+    assert.deepStrictEqual(fs.readFileSync(join(dir, CHECKPOINT)), smallBytes)
+    const again = new AckedWindow()
+    again.restore(readCheckpoint(dir)!.acked)
+    assert.isTrue(again.has(id))
+    writeCheckpoint(dir, c, frameCheckpoint(c, [{ number: 1, kind: "log", size: 10, crc: 5 }], () => false))
+    assert.strictEqual(readCheckpoint(dir)!.acked.plain.count, 3000)
+    assert.strictEqual(ino(SPARE), first)
   })
 
   it("a flipped byte anywhere, or the file cut anywhere, means no checkpoint", () => {
