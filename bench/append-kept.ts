@@ -15,7 +15,7 @@
  * tick, kept open too). With `APPEND_KEPT_IO=stub`, `fs.write`, `fs.writeSync` on the log's segments
  * and `fs.fdatasync` do not touch the disk (the callbacks run on the next turn): what is left is the
  * log's own CPU. A tree may carry options for its log as JSON after `@`, e.g.
- * `.@{"maxWritesInFlight":2}` (the same tree may be given twice, with and without). Not a `.bench.ts` file: `npm run bench` does not run it (it needs a second tree).
+ * `.@{"writes":"thread-pool"}` (the same tree may be given twice, with and without). Not a `.bench.ts` file: `npm run bench` does not run it (it needs a second tree).
  */
 import Database from "better-sqlite3"
 import { Effect, Exit, Scope } from "effect"

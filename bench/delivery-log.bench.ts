@@ -271,7 +271,7 @@ const sqliteBatched = async (perProducer: number): Promise<Result> => {
  */
 const keptOpen = async (rounds: number, perProducer: number) => {
   const scope = Effect.runSync(Scope.make())
-  // `DELIVERY_LOG_KEPT_OPTIONS='{"maxWritesInFlight":2}'`: the kept-open row's log opened with these options.
+  // `DELIVERY_LOG_KEPT_OPTIONS='{"writes":"thread-pool"}'`: the kept-open row's log opened with these options.
   const options = JSON.parse(process.env.DELIVERY_LOG_KEPT_OPTIONS ?? "{}") as object
   const log = await Effect.runPromise(
     Scope.provide(scope)(DeliveryLog.open({ ...options, dir: join(root, "kept-open") }))

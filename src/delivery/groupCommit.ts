@@ -9,7 +9,6 @@
  * must be re-opened through recovery.
  */
 import * as fs from "node:fs"
-import { BATCH_RECORD_BYTES, sealBatch } from "./record.js"
 import { createSegment, O_DSYNC } from "./segment.js"
 import type { WriteMode } from "./validate.js"
 
@@ -108,27 +107,6 @@ let fillZeros: Buffer | undefined
 /** The writer fills only while the disk has this much free space (16 fills). */
 export const FILL_MIN_FREE = 16 * FILL_BYTES
 
-/**
- * `maxWritesInFlight: 2`: the fewest calls a batch must cover to be written while another write is in
- * flight (and a batch of this many is written as soon as it is staged, not at the end of the tick).
- * Smaller batches wait for the write in flight: every second write covers at least this many calls.
- */
-export const PIPELINE_MIN_CALLS = 32
-
-/** `maxWritesInFlight: 2`: a batch written while another may be in flight, until it is acknowledged. */
-interface Flight {
-  readonly buf: Buffer
-  readonly dones: Array<Completion | undefined>
-  /** Where it starts in the active segment, and its bytes. */
-  readonly at: number
-  readonly size: number
-  /** 0: on its way; 1: durable; 2: failed (`error`). */
-  state: 0 | 1 | 2
-  error: Error | undefined
-}
-
-const TWO_32 = 0x1_0000_0000
-
 /** Initial size of a staging buffer; it doubles as needed (a batch's records are framed in place). */
 const STAGE_BYTES = 64 * 1024
 /** A staging buffer larger than this is not kept for reuse once its batch is written. */
@@ -169,32 +147,8 @@ export class GroupCommitWriter {
     private readonly events: WriterEvents,
     private readonly writes: WriteMode = "auto",
     /** A monotonic clock, ms: times the inline writes (`writes: "auto"`). Tests pass their own. */
-    private readonly clock: () => number = () => performance.now(),
-    /**
-     * `maxWritesInFlight`: 1, or 2: a second batch of at least `PIPELINE_MIN_CALLS` calls is written (on the
-     * thread pool) while the first is on its way, every batch starts with a batch record (format 3), and
-     * batches are acknowledged strictly in order.
-     */
-    inFlight: 1 | 2 = 1
-  ) {
-    this.lead = inFlight === 2 ? BATCH_RECORD_BYTES : 0
-    this.staged = this.lead
-  }
-
-  /** `maxWritesInFlight: 2`: the bytes kept at the start of every staging buffer for its batch record; else 0. */
-  private readonly lead: number
-  /** `maxWritesInFlight: 2`: the writes on their way (or durable and waiting for an earlier one), in file order. */
-  private flights: Array<Flight> = []
-  /** `maxWritesInFlight: 2`: the staging buffers free for reuse beside `spare`. */
-  private spares: Array<Buffer> = []
-  /** `maxWritesInFlight: 2`: a write or sync failed; the failure is reported once every write in flight returned. */
-  private stopping: Error | undefined
-  /** `maxWritesInFlight: 2`: a batch is being written by `writeBatch` (a roll, a fill, a checkpoint, markers only). */
-  private serial = false
-  /** `maxWritesInFlight: 2`: a `pump` is due on the next turn. */
-  private pumpDue = false
-  /** `close` was called. */
-  private closing = false
+    private readonly clock: () => number = () => performance.now()
+  ) {}
 
   /** `writes: "auto"`: big batches in a row written on the thread pool with no call arriving meanwhile. */
   private idleWrites = 0
@@ -203,8 +157,6 @@ export class GroupCommitWriter {
 
   /** Is a batch of `calls` calls written on the event loop's thread (see `OpenOptions.writes`)? */
   inlineFor(calls: number): boolean {
-    // Two writes in flight: on the thread pool (an inline write would hold the event loop through its sync).
-    if (this.lead > 0) return false
     if (this.writes !== "auto") return this.writes === "inline"
     if (calls < INLINE_MIN_CALLS || this.inlineLeft === 0 || this.clock() < this.inlineFrom) return false
     this.inlineLeft--
@@ -267,12 +219,9 @@ export class GroupCommitWriter {
     return this.takenBytes
   }
 
-  /**
-   * Bytes staged in the buffer being filled: the next record `reserve` places starts there. 0 while it
-   * holds no record (with `maxWritesInFlight: 2`, not even its batch record, which is written only with one).
-   */
+  /** Bytes staged in the buffer being filled: the next record `reserve` places starts there. */
   get staging(): number {
-    return this.staged === this.lead ? 0 : this.staged
+    return this.staged
   }
 
   /** The staging buffer that `reserve` made room in. */
@@ -284,10 +233,7 @@ export class GroupCommitWriter {
   push(done: Completion): void {
     this.ends.push(this.staged)
     this.dones.push(done)
-    if (this.lead === 0) return this.kick()
-    // Two in flight: a batch big enough goes at once (while the rest of the tick's calls gather behind it).
-    if (this.dones.length >= PIPELINE_MIN_CALLS && this.flights.length < 2) this.pump(true)
-    else this.schedulePump()
+    this.kick()
   }
 
   /**
@@ -316,7 +262,6 @@ export class GroupCommitWriter {
   }
 
   private kick(): void {
-    if (this.lead > 0) return this.schedulePump()
     if (this.running) return
     this.running = true
     // One macrotask of delay lets every producer of this tick join the first batch.
@@ -337,9 +282,15 @@ export class GroupCommitWriter {
       this.dones = []
       const cp = this.checkpoint
       this.checkpoint = undefined
+      const captured = cp?.capture()
       let inline: boolean
       try {
-        inline = await this.writeCapturing(buf, ends, dones, cp)
+        inline = await this.writeBatch(buf, ends, dones)
+        if (cp !== undefined) {
+          const sealed = this.active.number
+          this.roll(sealed + 2)
+          cp.resolve({ captured, sealed, reserved: sealed + 1 })
+        }
       } catch (e) {
         const err = e instanceof Error ? e : new Error(String(e))
         this.failure = err
@@ -368,193 +319,6 @@ export class GroupCommitWriter {
   }
 
   /**
-   * `writeBatch`, with the capture of `cp` (a compaction's checkpoint) taken first, synchronously (it sees
-   * exactly the records of the batch taken), and after the write the segment sealed for it. True if inline.
-   */
-  private async writeCapturing(
-    buf: Buffer,
-    ends: ReadonlyArray<number>,
-    dones: Array<Completion | undefined>,
-    cp: GroupCommitWriter["checkpoint"]
-  ): Promise<boolean> {
-    const captured = cp?.capture()
-    const inline = await this.writeBatch(buf, ends, dones)
-    if (cp !== undefined) {
-      const sealed = this.active.number
-      this.roll(sealed + 2)
-      cp.resolve({ captured, sealed, reserved: sealed + 1 })
-    }
-    return inline
-  }
-
-  /** A free staging buffer. */
-  private nextStage(): Buffer {
-    const b = this.spare ?? this.spares.pop() ?? Buffer.allocUnsafeSlow(STAGE_BYTES)
-    this.spare = undefined
-    return b
-  }
-
-  /** `buf`'s batch was written: keep it for reuse (two at most beside the one being filled). */
-  private recycle(buf: Buffer): void {
-    if (buf.length > KEEP_STAGE_BYTES) return
-    if (this.spare === undefined) this.spare = buf
-    else if (this.spares.length < 2) this.spares.push(buf)
-  }
-
-  /** The lsn of the first record of a batch staged in `buf` (it follows the batch record's room). */
-  private firstLsn(buf: Buffer): number {
-    return buf.readUInt32BE(this.lead + 8) * TWO_32 + buf.readUInt32BE(this.lead + 12)
-  }
-
-  /** `maxWritesInFlight: 2`: `pump` on the next turn of the event loop (once). */
-  private schedulePump(): void {
-    if (this.pumpDue) return
-    this.pumpDue = true
-    setImmediate(() => {
-      this.pumpDue = false
-      this.pump(false)
-    })
-  }
-
-  /**
-   * `maxWritesInFlight: 2`: start the next write if one may start now. With nothing in flight, the
-   * batch staged so far goes: as a flight when it fits the filled space of the segment (no roll, no fill,
-   * no checkpoint, a record in it), else through `writeBatch` alone. With one in flight, a second flight
-   * starts only for a batch of at least `PIPELINE_MIN_CALLS` calls that fits. `fromPush`: inside a
-   * caller's call, where only a flight may start (the other path captures a checkpoint).
-   */
-  private pump(fromPush: boolean): void {
-    if (this.failure !== undefined || this.stopping !== undefined || this.serial) return
-    if (this.dones.length === 0 && this.checkpoint === undefined) return
-    const n = this.flights.length
-    if (n >= 2) return
-    const flies = this.checkpoint === undefined && !this.closing && this.flies()
-    if (n === 0) {
-      if (flies) return this.fly()
-      if (fromPush) return this.schedulePump()
-      this.serial = true
-      void this.runSerial()
-      return
-    }
-    if (flies && this.dones.length >= PIPELINE_MIN_CALLS) this.fly()
-  }
-
-  /** Where the next write starts in the active segment: after the writes in flight. */
-  private submitted(): number {
-    const last = this.flights[this.flights.length - 1]
-    return last === undefined ? this.active.size : last.at + last.size
-  }
-
-  /** Does the staged batch hold a record and fit the segment's filled space after the writes in flight? */
-  private flies(): boolean {
-    if (this.staged === this.lead) return false
-    const end = this.submitted() + this.staged
-    return end <= this.segmentBytes && (!this.sync || end <= this.active.length)
-  }
-
-  /**
-   * `maxWritesInFlight: 2`: write the staged batch on the thread pool, its batch record first, naming
-   * the offset below which every byte is durable now (where the oldest write not yet acknowledged starts).
-   */
-  private fly(): void {
-    const buf = this.stage
-    const size = this.staged
-    const dones = this.dones
-    this.stage = this.nextStage()
-    this.takenBytes += size
-    this.staged = this.lead
-    this.ends = []
-    this.dones = []
-    const a = this.active
-    const at = this.submitted()
-    sealBatch(buf, 0, this.firstLsn(buf), a.size)
-    const f: Flight = { buf, dones, at, size, state: 0, error: undefined }
-    this.flights.push(f)
-    const written = write(a.fd, buf.subarray(0, size), at)
-    // With O_DSYNC the write returned durable; without it (no such flag here), its own sync.
-    void (this.sync && O_DSYNC === 0 ? written.then(() => datasync(a.fd)) : written).then(
-      () => {
-        f.state = 1
-        this.settle()
-      },
-      (e: unknown) => {
-        f.state = 2
-        f.error = e instanceof Error ? e : new Error(String(e))
-        this.stopping ??= f.error
-        this.settle()
-      }
-    )
-  }
-
-  /**
-   * `maxWritesInFlight: 2`: acknowledge the flights that are durable, strictly in file order (a durable
-   * one waits for every one before it), then start the next write. After a failure nothing more
-   * starts, and the failure is reported once every write on its way returned: none may land after the
-   * owner cuts the segment back to the acknowledged bytes, or closes its descriptor.
-   */
-  private settle(): void {
-    const flights = this.flights
-    while (flights.length > 0 && flights[0]!.state === 1) {
-      const f = flights.shift()!
-      const a = this.active
-      a.size = f.at + f.size
-      this.events.onWritten(a.number, f.size)
-      for (const done of f.dones) done?.(undefined)
-      this.recycle(f.buf)
-    }
-    const stop = this.stopping
-    if (stop === undefined) return this.pump(false)
-    if (this.flights.some((f) => f.state === 0)) return
-    const failed = this.flights
-    this.flights = []
-    const dones: Array<Completion | undefined> = []
-    for (const f of failed) dones.push(...f.dones)
-    this.fail(stop, dones)
-  }
-
-  /** `maxWritesInFlight: 2`: the staged batch through `writeBatch`, alone (nothing else in flight). */
-  private async runSerial(): Promise<void> {
-    const buf = this.stage
-    const ends = this.ends
-    const dones = this.dones
-    this.stage = this.nextStage()
-    // Only a batch with a record is written (its batch record with it): a marker-only one takes no bytes.
-    if (this.staged > this.lead) this.takenBytes += this.staged
-    this.staged = this.lead
-    this.ends = []
-    this.dones = []
-    const cp = this.checkpoint
-    this.checkpoint = undefined
-    try {
-      await this.writeCapturing(buf, ends, dones, cp)
-    } catch (e) {
-      const err = e instanceof Error ? e : new Error(String(e))
-      cp?.reject(err)
-      this.serial = false
-      this.fail(err, dones)
-      return
-    }
-    this.recycle(buf)
-    this.serial = false
-    this.pump(false)
-  }
-
-  /** `maxWritesInFlight: 2`: stop for good, failing `dones` and every call staged since. */
-  private fail(err: Error, dones: ReadonlyArray<Completion | undefined>): void {
-    this.failure = err
-    const rest = this.dones
-    this.dones = []
-    this.ends = []
-    this.staged = this.lead
-    const cp = this.checkpoint
-    this.checkpoint = undefined
-    cp?.reject(err)
-    for (const done of dones) done?.(err)
-    for (const done of rest) done?.(err)
-    this.events.onFailed?.(err)
-  }
-
-  /**
    * Write the records of `buf` (record i ends at `ends[i]`), rolling to a new segment where one would
    * pass `segmentBytes`. The calls of each part are completed once that part is durable (their slot in
    * `dones` is emptied), so a failure in a later part fails only what is not on disk. True if written inline.
@@ -565,18 +329,14 @@ export class GroupCommitWriter {
     dones: Array<Completion | undefined>
   ): Promise<boolean> {
     const inline = this.inlineFor(ends.length)
-    // With `maxWritesInFlight: 2` the batch's first bytes are room for its batch record, written with its first record.
-    const lead = this.lead
-    const records = lead > 0 && ends.length > 0 && ends[ends.length - 1]! > lead
     let start = 0
     let i = 0
     while (i < ends.length) {
       let to = start
       const first = i
-      const skip = start === 0 ? lead : 0
       for (; i < ends.length; i++) {
         const end = ends[i]!
-        if (end === to || end <= skip) continue // a marker (before the first record: its batch record's room)
+        if (end === to) continue // a marker
         const used = this.active.size + (to - start)
         if (used > 0 && used + (end - to) > this.segmentBytes) break
         to = end
@@ -585,8 +345,6 @@ export class GroupCommitWriter {
       if (size > 0) {
         const a = this.active
         const end = a.size + size
-        // Nothing else is in flight: every byte before this write is durable.
-        if (records && start === 0) sealBatch(buf, 0, this.firstLsn(buf), a.size)
         if (inline) {
           // On this thread, as a synchronous commit: no hop to the thread pool and back.
           const t0 = this.clock()
@@ -676,9 +434,6 @@ export class GroupCommitWriter {
 
   /** Wait for everything queued, then close the segment. Never throws: a failure was already reported. */
   close(): Promise<void> {
-    // Two in flight: no flight starts from now on, so that the close's marker goes through `writeBatch`
-    // once nothing is in flight (its cut and the descriptor's close follow every write).
-    this.closing = true
     return new Promise((resolve) => {
       const finish = (): void => {
         this.closed = true

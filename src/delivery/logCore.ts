@@ -120,20 +120,11 @@ export class LogCore implements CallHost {
   ): { core: LogCore; notes: OpenNotes } {
     return openLogFiles(o, hooks, READ_SLACK, heldLock, ({ active, lockPath, notes, recovered: r, segments }) => {
       let core: LogCore | undefined
-      const writer = new GroupCommitWriter(
-        o.dir,
-        active,
-        o.segmentBytes,
-        o.sync,
-        {
-          onRoll: (n) => core?.rolled(n),
-          onWritten: (n, b) => core?.written(n, b),
-          onFailed: (e) => core?.onFailed(ioError(o.dir, e))
-        },
-        o.writes,
-        undefined,
-        o.maxWritesInFlight
-      )
+      const writer = new GroupCommitWriter(o.dir, active, o.segmentBytes, o.sync, {
+        onRoll: (n) => core?.rolled(n),
+        onWritten: (n, b) => core?.written(n, b),
+        onFailed: (e) => core?.onFailed(ioError(o.dir, e))
+      }, o.writes)
       core = new LogCore(
         o,
         lockPath,

@@ -16,9 +16,6 @@ import { crc32Range } from "./crc32.js"
 /** Bytes before the payload. */
 export const HEADER_BYTES = 17
 
-/** A batch record (kind 8): the header and its `durableBelow` (u64). */
-export const BATCH_RECORD_BYTES = HEADER_BYTES + 8
-
 /** What a record says. The snapshot kinds only appear in `.snap` files. */
 export const Kind = {
   append: 1,
@@ -28,12 +25,6 @@ export const Kind = {
   requeue: 5,
   attemptDead: 6,
   started: 7,
-  /**
-   * Format 3: the first record of a batch written while another may be in flight
-   * (`maxWritesInFlight: 2`). Its lsn is the next record's (it takes none); its payload, `durableBelow
-   * u64`, is the offset in its segment below which every byte was durable when its write began.
-   */
-  batch: 8,
   snapshotBegin: 16,
   snapshotEntry: 17,
   snapshotAcked: 18,
@@ -71,20 +62,6 @@ export const encode = (lsn: number, kind: Kind, payload: string, payloadBytes: n
   seal(buf, 0, lsn, kind, payloadBytes)
   return buf
 }
-
-/**
- * Frame a batch record at `buf[at]` (`BATCH_RECORD_BYTES`): lsn `lsn` (the next record's), payload the
- * offset in its segment below which every byte was durable when its write began.
- */
-export const sealBatch = (buf: Buffer, at: number, lsn: number, durableBelow: number): void => {
-  buf.writeUInt32BE(Math.floor(durableBelow / TWO_32), at + HEADER_BYTES)
-  buf.writeUInt32BE(durableBelow >>> 0, at + HEADER_BYTES + 4)
-  seal(buf, at, lsn, Kind.batch, 8)
-}
-
-/** A batch record's `durableBelow`, or -1 if its payload is not 8 bytes. */
-export const batchBelow = (d: Decoded): number =>
-  d.end - d.start !== 8 ? -1 : d.buf.readUInt32BE(d.start) * TWO_32 + d.buf.readUInt32BE(d.start + 4)
 
 /** A record read back: its payload is `buf[start, end)` (the reader's buffer, valid until its next read). */
 export interface Decoded {

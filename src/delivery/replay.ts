@@ -18,7 +18,7 @@ import {
   readIdOnly,
   readRequeue
 } from "./payload.js"
-import { batchBelow, type Decoded, describeInvalid, Kind } from "./record.js"
+import { type Decoded, describeInvalid, Kind } from "./record.js"
 import { type ReadWindow, SegmentReader } from "./segment.js"
 import type { LogState, SnapshotBeginPayload, SnapshotEndPayload } from "./state.js"
 import { parseUuidBytes } from "./uuidWords.js"
@@ -246,13 +246,13 @@ export const replayLog = (
         // A torn write leaves a prefix: a cut record, or one failing its CRC. A length over the limit
         // is never that (unless the limit was lowered since), so it is corruption wherever it is.
         // An unknown kind passed its CRC: written whole (by a newer version?), not torn either.
-        // Format 3: a batch written while this one was in flight may follow it (neither was acknowledged).
-        const after = last && r !== "too-long" && r !== "bad-kind" ? reader.afterBad(at, expected - 1) : "valid"
-        if (after !== "valid") {
-          const why = after === "nothing"
-            ? describeInvalid(r)
-            : `${describeInvalid(r)}, then a batch written while it was in flight (neither acknowledged)`
-          return { size: at, crc: reader.checksum(at), expected, truncate: { path, offset: at, why } }
+        if (last && r !== "too-long" && r !== "bad-kind" && !reader.anyValidAfter(at, expected - 1)) {
+          return {
+            size: at,
+            crc: reader.checksum(at),
+            expected,
+            truncate: { path, offset: at, why: describeInvalid(r) }
+          }
         }
         throw new CorruptLog(path, at, describeInvalid(r))
       }
@@ -262,12 +262,6 @@ export const replayLog = (
           at,
           `record number ${r.lsn} where ${expected} was expected (a segment is missing or misplaced)`
         )
-      }
-      // A batch record (format 3) takes no lsn of its own: the next record's.
-      if (r.kind === Kind.batch) {
-        const below = batchBelow(r)
-        if (below < 0 || below > at) throw new CorruptLog(path, at, "a batch record whose payload does not add up")
-        continue
       }
       applyLogRecord(state, lazy, r, path, at, base + at)
       expected++

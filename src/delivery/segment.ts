@@ -5,7 +5,7 @@
 import * as fs from "node:fs"
 import { join } from "node:path"
 import { crc32 } from "node:zlib"
-import { batchBelow, decodeAt, type Decoded, HEADER_BYTES, type Invalid, Kind } from "./record.js"
+import { decodeAt, type Decoded, HEADER_BYTES, type Invalid } from "./record.js"
 
 /** `0000000000000001.log` (records appended by the writer) or `0000000000000007.snap` (a compaction). */
 export interface SegmentFile {
@@ -229,17 +229,12 @@ export class SegmentReader {
   }
 
   /**
-   * What follows a bad record at `from` in the last segment, whose lsn would have been `afterLsn + 1`:
-   * - `"nothing"`: no record with a valid CRC and an lsn above `afterLsn` (a torn tail);
-   * - `"in-flight"`: the first such record is a batch record (format 3) numbered above `afterLsn + 1`
-   *   whose `durableBelow` is at or before `from`, and no other batch record follows: a batch whose write
-   *   began while the bad one's was still in flight, so neither was acknowledged (the writer completes
-   *   writes strictly in order, at most two in flight) — a tail a crash can leave too;
-   * - `"valid"`: anything else (corruption: valid records follow a bad one).
+   * Is there any record with a valid CRC and an lsn above `afterLsn` at or past `from`? Used to tell a
+   * torn tail (nothing valid follows) from corruption (valid records follow a bad one).
    */
-  afterBad(from: number, afterLsn: number): "nothing" | "in-flight" | "valid" {
+  anyValidAfter(from: number, afterLsn: number): boolean {
     const rest = this.size - from
-    if (rest < HEADER_BYTES) return "nothing"
+    if (rest < HEADER_BYTES) return false
     const buf = Buffer.allocUnsafe(rest)
     let got = 0
     while (got < rest) {
@@ -247,22 +242,13 @@ export class SegmentReader {
       if (n === 0) break
       got += n
     }
-    let found: "nothing" | "in-flight" = "nothing"
     for (let p = 0; p + HEADER_BYTES <= got; p++) {
       // A record's kind byte is never 0: zero-filled space is passed over without decoding it.
       if (buf[p + 16] === 0) continue
       const r = decodeAt(buf, p, got - p, got - p, this.maxPayload)
-      if (typeof r === "string" || r.lsn <= afterLsn) continue
-      if (found === "nothing") {
-        if (r.kind !== Kind.batch || r.lsn < afterLsn + 2) return "valid"
-        const below = batchBelow(r)
-        if (below < 0 || below > from) return "valid"
-        found = "in-flight"
-      } else if (r.kind === Kind.batch) return "valid"
-      // Records of the batch in flight: passed over (they are cut with it).
-      p += r.bytes - 1
+      if (typeof r !== "string" && r.lsn > afterLsn) return true
     }
-    return found
+    return false
   }
 }
 

@@ -32,17 +32,6 @@ export interface OpenOptions {
    * every write to the thread pool for the next 30 s.
    */
   readonly writes?: WriteMode
-  /**
-   * Durable writes on their way at once (as Kafka's `max.in.flight.requests.per.connection`). `1`
-   * (default): one batch at a time; every call made meanwhile waits for the next. `2`: while one batch
-   * is being written, a second of at least 32 calls is written too (on the thread pool), and batches
-   * are acknowledged strictly in order: more appends per second when many producers wait on the log
-   * (each write's sync overlaps the next batch's work), at the cost of a write, a sync and a thread-pool
-   * hop per 32 calls instead of per batch. Each batch then starts with a batch record (format 3, see
-   * docs/delivery-log-format.md), which a version before it refuses as an unknown record kind. Not with
-   * `writes: "inline"`.
-   */
-  readonly maxWritesInFlight?: 1 | 2
 }
 
 /** Where the log's writer writes: see `OpenOptions.writes`. */
@@ -56,7 +45,6 @@ export interface ResolvedOptions {
   readonly maxRecordBytes: number
   readonly dedupeWindowMs: number
   readonly writes: WriteMode
-  readonly maxWritesInFlight: 1 | 2
 }
 
 const show = (v: unknown): string => {
@@ -94,15 +82,6 @@ export const resolveOptions = (o: OpenOptions): ResolvedOptions | DeliveryLogErr
   if (writes !== "auto" && writes !== "inline" && writes !== "thread-pool") {
     return invalid(`Expected \`writes\` to be "auto", "inline" or "thread-pool", got \`${show(writes)}\``)
   }
-  const maxWritesInFlight = o.maxWritesInFlight ?? 1
-  if (maxWritesInFlight !== 1 && maxWritesInFlight !== 2) {
-    return invalid(`Expected \`maxWritesInFlight\` to be 1 or 2, got \`${show(maxWritesInFlight)}\``)
-  }
-  if (maxWritesInFlight === 2 && writes === "inline") {
-    return invalid(
-      "Expected `writes` to be \"auto\" or \"thread-pool\" with `maxWritesInFlight: 2` (two writes in flight are made on the thread pool), got `\"inline\"`"
-    )
-  }
   const segmentBytes = o.segmentBytes ?? 16 * 1024 * 1024
   const maxRecordBytes = o.maxRecordBytes ?? 1024 * 1024
   const dedupeWindowMs = o.dedupeWindowMs ?? 24 * 60 * 60 * 1000
@@ -115,15 +94,7 @@ export const resolveOptions = (o: OpenOptions): ResolvedOptions | DeliveryLogErr
       ? undefined
       : invalid(`Expected \`dedupeWindowMs\` to be a number above 0, got \`${show(dedupeWindowMs)}\``))
   if (bad) return bad
-  return {
-    dir: o.dir,
-    sync: fsync === "always",
-    segmentBytes,
-    maxRecordBytes,
-    dedupeWindowMs,
-    writes,
-    maxWritesInFlight
-  }
+  return { dir: o.dir, sync: fsync === "always", segmentBytes, maxRecordBytes, dedupeWindowMs, writes }
 }
 
 class NotJson extends Error {}
